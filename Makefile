@@ -1,0 +1,34 @@
+# The two commands README starts with: `make demo` and `make test`. Both set up everything they need.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup demo test lint synth clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+$(VENV)/.installed: $(BIN)/python requirements.txt requirements-train.txt requirements-dev.txt pyproject.toml
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements-dev.txt
+	$(BIN)/pip install --quiet --no-deps -e .
+	touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund
+	touch $@
+
+setup: $(VENV)/.installed node_modules/.installed
+
+demo: setup
+	$(BIN)/python -m cli.demo
+
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -n 2 --dist loadgroup
+
+synth: setup
+	PATH="$(CURDIR)/$(BIN):$$PATH" npx cdk synth --quiet
+
+clean:
+	rm -rf $(VENV) node_modules cdk.out .demo

@@ -1,0 +1,1 @@
+"""Reusable L3 constructs of the training platform, one concern each."""

@@ -1,0 +1,62 @@
+"""Shared fixtures. The CDK app is synthesized once per test worker through the real CDK CLI.
+
+Tests that read the synthesized templates carry `@pytest.mark.xdist_group("cdk")` so that, under
+`pytest -n 2 --dist loadgroup`, they share one worker and so one synth.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def offline_env(**extra: str) -> dict[str, str]:
+    """An environment with no AWS credentials and no instance-metadata look-ups: synth must not need them."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_") and not k.startswith("CDK_")}
+    # The venv's python3 runs app.py; node_modules/.bin holds the pinned Node 22 and CDK CLI.
+    path = [str(Path(sys.executable).parent), str(ROOT / "node_modules" / ".bin"), env.get("PATH", "")]
+    env["PATH"] = os.pathsep.join(path)
+    env["AWS_EC2_METADATA_DISABLED"] = "true"
+    env["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
+    env["AWS_CONFIG_FILE"] = os.devnull
+    env.update(extra)
+    return env
+
+
+def cdk_synth(out_dir: Path, *context: str) -> subprocess.CompletedProcess[str]:
+    """Run `npx cdk synth` (the pinned aws-cdk@2 CLI) into out_dir; `context` holds `key=value` pairs."""
+    npx = shutil.which("npx")
+    assert npx, "npx not found: install Node.js and run `npm ci`"
+    cmd = [npx, "cdk", "synth", "--quiet", "--no-notices", "--no-version-reporting", "-o", str(out_dir)]
+    for pair in context:
+        cmd += ["-c", pair]
+    return subprocess.run(cmd, cwd=ROOT, env=offline_env(), capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="session")
+def cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The cloud assembly of the default configuration, synthesized by the CDK CLI with no credentials."""
+    out = tmp_path_factory.mktemp("cdk.out")
+    result = cdk_synth(out)
+    assert result.returncode == 0, f"cdk synth failed:\n{result.stdout}\n{result.stderr}"
+    return out
+
+
+@pytest.fixture(scope="session")
+def templates(cdk_out: Path) -> dict[str, dict]:
+    """Every synthesized CloudFormation template, by stack name."""
+    manifest = json.loads((cdk_out / "manifest.json").read_text())
+    found = {}
+    for name, artifact in manifest["artifacts"].items():
+        if artifact.get("type") == "aws:cloudformation:stack":
+            found[name] = json.loads((cdk_out / artifact["properties"]["templateFile"]).read_text())
+    assert found, "no stacks in the cloud assembly"
+    return found

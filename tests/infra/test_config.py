@@ -1,0 +1,96 @@
+"""The platform config: defaults are valid, every bad value is reported with its key and the fix."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from platform_constructs.config import ConfigError, PlatformConfig, load_config
+from tests.conftest import ROOT, cdk_synth
+
+
+def cdk_json_context() -> dict:
+    return json.loads((ROOT / "cdk.json").read_text())["context"]
+
+
+def problems(**overrides) -> list[str]:
+    with pytest.raises(ConfigError) as err:
+        load_config({**cdk_json_context(), **overrides})
+    return err.value.problems
+
+
+def test_cdk_json_defaults_are_valid_and_match_the_dataclass():
+    config = load_config(cdk_json_context())
+    assert config == PlatformConfig(), "cdk.json's platform keys and PlatformConfig's defaults have drifted"
+
+
+def test_cdk_feature_flags_are_not_checked_as_platform_keys():
+    load_config({"@aws-cdk/aws-s3:createDefaultLoggingPolicy": True, "aws:cdk:version-reporting": False})
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    ({"fsx_throughput_per_tib": 300}, "'fsx_throughput_per_tib' = 300: must be 125, 250, 500 or 1000"),
+    ({"fsx_storage_gib": 2000}, "'fsx_storage_gib' = 2000: must be 1200 or a multiple of 2400"),
+    ({"fsx_deployment_type": "PERSISTENT_1"}, "must be PERSISTENT_2 or SCRATCH_2"),
+    ({"nat_gateways": 3}, "'nat_gateways' = 3: must be 0 (VPC endpoints only) to az_count=2"),
+    ({"vpc_cidr": "10.0.0.0/8"}, "must be an IPv4 CIDR between /16 and /24"),
+    ({"vpc_cidr": "banana"}, "'vpc_cidr' = 'banana': must be an IPv4 CIDR such as 10.80.0.0/16"),
+    ({"vpc_cidr": "10.0.0.0/22"}, "is too small"),
+    ({"az_count": 3}, "more than 2 AZs needs 'region' and 'availability_zones'"),
+    ({"flow_log_retention_days": 10}, "'flow_log_retention_days' = 10: must be one of CloudWatch Logs' periods"),
+    ({"name_prefix": "ML_Train"}, "'name_prefix' = 'ML_Train': must be 3-20 lowercase letters"),
+    ({"kms_key_arn": "alias/mine"}, "'kms_key_arn' = 'alias/mine': must be a KMS key ARN"),
+    ({"dataset_prefix": "/data"}, "must be an S3 key prefix ending in '/'"),
+    ({"allowed_instance_types": ["p5.48xlarge"]}, "entry 'p5.48xlarge': must be a SageMaker instance type"),
+    ({"default_warm_pool_minutes": 500}, "'default_warm_pool_minutes' = 500: must be 0 to 360"),
+    ({"notification_email": "ops"}, "'notification_email' = 'ops': must be an e-mail address"),
+    ({"training_plans": [{"name": "p5-week", "arn": "arn:aws:ec2:us-east-1:123456789012:capacity-reservation/cr-1",
+                          "instance_type": "ml.p5.48xlarge", "instance_count": 2}]},
+     "is not a training plan ARN"),
+    ({"training_plans": [{"name": "trn", "instance_count": 1, "instance_type": "ml.trn1.32xlarge",
+                          "arn": "arn:aws:sagemaker:us-east-1:123456789012:training-plan/trn"}]},
+     "instance_type 'ml.trn1.32xlarge' is not in allowed_instance_types"),
+    ({"training_plans": [{"name": "x"}]}, "must have exactly the keys"),
+    ({"fsx_enabled": "maybe"}, "'fsx_enabled' = 'maybe': must be true or false"),
+    ({"tags": "[1]"}, "must be a JSON object of string values"),
+    ({"nat_gatways": 0}, "'nat_gatways': unknown key; did you mean 'nat_gateways'?"),
+])
+def test_each_bad_value_is_named_with_the_fix(overrides, expected):
+    found = problems(**overrides)
+    assert any(expected in p for p in found), found
+
+
+def test_all_problems_are_reported_together():
+    found = problems(fsx_throughput_per_tib=300, fsx_storage_gib=2000)
+    assert len(found) == 2
+
+
+def test_command_line_strings_are_parsed():
+    # `cdk synth -c key=value` delivers strings.
+    config = load_config({**cdk_json_context(), "nat_gateways": "0", "fsx_enabled": "false",
+                          "allowed_instance_types": '["ml.p5.48xlarge"]', "dataset_bucket_name": "null"})
+    assert (config.nat_gateways, config.fsx_enabled, config.allowed_instance_types) == (0, False,
+                                                                                         ("ml.p5.48xlarge",))
+    assert config.dataset_bucket_name is None
+
+
+def test_training_subnets_fit_the_largest_cluster():
+    assert 2 ** (32 - PlatformConfig(largest_cluster_instances=16).private_subnet_mask) >= 16 * 32 + 5
+    assert PlatformConfig(largest_cluster_instances=64).private_subnet_mask < \
+        PlatformConfig(largest_cluster_instances=4).private_subnet_mask
+
+
+def test_a_valid_training_plan_is_accepted():
+    plan = {"name": "p5-week", "arn": "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p5-week",
+            "instance_type": "ml.p5.48xlarge", "instance_count": 4}
+    config = load_config({**cdk_json_context(), "training_plans": [plan]})
+    assert config.training_plans[0].instance_count == 4
+
+
+def test_cdk_synth_stops_with_the_message_and_no_traceback(tmp_path):
+    result = cdk_synth(tmp_path, "fsx_throughput_per_tib=300", "fsx_storage_gib=2000")
+    assert result.returncode != 0
+    assert "'fsx_throughput_per_tib' = 300: must be 125, 250, 500 or 1000" in result.stderr
+    assert "'fsx_storage_gib' = 2000: must be 1200 or a multiple of 2400" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
