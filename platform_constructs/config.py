@@ -88,14 +88,6 @@ class PlatformConfig:
             mask -= 1
         return mask
 
-    @property
-    def fsx_monthly_usd(self) -> float:
-        """us-east-1 list price per GiB-month of PERSISTENT_2 SSD by throughput tier (2026); SCRATCH_2 0.14."""
-        price = {125: 0.145, 250: 0.21, 500: 0.34, 1000: 0.60}[self.fsx_throughput_per_tib]
-        if self.fsx_deployment_type == "SCRATCH_2":
-            price = 0.14
-        return round(self.fsx_storage_gib * price, 2) if self.fsx_enabled else 0.0
-
 
 def _bool(text: Any) -> bool:
     if isinstance(text, bool):

@@ -94,3 +94,10 @@ def test_cdk_synth_stops_with_the_message_and_no_traceback(tmp_path):
     assert "'fsx_throughput_per_tib' = 300: must be 125, 250, 500 or 1000" in result.stderr
     assert "'fsx_storage_gib' = 2000: must be 1200 or a multiple of 2400" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_readme_documents_every_config_key():
+    readme = (ROOT / "README.md").read_text()
+    from dataclasses import fields
+    missing = [f.name for f in fields(PlatformConfig) if f"| `{f.name}` |" not in readme]
+    assert not missing, f"README's configuration table lacks {missing}"
