@@ -11,12 +11,7 @@ from constructs import Construct
 
 from platform_constructs.nag import acknowledge, nag_form
 
-try:  # TEMPORARY-UNTIL-PACKAGING
-    from training.packaging import build_sourcedir
-except ModuleNotFoundError:
-    def build_sourcedir(dest):
-        (dest / "sourcedir.tar.gz").write_bytes(b"placeholder")
-        return dest / "sourcedir.tar.gz"
+from training.packaging import build_sourcedir
 
 
 class TrainingSourceBundle(Construct):

@@ -1,0 +1,29 @@
+"""The one error a user's request can raise, carrying every problem found, each naming its field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str  # dotted field path: "instance.count", "hyperparameters.lr", "instance_groups[1].type"
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+
+class RequestInvalid(Exception):
+    """A job request that cannot run. `str(exc)` is one `path: message` line per problem.
+
+    The class name is part of the contract: the state machine matches the Lambda error name
+    `RequestInvalid`, and trainctl turns it into exit code 2.
+    """
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+    def __reduce__(self):  # keep it picklable (pytest-xdist, multiprocessing) despite the custom __init__
+        return (type(self), (self.problems,))

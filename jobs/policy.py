@@ -1,0 +1,95 @@
+"""The retry policy: given the run so far and a classified failure, retry (after how long, on what) or stop.
+
+- capacity shortage: wait (doubling from retry.capacity_wait_seconds up to capacity_wait_max_seconds), then
+  the next instance type in [instance.type, *instance.fallbacks], cycling (the same type when there are none);
+- Spot interruption or MaxWaitTimeExceeded: new attempt after retry.interruption_wait_seconds; once
+  retry.interruptions_before_on_demand interruptions have happened, the next attempts run on demand;
+- SageMaker internal error: retry after retry.internal_error_wait_seconds, at most internal_error_max_retries;
+- quota (ResourceLimitExceeded) and throttling: wait (doubling from api_error_wait_seconds up to
+  api_error_wait_max_seconds) and retry, at most api_error_max_retries in a row;
+- the user's code or data, a stop asked by a user, max_runtime reached, anything unrecognised: no retry;
+- attempts (retry.max_attempts) or total time (retry.max_total_hours) exhausted: no retry.
+Every retry is a new job with a new name that resumes from the run's checkpoint prefix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jobs import classify as c
+from jobs.classify import Failure
+from jobs.request import JobRequest
+
+NO_RETRY = (c.USER_ERROR, c.USER_STOP, c.MAX_RUNTIME, c.UNKNOWN)
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str  # "retry" or "fail"
+    wait_seconds: int
+    category: str
+    reason: str
+    instance_type: str | None = None  # of the next attempt
+    spot: bool | None = None
+
+    def to_event(self) -> dict:
+        return {"action": self.action, "wait_seconds": self.wait_seconds, "category": self.category,
+                "reason": self.reason}
+
+
+def backoff(base: int, cap: int, n: int) -> int:
+    """base, 2 x base, 4 x base ... for the n-th occurrence (n >= 1), capped."""
+    return int(min(cap, base * 2 ** max(n - 1, 0)))
+
+
+def decide(request: JobRequest, run: dict, failure: Failure, now: float) -> Decision:
+    """`run` is the run state after the failed attempt was recorded (counts already include it)."""
+    retry = request.retry
+    counts = run["counts"]
+    attempt = run["attempt"]
+    fail = lambda reason: Decision("fail", 0, failure.category, reason)  # noqa: E731
+
+    if failure.category in NO_RETRY:
+        hint = {
+            c.USER_ERROR: "fix the code or data and submit again",
+            c.USER_STOP: "not retried",
+            c.MAX_RUNTIME: "raise max_runtime_hours, or resume by submitting again (checkpoints are kept)",
+            c.UNKNOWN: "not retried, to be safe; see the job's logs",
+        }[failure.category]
+        return fail(f"{failure.reason} ({hint})")
+    if attempt >= retry.max_attempts:
+        return fail(f"attempts exhausted ({attempt} of {retry.max_attempts}); last failure: {failure.reason}")
+
+    instance_type, spot = run["instance_type"], run["spot"]
+    if failure.category == c.CAPACITY:
+        wait = backoff(retry.capacity_wait_seconds, retry.capacity_wait_max_seconds, counts[c.CAPACITY])
+        types = list(request.instance_types) or [instance_type]
+        index = (types.index(instance_type) + 1) % len(types) if instance_type in types else 0
+        instance_type = types[index]
+        what = f"then {instance_type}" if len(types) > 1 else f"then {instance_type} again"
+    elif failure.category == c.SPOT_INTERRUPTION:
+        wait = retry.interruption_wait_seconds
+        limit = retry.interruptions_before_on_demand
+        if spot and limit is not None and counts[c.SPOT_INTERRUPTION] >= limit:
+            spot = False
+            what = f"then on demand after {counts[c.SPOT_INTERRUPTION]} interruptions"
+        else:
+            what = "then resume" + (" on Spot" if spot else "")
+    elif failure.category == c.INTERNAL:
+        if counts[c.INTERNAL] > retry.internal_error_max_retries:
+            return fail(f"SageMaker internal errors persisted ({counts[c.INTERNAL]} times): {failure.reason}")
+        wait = retry.internal_error_wait_seconds
+        what = "then retry"
+    else:  # quota, throttling
+        streak = counts["api_error_streak"]
+        if streak > retry.api_error_max_retries:
+            return fail(f"{failure.category} persisted ({streak} times in a row): {failure.reason}")
+        wait = backoff(retry.api_error_wait_seconds, retry.api_error_wait_max_seconds, streak)
+        what = "then retry"
+
+    deadline = run["started_epoch"] + request.effective_max_total_hours * 3600
+    if now + wait >= deadline:
+        return fail(f"time budget exhausted (retry.max_total_hours {request.effective_max_total_hours:g} h); "
+                    f"last failure: {failure.reason}")
+    reason = f"{failure.reason}; waiting {wait} s, {what} (attempt {attempt + 1} of {retry.max_attempts})"
+    return Decision("retry", wait, failure.category, reason, instance_type, spot)

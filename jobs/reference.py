@@ -1,0 +1,44 @@
+"""The request format and the retry policy as Markdown, generated from the schema: `python -m jobs.reference`.
+
+README.md carries this text; regenerate it here when a field changes so the two never drift.
+"""
+
+from __future__ import annotations
+
+from jobs.request import JobRequest
+from jobs.schema import reference_rows
+
+RETRY_POLICY = """\
+| Failure (how it is recognised) | What the state machine does |
+|---|---|
+| Capacity shortage (`FailureReason` starts `CapacityError: Unable to provision requested ML compute capacity`, an insufficient-capacity message, `MaxPendingTimeInSeconds` reached, or 30+ minutes in `Pending`) | wait `retry.capacity_wait_seconds`, doubling each time up to `retry.capacity_wait_max_seconds`, then the next type of `[instance.type, *instance.fallbacks]` (cycling; the same type when there are none) |
+| Spot interruption (`SecondaryStatus` `Interrupted`) or `MaxWaitTimeExceeded` | wait `retry.interruption_wait_seconds`, new attempt; after `retry.interruptions_before_on_demand` interruptions, on demand |
+| SageMaker internal error (`InternalServerError`, HTTP 5xx) | wait `retry.internal_error_wait_seconds`, retry, at most `retry.internal_error_max_retries` times |
+| Quota (`ResourceLimitExceeded` at CreateTrainingJob) or throttling (`ThrottlingException`, "Rate exceeded") | wait `retry.api_error_wait_seconds`, doubling up to `retry.api_error_wait_max_seconds`, retry; give up after `retry.api_error_max_retries` in a row |
+| The user's code or data (`AlgorithmError`, `ClientError`, a rejected request) | no retry: the run fails with the reason |
+| Stopped by a user (`TrainingJobStatus` `Stopped`) | no retry |
+| `MaxRuntimeExceeded` | no retry (raise `max_runtime_hours`, or submit again: checkpoints are kept) |
+| Anything unrecognised | no retry (fail safe) |
+| `retry.max_attempts` attempts used, or `retry.max_total_hours` spent (waits included) | the run fails with "attempts exhausted" / "time budget exhausted" |
+
+Every attempt is a new training job named `<name_prefix>-<run id>-a<N>` that resumes from the run's one
+checkpoint prefix, `s3://<checkpoint bucket>/<name_prefix>/<run id>/checkpoints/`. The execution's output
+is a summary: every attempt (job name, instance type, Spot, status, category, reason, times, billable and
+lost seconds), the time lost to interruptions, final metrics and the model artifact URI.
+"""
+
+
+def fields_table() -> str:
+    lines = ["| Field | Type | Default | Meaning |", "|---|---|---|---|"]
+    for path, type_, default, doc in reference_rows(JobRequest):
+        shown = default if default in ("required", "see below") else f"`{default}`"
+        lines.append(f"| `{path}` | {type_} | {shown} | {doc.replace('|', '/')} |")
+    return "\n".join(lines)
+
+
+def markdown() -> str:
+    return f"## Job request reference\n\n{fields_table()}\n\n## Retry policy\n\n{RETRY_POLICY}"
+
+
+if __name__ == "__main__":
+    print(markdown())

@@ -1,0 +1,294 @@
+"""A valid job request plus the platform's settings -> the exact CreateTrainingJob request of attempt N.
+
+Every attempt of one run gets a fresh job name (job names are unique per account and region) and the same
+checkpoint S3 prefix, so a retry resumes where the last attempt checkpointed. The keys in
+CREATE_REQUEST_KEYS are present in every rendered request: the state machine maps each one explicitly
+(`"<Key>.$": "$.create.<Key>"`) and a missing path would fail the execution, so optional settings are
+rendered in an always-present form (ProfilerConfig with DisableProfiler, Environment possibly {}) or nested
+inside an always-present object (MaxWaitTimeInSeconds in StoppingCondition, KeepAlivePeriodInSeconds and
+TrainingPlanArn in ResourceConfig).
+
+Where the tests stop: every rendered request passes botocore's parameter validation (plus the service
+model's enums, lengths and patterns), but SageMaker's server-side rules are not exercised here (no AWS
+account): e.g. warm pools combined with Spot, instance-store sizes on NVMe types, and which GPU types the
+SMP v2 image supports are only as right as AWS's documentation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from jobs import catalog
+from jobs.images import resolve_image
+from jobs.metrics import metric_definitions
+from jobs.platform import PlatformSettings
+from jobs.request import JobRequest, dataset_kind, fsx_path
+
+CREATE_REQUEST_KEYS: tuple[str, ...] = (
+    "TrainingJobName",
+    "AlgorithmSpecification",
+    "RoleArn",
+    "HyperParameters",
+    "InputDataConfig",
+    "OutputDataConfig",
+    "ResourceConfig",
+    "VpcConfig",
+    "StoppingCondition",
+    "EnableNetworkIsolation",
+    "EnableInterContainerTrafficEncryption",
+    "EnableManagedSpotTraining",
+    "CheckpointConfig",
+    "Environment",
+    "ProfilerConfig",
+    "InfraCheckConfig",
+    "Tags",
+)
+
+JOB_NAME_MAX = 63
+JOB_NAME_PATTERN = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
+CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
+ENTRY_POINT = "train.py"
+# With network isolation the container cannot fetch sourcedir.tar.gz itself; SDK v2 then sends the code
+# as this input channel and points sagemaker_submit_directory at the file inside it.
+CODE_CHANNEL = "code"
+CONTAINER_LOG_LEVEL = 20  # logging.INFO, as SDK v2 sends it
+PROFILING_INTERVAL_MS = 500
+
+
+def new_run_id(request_name: str, execution_name: str) -> str:
+    """A run id that is readable and unique per execution, deterministic given both names."""
+    digest = hashlib.sha256(execution_name.encode()).hexdigest()[:8]
+    slug = re.sub(r"[^a-zA-Z0-9-]+", "-", request_name).strip("-")[:40].strip("-") or "run"
+    return f"{slug}-{digest}"
+
+
+def job_name(platform: PlatformSettings, run_id: str, attempt: int) -> str:
+    """`<name_prefix>-<run_id>-a<N>`, shortened in the middle of the run name to fit 63 characters.
+
+    It starts with the name prefix because the launcher role may only create jobs named `<prefix>-*`.
+    """
+    head, tail = f"{platform.name_prefix}-", f"-a{attempt}"
+    slug, _, digest = run_id.rpartition("-")
+    room = JOB_NAME_MAX - len(head) - len(tail) - len(digest) - 1
+    slug = slug[:max(room, 0)].rstrip("-")
+    name = f"{head}{slug}-{digest}{tail}" if slug else f"{head}{digest}{tail}"
+    if not JOB_NAME_PATTERN.fullmatch(name) or len(name) > JOB_NAME_MAX:
+        raise ValueError(f"cannot build a valid job name from prefix {platform.name_prefix!r} and run {run_id!r}")
+    return name
+
+
+def checkpoint_s3_uri(platform: PlatformSettings, run_id: str) -> str:
+    """Shared by every attempt of the run; ends in `/` so sibling prefixes never sync into the job."""
+    return f"s3://{platform.checkpoint_bucket}/{platform.name_prefix}/{run_id}/checkpoints/"
+
+
+def output_s3_uri(platform: PlatformSettings, run_id: str) -> str:
+    return f"s3://{platform.output_bucket}/{platform.name_prefix}/{run_id}/output/"
+
+
+def render_create_training_job(
+    request: JobRequest,
+    platform: PlatformSettings,
+    *,
+    run_id: str,
+    attempt: int,
+    instance_type: str | None = None,
+    spot: bool | None = None,
+) -> dict[str, Any]:
+    """The botocore CreateTrainingJob kwargs for `attempt` (1-based) of run `run_id`.
+
+    `instance_type` and `spot` override the request's for this attempt (the retry policy moves to a
+    fallback type after a capacity shortage, and off Spot after repeated interruptions).
+    """
+    if attempt < 1:
+        raise ValueError(f"attempt numbers start at 1, got {attempt}")
+    use_spot = request.spot if spot is None else spot
+    primary = instance_type or request.training_instance_type
+    name = job_name(platform, run_id, attempt)
+    create: dict[str, Any] = {
+        "TrainingJobName": name,
+        "AlgorithmSpecification": _algorithm(request, platform, primary),
+        "RoleArn": platform.execution_role_arn,
+        "HyperParameters": _hyperparameters(request, platform, name, primary),
+        "InputDataConfig": _channels(request, platform),
+        "OutputDataConfig": {"S3OutputPath": output_s3_uri(platform, run_id), "KmsKeyId": platform.kms_key_arn},
+        "ResourceConfig": _resources(request, platform, primary),
+        "VpcConfig": {"SecurityGroupIds": list(platform.security_group_ids), "Subnets": list(platform.subnet_ids)},
+        "StoppingCondition": _stopping(request, use_spot, primary),
+        "EnableNetworkIsolation": request.network_isolation,
+        "EnableInterContainerTrafficEncryption": request.inter_container_encryption,
+        "EnableManagedSpotTraining": use_spot,
+        "CheckpointConfig": {"S3Uri": checkpoint_s3_uri(platform, run_id), "LocalPath": CHECKPOINT_LOCAL_PATH},
+        "Environment": dict(request.environment),
+        "ProfilerConfig": _profiler(request, platform, run_id),
+        "InfraCheckConfig": {"EnableInfraCheck": request.infra_check},
+        "Tags": _tags(request, platform, run_id, attempt),
+    }
+    assert tuple(create) == CREATE_REQUEST_KEYS, "CREATE_REQUEST_KEYS and the renderer disagree"
+    return create
+
+
+def _algorithm(request: JobRequest, platform: PlatformSettings, instance_type: str) -> dict[str, Any]:
+    metrics = metric_definitions() + [{"Name": m.name, "Regex": m.regex} for m in request.metrics]
+    return {
+        "TrainingImage": resolve_image(request, platform, instance_type),
+        # FSx channels are mounted, which the API calls File mode.
+        "TrainingInputMode": "File" if request.effective_input_mode == "FSx" else request.effective_input_mode,
+        "MetricDefinitions": metrics,
+        "EnableSageMakerMetricsTimeSeries": True,
+    }
+
+
+def training_hyperparameters(request: JobRequest, platform: PlatformSettings, job: str,
+                             instance_type: str) -> dict[str, Any]:
+    """The hyperparameters before encoding: the in-container launcher's keys, the script's, the user's."""
+    strategy = request.resolved_strategy
+    submit_dir = platform.source_dir_s3_uri
+    if request.network_isolation:
+        submit_dir = f"/opt/ml/input/data/{CODE_CHANNEL}/{submit_dir.rsplit('/', 1)[-1]}"
+    values: dict[str, Any] = {
+        "sagemaker_program": ENTRY_POINT,
+        "sagemaker_submit_directory": submit_dir,
+        "sagemaker_region": platform.region,
+        "sagemaker_job_name": job,
+        "sagemaker_container_log_level": CONTAINER_LOG_LEVEL,
+        # torchrun on every node; the single strategy runs one plain process instead.
+        "sagemaker_torch_distributed_enabled": strategy != "single",
+        "sagemaker_instance_type": instance_type,
+    }
+    if request.instance_groups:
+        values["sagemaker_distribution_instance_groups"] = [
+            g.name for g in request.instance_groups if (s := catalog.lookup(g.type)) and s.accelerated]
+    if request.strategy == "smp":
+        par = request.parallel
+        # SMP v2's core parameters; hybrid_shard_degree 0 (shard over all ranks) is SMP's default, so left out.
+        mp = {"tensor_parallel_degree": par.tensor_parallel_degree}
+        if par.hybrid_shard_degree:
+            mp["hybrid_shard_degree"] = par.hybrid_shard_degree
+        if par.context_parallel_degree != 1:
+            mp["context_parallel_degree"] = par.context_parallel_degree
+        values["mp_parameters"] = mp
+        values["sagemaker_distributed_dataparallel_enabled"] = False
+    values.update({
+        "strategy": strategy,
+        "model": request.model,
+        "model_size": request.model_size,
+        "checkpoint_interval": request.checkpoint_interval,
+    })
+    values.update(request.hyperparameters)
+    return values
+
+
+def _hyperparameters(request: JobRequest, platform: PlatformSettings, job: str, instance_type: str) -> dict[str, str]:
+    # Every value JSON-encoded, as SDK v2 does; the in-container toolkit json-decodes them.
+    return {k: json.dumps(v) for k, v in training_hyperparameters(request, platform, job, instance_type).items()}
+
+
+def _channels(request: JobRequest, platform: PlatformSettings) -> list[dict[str, Any]]:
+    channels = [_channel("train", request.dataset, request, platform)]
+    if request.validation_dataset:
+        channels.append(_channel("validation", request.validation_dataset, request, platform))
+    if request.network_isolation:
+        channels.append({
+            "ChannelName": CODE_CHANNEL,
+            "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": platform.source_dir_s3_uri,
+                                            "S3DataDistributionType": "FullyReplicated"}},
+            "InputMode": "File",
+        })
+    return channels
+
+
+def _channel(name: str, uri: str, request: JobRequest, platform: PlatformSettings) -> dict[str, Any]:
+    kind = dataset_kind(uri)
+    if request.effective_input_mode == "FSx":
+        if kind == "fsx":
+            path = fsx_path(uri)
+        else:  # s3://<dataset bucket>/key: the same objects through the file system's linked folder
+            key = uri[len("s3://"):].partition("/")[2].strip("/")
+            path = "/".join(p for p in (platform.fsx.linked_path.strip("/"), key) if p)
+        return {
+            "ChannelName": name,
+            "DataSource": {"FileSystemDataSource": {
+                "FileSystemId": platform.fsx.file_system_id,
+                "FileSystemType": "FSxLustre",
+                "FileSystemAccessMode": "ro",
+                "DirectoryPath": f"/{platform.fsx.mount_name}/{path}",
+            }},
+            "InputMode": "File",
+        }
+    if kind == "local":
+        # Only `trainctl local` renders these (validate_for_platform refuses them elsewhere): the local
+        # runner maps the channel to the folder; SageMaker itself never sees a file:// URI.
+        uri = uri if uri.startswith("file://") else f"file://{uri}"
+    return {
+        "ChannelName": name,
+        "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": uri,
+                                        # every rank reads the whole set and shards it itself
+                                        "S3DataDistributionType": "FullyReplicated"}},
+        "InputMode": request.effective_input_mode,
+    }
+
+
+def _resources(request: JobRequest, platform: PlatformSettings, instance_type: str) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    types: list[str]
+    if request.instance_groups:
+        resources["InstanceGroups"] = [
+            {"InstanceGroupName": g.name, "InstanceType": g.type, "InstanceCount": g.count}
+            for g in request.instance_groups]
+        types = [g.type for g in request.instance_groups]
+        volume = 100
+    else:
+        resources["InstanceType"] = instance_type
+        resources["InstanceCount"] = request.instance.count
+        types = [instance_type]
+        volume = request.instance.volume_gb
+    resources["VolumeSizeInGB"] = volume
+    # Types with local NVMe use the instance store, encrypted by the hardware; the API rejects a key there.
+    if not any((s := catalog.lookup(t)) and s.local_nvme for t in types):
+        resources["VolumeKmsKeyId"] = platform.kms_key_arn
+    minutes = request.warm_pool_minutes if request.warm_pool_minutes is not None else platform.default_warm_pool_minutes
+    if minutes and not request.instance_groups:
+        resources["KeepAlivePeriodInSeconds"] = minutes * 60
+    if request.training_plan is not None:
+        resources["TrainingPlanArn"] = platform.training_plans[request.training_plan].arn
+    return resources
+
+
+def _stopping(request: JobRequest, spot: bool, instance_type: str) -> dict[str, int]:
+    runtime = round(request.max_runtime_hours * 3600)
+    stopping = {"MaxRuntimeInSeconds": runtime}
+    if spot:
+        wait = request.max_wait_hours if request.max_wait_hours is not None else 2 * request.max_runtime_hours
+        # MaxWait covers the runtime plus time waiting for Spot capacity: never below the runtime.
+        stopping["MaxWaitTimeInSeconds"] = max(runtime, min(round(wait * 3600), 28 * 24 * 3600))
+    spec = catalog.lookup(instance_type)
+    if request.max_pending_hours is not None and spec is not None and spec.accelerated:
+        stopping["MaxPendingTimeInSeconds"] = round(request.max_pending_hours * 3600)
+    return stopping
+
+
+def _profiler(request: JobRequest, platform: PlatformSettings, run_id: str) -> dict[str, Any]:
+    if not request.profiler:
+        return {"DisableProfiler": True}
+    return {
+        "S3OutputPath": f"s3://{platform.output_bucket}/{platform.name_prefix}/{run_id}/profiler/",
+        "ProfilingIntervalInMilliseconds": PROFILING_INTERVAL_MS,
+        "DisableProfiler": False,
+    }
+
+
+def _tags(request: JobRequest, platform: PlatformSettings, run_id: str, attempt: int) -> list[dict[str, str]]:
+    prefix = platform.name_prefix
+    platform_tags = {
+        f"{prefix}:run-id": run_id,
+        f"{prefix}:attempt": str(attempt),
+        f"{prefix}:request": request.name,
+        f"{prefix}:strategy": request.resolved_strategy,
+    }
+    tags = [{"Key": k, "Value": v} for k, v in platform_tags.items()]
+    tags += [{"Key": k, "Value": v} for k, v in request.tags.items() if k not in platform_tags]
+    return tags

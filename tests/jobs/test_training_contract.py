@@ -1,0 +1,68 @@
+"""jobs renders what the training package reads: its hyperparameter names, and values that survive the
+in-container toolkit's decoding (json.loads each value, then `--key str(value)`; see training/config.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import training.config as training_config
+from jobs.render import new_run_id, render_create_training_job
+from jobs.request import SCRIPT_HYPERPARAMETERS, TRAINING_HYPERPARAMETERS, parse_request
+
+from .conftest import REQUEST_EXAMPLES
+
+
+def toolkit_args(hyperparameters: dict[str, str]) -> list[str]:
+    """sagemaker-training's `mapping.to_cmd_args` over the decoded hyperparameters: sorted keys, `sagemaker_*`
+    left out, dicts as `k=v,k=v`, other values through str() (so booleans arrive as True/False)."""
+    args = []
+    for key in sorted(hyperparameters):
+        if key.startswith("sagemaker_"):
+            continue
+        value = json.loads(hyperparameters[key])
+        if isinstance(value, dict):
+            text = ",".join(f"{k}={v}" for k, v in sorted(value.items()))
+        elif value is None:
+            text = ""
+        else:
+            text = str(value)
+        args += [f"--{key}", text]
+    return args
+
+
+def test_jobs_knows_the_training_packages_hyperparameters():
+    assert training_config.ACCEPTED_HYPERPARAMETERS == TRAINING_HYPERPARAMETERS
+    assert set(SCRIPT_HYPERPARAMETERS) <= TRAINING_HYPERPARAMETERS
+
+
+@pytest.mark.parametrize("path", REQUEST_EXAMPLES, ids=lambda p: p.name)
+def test_rendered_examples_parse_in_the_training_config(path, platform):
+    req = parse_request(json.loads(path.read_text()))
+    create = render_create_training_job(req, platform, run_id=new_run_id(req.name, "x"), attempt=1)
+    cfg = training_config.parse_args(toolkit_args(create["HyperParameters"]), env={})
+    assert (cfg.strategy, cfg.model, cfg.model_size) == (req.resolved_strategy, req.model, req.model_size)
+    assert cfg.checkpoint_interval == req.checkpoint_interval
+    for key, value in req.hyperparameters.items():
+        assert getattr(cfg, key) == value, key
+    if req.strategy == "smp":
+        assert cfg.mp_parameters == {"tensor_parallel_degree": req.parallel.tensor_parallel_degree,
+                                     "hybrid_shard_degree": req.parallel.hybrid_shard_degree}
+
+
+@pytest.mark.parametrize("parallel", [{}, {"tensor_parallel_degree": 8, "context_parallel_degree": 2}])
+def test_smp_parameters_parse_in_the_training_config(parallel, platform):
+    req = parse_request({"name": "smp", "strategy": "smp", "dataset": "s3://b-1/x", "parallel": parallel,
+                         "instance": {"type": "ml.p5.48xlarge", "count": 2}})
+    create = render_create_training_job(req, platform, run_id="smp-1", attempt=1)
+    cfg = training_config.parse_args(toolkit_args(create["HyperParameters"]), env={})
+    assert cfg.mp_parameters == {"tensor_parallel_degree": 1, **parallel}
+
+
+def test_jobs_knows_the_training_packages_model_presets():
+    from jobs.request import MODEL_PRESETS
+    from training.models import PRESETS
+
+    assert {model: set(presets) for model, presets in PRESETS.items()} == \
+        {model: set(presets) for model, presets in MODEL_PRESETS.items()}
