@@ -28,7 +28,8 @@ test: setup
 	$(BIN)/python -m pytest -n 2 --dist loadgroup
 
 synth: setup
-	PATH="$(CURDIR)/$(BIN):$$PATH" npx cdk synth --quiet
+	PATH="$(CURDIR)/$(BIN):$(CURDIR)/node_modules/.bin:$$PATH" cdk synth --quiet
+	$(BIN)/python -m cli.platform_summary cdk.out
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out .demo
