@@ -25,7 +25,7 @@ demo: setup
 
 test: setup
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -n 2 --dist loadgroup
+	$(BIN)/python -m pytest -n 2
 
 synth: setup
 	PATH="$(CURDIR)/$(BIN):$(CURDIR)/node_modules/.bin:$$PATH" cdk synth --quiet

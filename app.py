@@ -10,6 +10,7 @@ from cdk_nag import AwsSolutionsChecks, NIST80053R5Checks
 
 from platform_constructs.config import ConfigError, load_config
 from platform_constructs.images import ImageTable
+from stacks.launcher_stack import LauncherStack
 from stacks.platform_stack import PlatformStack
 
 
@@ -19,12 +20,7 @@ def build_app(app: cdk.App) -> cdk.App:
     images = ImageTable.resolve(config.pytorch_versions, config.smp_versions)
     env = cdk.Environment(region=config.region) if config.region else None
     platform = PlatformStack(app, f"{config.name_prefix}-platform", config=config, images=images, env=env)
-    try:
-        from stacks.launcher_stack import LauncherStack
-    except ImportError:  # the launcher stack lands with the job launcher
-        LauncherStack = None
-    if LauncherStack is not None:
-        LauncherStack(app, f"{config.name_prefix}-launcher", resources=platform.resources, env=env)
+    LauncherStack(app, f"{config.name_prefix}-launcher", resources=platform.resources, env=env)
     for key, value in config.tags.items():
         cdk.Tags.of(app).add(key, value)
     # Findings of either pack fail the synth; each acknowledgement names its resource and reason.

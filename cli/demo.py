@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 REQUEST = ROOT / "examples" / "local-fsdp.json"
 DATA = ROOT / "data" / "stdlib-bytes"
 WORKDIR = ROOT / ".demo" / "local-fsdp"
-INTERRUPT_AT_STEP = 30
+INTERRUPT_AT_STEP = 70
 METRIC = re.compile(r"\[metrics\] (.*)")
 
 

@@ -37,7 +37,7 @@ def fields_table() -> str:
 
 
 def markdown() -> str:
-    return f"## Job request reference\n\n{fields_table()}\n\n## Retry policy\n\n{RETRY_POLICY}"
+    return f"### Job request reference\n\n{fields_table()}\n\n### Retry policy\n\n{RETRY_POLICY}"
 
 
 if __name__ == "__main__":

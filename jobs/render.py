@@ -25,7 +25,7 @@ from jobs import catalog
 from jobs.images import resolve_image
 from jobs.metrics import metric_definitions
 from jobs.platform import PlatformSettings
-from jobs.request import JobRequest, dataset_kind, fsx_path
+from jobs.request import PLATFORM_ENVIRONMENT, JobRequest, dataset_kind, fsx_path
 
 CREATE_REQUEST_KEYS: tuple[str, ...] = (
     "TrainingJobName",
@@ -122,7 +122,7 @@ def render_create_training_job(
         "EnableInterContainerTrafficEncryption": request.inter_container_encryption,
         "EnableManagedSpotTraining": use_spot,
         "CheckpointConfig": {"S3Uri": checkpoint_s3_uri(platform, run_id), "LocalPath": CHECKPOINT_LOCAL_PATH},
-        "Environment": dict(request.environment),
+        "Environment": {**PLATFORM_ENVIRONMENT, **request.environment},
         "ProfilerConfig": _profiler(request, platform, run_id),
         "InfraCheckConfig": {"EnableInfraCheck": request.infra_check},
         "Tags": _tags(request, platform, run_id, attempt),

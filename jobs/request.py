@@ -25,7 +25,14 @@ INPUT_MODES = ("File", "FastFile", "FSx")
 
 # CreateTrainingJob limits (botocore's service model, REFERENCE.md).
 MAX_HYPERPARAMETERS = 100
-MAX_ENVIRONMENT = 100
+# The API allows 100 variables; the renderer adds PLATFORM_ENVIRONMENT's.
+PLATFORM_ENVIRONMENT = {
+    # The toolkit builds the torchrun command itself, so its --shutdown_timeout cannot be passed: torchrun reads
+    # this instead. SageMaker sends SIGKILL 120 s after SIGTERM; torchrun's default grace is 30 s, too short
+    # for the workers to agree on a step and write the checkpoint.
+    "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "110",
+}
+MAX_ENVIRONMENT = 100 - len(PLATFORM_ENVIRONMENT)
 MAX_TAGS = 50
 MAX_RUNTIME_HOURS = 28 * 24
 MAX_PENDING_HOURS = (1800 / 3600, 2419200 / 3600)

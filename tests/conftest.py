@@ -1,7 +1,7 @@
-"""Shared fixtures. The CDK app is synthesized once per test worker through the real CDK CLI.
+"""Shared fixtures. The CDK app is synthesized once per test run through the real CDK CLI.
 
-Tests that read the synthesized templates carry `@pytest.mark.xdist_group("cdk")` so that, under
-`pytest -n 2 --dist loadgroup`, they share one worker and so one synth.
+Under pytest-xdist every worker has its own session, so the synth is guarded by a file lock in the run's
+shared temporary folder (pytest-xdist's documented recipe): the first worker synthesizes, the others reuse it.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,11 +43,14 @@ def cdk_synth(out_dir: Path, *context: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="session")
-def cdk_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def cdk_out(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
     """The cloud assembly of the default configuration, synthesized by the CDK CLI with no credentials."""
-    out = tmp_path_factory.mktemp("cdk.out")
-    result = cdk_synth(out)
-    assert result.returncode == 0, f"cdk synth failed:\n{result.stdout}\n{result.stderr}"
+    shared = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    out = shared / "cdk.out.default"
+    with FileLock(str(shared / "cdk.out.lock")):
+        if not (out / "manifest.json").exists():
+            result = cdk_synth(out)
+            assert result.returncode == 0, f"cdk synth failed:\n{result.stdout}\n{result.stderr}"
     return out
 
 

@@ -15,7 +15,6 @@ from aws_cdk.assertions import Template
 import app as cdk_app
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.xdist_group("cdk")
 PACKS = {"AwsSolutions", "NIST.800.53.R5"}
 
 

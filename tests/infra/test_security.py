@@ -5,8 +5,6 @@ from __future__ import annotations
 import pytest
 from aws_cdk.assertions import Match, Template
 
-pytestmark = pytest.mark.xdist_group("cdk")
-
 
 @pytest.fixture(scope="module")
 def platform(templates) -> Template:

@@ -6,10 +6,6 @@ from __future__ import annotations
 import json
 import tarfile
 
-import pytest
-
-pytestmark = pytest.mark.xdist_group("cdk")
-
 
 def source_asset(cdk_out):
     manifest = json.loads((cdk_out / "mltrain-platform.assets.json").read_text())

@@ -9,8 +9,6 @@ from rich.console import Console
 
 from cli.platform_summary import cost_drivers, load_templates, print_summary
 
-pytestmark = pytest.mark.xdist_group("cdk")
-
 
 def test_cost_drivers_of_the_default_platform(cdk_out):
     drivers = dict(cost_drivers(load_templates(cdk_out)))

@@ -21,7 +21,7 @@ from jobs.render import (
     new_run_id,
     render_create_training_job,
 )
-from jobs.request import RequestInvalid, parse_request, validate_for_platform
+from jobs.request import PLATFORM_ENVIRONMENT, RequestInvalid, parse_request, validate_for_platform
 
 from .conftest import REQUEST_EXAMPLES, assert_valid_create_request, load_platform
 
@@ -68,7 +68,7 @@ def test_local_example_renders_file_channels():
     uris = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in create["InputDataConfig"]}
     assert uris == {"train": "file://./data/stdlib-bytes/train", "validation": "file://./data/stdlib-bytes/validation"}
     hp = decoded(create)
-    assert (hp["strategy"], hp["model_size"], hp["checkpoint_interval"], hp["max_steps"]) == ("fsdp", "tiny", 20, 60)
+    assert (hp["strategy"], hp["model_size"], hp["checkpoint_interval"], hp["max_steps"]) == ("fsdp", "tiny", 50, 120)
 
 
 def test_botocore_validation_catches_a_broken_request(platform):
@@ -196,7 +196,7 @@ def test_optional_settings_always_have_a_form(platform):
     plain = render({}, platform)
     assert plain["ProfilerConfig"] == {"DisableProfiler": True}
     assert plain["InfraCheckConfig"] == {"EnableInfraCheck": False}
-    assert plain["Environment"] == {}
+    assert plain["Environment"] == PLATFORM_ENVIRONMENT
     assert "KeepAlivePeriodInSeconds" not in plain["ResourceConfig"]
     full = render({"profiler": True, "infra_check": True, "warm_pool_minutes": 30, "environment": {"A": "1"},
                    "max_pending_hours": 1, "training_plan": "p5-reserved",
@@ -207,7 +207,7 @@ def test_optional_settings_always_have_a_form(platform):
     assert full["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 1800
     assert full["ResourceConfig"]["TrainingPlanArn"] == platform.training_plans["p5-reserved"].arn
     assert full["StoppingCondition"]["MaxPendingTimeInSeconds"] == 3600
-    assert full["Environment"] == {"A": "1"}
+    assert full["Environment"] == {**PLATFORM_ENVIRONMENT, "A": "1"}
     assert_valid_create_request(full)
     warm_default = dataclasses.replace(platform, default_warm_pool_minutes=10)
     assert render({}, warm_default)["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 600
@@ -359,3 +359,17 @@ def test_auto_strategy_renders_the_planners_choice(platform, size, instance, str
     create = render({"strategy": "auto", "model_size": size, "instance": instance}, platform)
     assert decoded(create)["strategy"] == strategy
     assert {t["Key"]: t["Value"] for t in create["Tags"]}["mltrain:strategy"] == strategy
+
+
+def test_torchrun_gets_a_shutdown_grace_that_fits_sagemakers_120_seconds():
+    from jobs.platform import PlatformSettings
+    from jobs.render import render_create_training_job
+    from jobs.request import parse_request
+    from tests.conftest import ROOT
+
+    platform = PlatformSettings.from_json((ROOT / "examples" / "platform-settings.json").read_text())
+    request = parse_request({**json.loads((ROOT / "examples" / "ddp-gpt-125m.json").read_text()),
+                             "environment": {"MY_FLAG": "1"}})
+    env = render_create_training_job(request, platform, run_id="r1", attempt=1)["Environment"]
+    assert env == {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "110", "MY_FLAG": "1"}
+    assert 30 < int(env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"]) < 120

@@ -1,0 +1,135 @@
+"""One training step of the `training` package against a minimal hand-written PyTorch loop.
+
+Same model (same init), same batch, same optimizer settings, timed side by side in one run, step by
+step alternating, so that drift (clocks, other processes) hits both alike. Prints both step times, the package's
+overhead, tokens/s and MFU (GPU peak from training.metrics.PEAK_FLOPS; on a CPU MFU is n/a).
+
+    # CPU, seconds:
+    python -m bench.step_overhead
+    # one GPU, the ~1B decoder in bf16:
+    python -m bench.step_overhead --size 1b --batch 8 --seq-len 2048 --precision bf16 --compile
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+from training.config import TrainConfig
+from training.distributed import Dist
+from training.loop import TrainStep, build_optimizer, lr_multiplier, resolve_precision
+from training.metrics import peak_flops
+from training.models import build_model, count_params, materialize
+from training.speedups import apply_compile
+from training.strategies import apply_strategy
+
+
+def build(cfg: TrainConfig, device: torch.device):
+    model = build_model(cfg, {})
+    materialize(model, device, cfg.seed)
+    if cfg.compile:
+        apply_compile(model)
+    return model
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", default="small", help="gpt preset: tiny, small, 125m, 350m, 1b, 7b")
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--seq-len", type=int, default=64)
+    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
+    p.add_argument("--compile", action="store_true")
+    p.add_argument("--steps", type=int, default=12, help="timed steps of each loop, alternating")
+    p.add_argument("--warmup", type=int, default=2)
+    args = p.parse_args(argv)
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    cfg = TrainConfig(model="gpt", model_size=args.size, seq_len=args.seq_len, micro_batch_size=args.batch,
+                      precision=args.precision, compile=args.compile, max_steps=10**6, warmup_steps=0,
+                      grad_clip=1.0, data="synthetic")
+    dtype = resolve_precision(cfg, device)
+    dist = Dist(rank=0, world_size=1, local_rank=0, device=device)
+
+    # The package: its strategy wrapper, optimizer groups, schedule, scaler and step.
+    par = apply_strategy(build(cfg, device), cfg, dist, dtype)
+    optimizer = build_optimizer(par.model, cfg)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_multiplier(cfg))
+    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+    package_step = TrainStep(par, optimizer, scheduler, scaler, dtype, device, cfg.grad_clip)
+
+    # The hand-written loop: what anyone would type.
+    plain = build(cfg, device)
+    plain_opt = torch.optim.AdamW(plain.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+                                  weight_decay=cfg.weight_decay, fused=device.type == "cuda" or None)
+    plain_scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+
+    def plain_step(x, y):
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+            logits = plain(x)
+        loss = F.cross_entropy(logits.flatten(0, -2).float(), y.flatten())
+        plain_scaler.scale(loss).backward()
+        plain_scaler.unscale_(plain_opt)
+        torch.nn.utils.clip_grad_norm_(plain.parameters(), cfg.grad_clip)
+        plain_scaler.step(plain_opt)
+        plain_scaler.update()
+        plain_opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    vocab = par.model.c.vocab_size
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, vocab, (args.batch, args.seq_len + 1), generator=g).to(device)
+    x, y = tokens[:, :-1], tokens[:, 1:]
+
+    def timed(fn) -> float:
+        sync(device)
+        t = time.perf_counter()
+        fn()
+        sync(device)
+        return time.perf_counter() - t
+
+    run_package = lambda: package_step([(x, y)])  # noqa: E731
+    run_plain = lambda: plain_step(x, y)  # noqa: E731
+    for _ in range(args.warmup):  # compile, allocator, optimizer state
+        run_package()
+        run_plain()
+    package_times, plain_times = [], []
+    for i in range(args.steps):  # alternate, and alternate who goes first, so drift hits both alike
+        first, second = (run_package, run_plain) if i % 2 == 0 else (run_plain, run_package)
+        a, b = timed(first), timed(second)
+        package_times.append(a if i % 2 == 0 else b)
+        plain_times.append(b if i % 2 == 0 else a)
+    # Best-of-N is the comparison: on a shared machine other processes only ever add time. Medians too.
+    t_pkg, t_plain = min(package_times), min(plain_times)
+    med_pkg, med_plain = statistics.median(package_times), statistics.median(plain_times)
+
+    model = par.model
+    tokens_per_step = args.batch * args.seq_len
+    flops = model.flops_per_sample() * args.batch
+    peak = peak_flops(torch.cuda.get_device_name()) if device.type == "cuda" else None
+    name = torch.cuda.get_device_name() if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
+
+    def mfu(t: float) -> str:
+        if peak is None or dtype == torch.float32:
+            return "n/a (no bf16/fp16 peak for this device)"
+        return f"{flops / t / peak:.1%}"
+
+    print(f"device: {name}   model: gpt/{args.size} {count_params(model) / 1e6:.1f}M params   batch {args.batch} x "
+          f"{args.seq_len} tokens   precision {str(dtype).removeprefix('torch.')}   compile {args.compile}")
+    print(f"{'':<18}{'best ms':>10}{'median ms':>11}{'tokens/s':>12}  MFU")
+    for label, t, med in (("training package", t_pkg, med_pkg), ("hand-written loop", t_plain, med_plain)):
+        print(f"{label:<18}{t * 1000:>10.1f}{med * 1000:>11.1f}{tokens_per_step / t:>12.1f}  {mfu(t)}")
+    print(f"package overhead: {(t_pkg / t_plain - 1):+.1%} best-of-{args.steps}, "
+          f"{(med_pkg / med_plain - 1):+.1%} median (alternating steps)")
+
+
+if __name__ == "__main__":
+    main()

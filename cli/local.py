@@ -1,0 +1,233 @@
+"""Run a rendered CreateTrainingJob request on this machine, the way SageMaker's PyTorch container would.
+
+`run_local` lays out a SageMaker-like tree under the workdir, unpacks the same sourcedir.tar.gz that
+the platform ships into `code/`, decodes the hyperparameters as the in-container toolkit does, sets the
+SM_* environment, and starts `torchrun` (gloo on CPU, NCCL when there are GPUs):
+
+    workdir/
+      code/                       sourcedir.tar.gz unpacked (train.py + training/)
+      input/config/               hyperparameters.json, resourceconfig.json, inputdataconfig.json
+      input/data/<channel>        a link to the local folder of each channel
+      model/                      SM_MODEL_DIR: model.safetensors + config.json at the end
+      checkpoints/                the checkpoint dir (SageMaker's /opt/ml/checkpoints)
+      output/data/                SM_OUTPUT_DATA_DIR: metrics.jsonl, training_status.json
+      output/logs/                each worker's stdout and stderr (torchrun --log-dir; when not in a terminal)
+
+Running it again with the same workdir resumes from the checkpoints there. SIGINT/SIGTERM are forwarded
+once, as SIGTERM (SageMaker's stop signal); the workers checkpoint and exit, and the run counts as a
+success (0) when they recorded a clean stop, even though torchrun itself exits non-zero after a signal.
+This module imports nothing of `jobs`: it takes the rendered dict.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+from training.loop import STATUS_FILE
+from training.packaging import build_archive_bytes
+
+HOST = "algo-1"
+# SageMaker sends SIGKILL 120 s after SIGTERM; torchrun's grace period (default 30 s) is raised to match,
+# leaving a few seconds for torchrun itself.
+SHUTDOWN_TIMEOUT_S = 110
+
+
+class LocalRunError(ValueError):
+    """A request this machine cannot run as given; the message names the field and the fix."""
+
+
+def decode_hyperparameters(encoded: dict[str, str]) -> dict[str, Any]:
+    """JSON-decode each value as the toolkit does; a value that is not JSON stays a string."""
+    decoded = {}
+    for key, value in encoded.items():
+        try:
+            decoded[key] = json.loads(value)
+        except (TypeError, json.JSONDecodeError):
+            decoded[key] = value
+    return decoded
+
+
+def script_args(hyperparameters: dict[str, Any]) -> list[str]:
+    """`--key value` for every non-`sagemaker_*` key, as sagemaker-training's `mapping.to_cmd_args`:
+    keys sorted, dicts as `k=v,k=v` (sorted), None as an empty string, anything else through str()."""
+    args = []
+    for key in sorted(k for k in hyperparameters if not k.startswith("sagemaker_")):
+        value = hyperparameters[key]
+        if hasattr(value, "items"):
+            value = ",".join(f"{k}={v}" for k, v in sorted(value.items()))
+        args += [f"--{key}" if len(key) > 1 else f"-{key}", "" if value is None else str(value)]
+    return args
+
+
+def _gpu_count() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except ImportError:
+        return 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _link_channels(request: dict, data_dirs: dict[str, Path], data_root: Path) -> dict[str, Path]:
+    channels: dict[str, Path] = {}
+    for channel in request.get("InputDataConfig") or []:
+        name = channel["ChannelName"]
+        source = channel.get("DataSource", {})
+        uri = source.get("S3DataSource", {}).get("S3Uri", "")
+        if name in data_dirs:
+            channels[name] = Path(data_dirs[name])
+        elif uri.startswith("file://"):
+            channels[name] = Path(uri.removeprefix("file://")).expanduser()
+        elif name == "code":  # the network-isolation code channel: the source dir is unpacked locally
+            continue
+        else:
+            where = uri or source.get("FileSystemDataSource", {}).get("DirectoryPath", "?")
+            raise LocalRunError(f"InputDataConfig channel '{name}' reads {where}, which this machine cannot "
+                                f"mount: pass a local folder for it (data_dirs['{name}'] / --data DIR)")
+    for name, path in data_dirs.items():
+        channels.setdefault(name, Path(path))
+    data_root.mkdir(parents=True, exist_ok=True)
+    for name, path in channels.items():
+        if not path.is_dir():
+            raise LocalRunError(f"the '{name}' channel folder {path} does not exist: create it "
+                                "(python -m training.prepare --out DIR) or point the channel elsewhere")
+        link = data_root / name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(path.resolve(), target_is_directory=True)
+    return {name: data_root / name for name in channels}
+
+
+def _unpack_code(code_dir: Path) -> None:
+    if code_dir.exists():
+        import shutil
+
+        shutil.rmtree(code_dir)
+    code_dir.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(build_archive_bytes()), mode="r:gz") as tar:
+        tar.extractall(code_dir, filter="data")
+
+
+def prepare_layout(request: dict, workdir: Path, nproc: int, data_dirs: dict[str, Path] | None,
+                   extra_env: dict | None) -> tuple[list[str], dict[str, str], Path]:
+    """The SageMaker-like tree, the command line and the environment; no process is started."""
+    workdir = Path(workdir).resolve()
+    config_dir = workdir / "input" / "config"
+    model_dir, output_dir, ckpt_dir = workdir / "model", workdir / "output", workdir / "checkpoints"
+    for d in (config_dir, model_dir, output_dir / "data", ckpt_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    channels = _link_channels(request, dict(data_dirs or {}), workdir / "input" / "data")
+    _unpack_code(workdir / "code")
+
+    encoded = request.get("HyperParameters") or {}
+    hps = decode_hyperparameters(encoded)
+    program = hps.get("sagemaker_program", "train.py")
+    if not (workdir / "code" / program).exists():
+        raise LocalRunError(f"HyperParameters.sagemaker_program is {program!r}, which the source dir does not "
+                            "hold: the platform's entry script is train.py")
+    resource = {"current_host": HOST, "hosts": [HOST], "current_group_name": "homogeneousCluster",
+                "current_instance_type": request.get("ResourceConfig", {}).get("InstanceType", "local"),
+                "network_interface_name": "lo"}
+    (config_dir / "hyperparameters.json").write_text(json.dumps(encoded, indent=1))
+    (config_dir / "resourceconfig.json").write_text(json.dumps(resource, indent=1))
+    (config_dir / "inputdataconfig.json").write_text(json.dumps(
+        {c["ChannelName"]: {"TrainingInputMode": c.get("InputMode", "File")} for c in request.get("InputDataConfig") or []},
+        indent=1))
+
+    gpus = _gpu_count()
+    user_hps = {k: v for k, v in hps.items() if not k.startswith("sagemaker_")}
+    env = {**os.environ, **{str(k): str(v) for k, v in (request.get("Environment") or {}).items()}}
+    env.update({
+        "SM_MODEL_DIR": str(model_dir),
+        "SM_OUTPUT_DIR": str(output_dir),
+        "SM_OUTPUT_DATA_DIR": str(output_dir / "data"),
+        "SM_INPUT_DIR": str(workdir / "input"),
+        "SM_INPUT_CONFIG_DIR": str(config_dir),
+        "SM_MODULE_DIR": str(workdir / "code"),
+        "SM_HOSTS": json.dumps([HOST]),
+        "SM_CURRENT_HOST": HOST,
+        "SM_NUM_GPUS": str(gpus),
+        "SM_NUM_CPUS": str(os.cpu_count() or 1),
+        "SM_CHANNELS": json.dumps(sorted(channels)),
+        "SM_HPS": json.dumps(user_hps, sort_keys=True),
+        "SM_USER_ARGS": json.dumps(script_args(hps)),
+        "SM_RESOURCE_CONFIG": json.dumps(resource),
+        "TRAINING_CHECKPOINT_DIR": str(ckpt_dir),
+        "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(SHUTDOWN_TIMEOUT_S),
+        "PYTHONUNBUFFERED": "1",
+    })
+    for name, path in channels.items():
+        env[f"SM_CHANNEL_{name.upper()}"] = str(path)
+    for key, value in user_hps.items():
+        env[f"SM_HP_{key.upper()}"] = value if isinstance(value, str) else json.dumps(value)
+    # The request's own model/factory modules (bring-your-own model) stay importable from where it runs.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(workdir / "code"), os.getcwd(), env.get("PYTHONPATH")) if p)
+    env.update({str(k): str(v) for k, v in (extra_env or {}).items()})
+
+    entry = str(workdir / "code" / program)
+    if hps.get("sagemaker_torch_distributed_enabled") is False or hps.get("strategy") == "single":
+        cmd = [sys.executable, entry]  # the toolkit runs a plain process when torchrun is off
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(nproc),
+               "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+               "--shutdown_timeout", str(SHUTDOWN_TIMEOUT_S)]
+        if not sys.stderr.isatty():
+            # Not a terminal (CI, a pipe): keep each worker's output under output/logs as well. In a terminal the
+            # workers write to it directly, so rank 0 can draw its progress bar.
+            cmd += ["--log_dir", str(output_dir / "logs"), "--tee", "3"]
+        cmd.append(entry)
+    return cmd + script_args(hps), env, workdir
+
+
+def run_local(create_request: dict, *, workdir: Path, nproc: int | None = None,
+              data_dirs: dict[str, Path] | None = None, extra_env: dict | None = None) -> int:
+    """Run the request here; return the exit code (0 also for a clean stop on SIGINT/SIGTERM)."""
+    hps = decode_hyperparameters(create_request.get("HyperParameters") or {})
+    distributed = not (hps.get("sagemaker_torch_distributed_enabled") is False or hps.get("strategy") == "single")
+    nproc = (nproc or _gpu_count() or 1) if distributed else 1
+    cmd, env, workdir = prepare_layout(create_request, Path(workdir), nproc, data_dirs, extra_env)
+    status_file = workdir / "output" / "data" / STATUS_FILE
+    started = time.time()
+    proc = subprocess.Popen(cmd, cwd=workdir / "code", env=env, start_new_session=True)
+    signals: list[int] = []
+
+    def forward(signum, frame) -> None:
+        signals.append(signum)
+        if len(signals) == 1:
+            print(f"\n[local] stopping: SIGTERM sent to the run, waiting for its checkpoint "
+                  f"(up to {SHUTDOWN_TIMEOUT_S} s; signal again to kill)", file=sys.stderr, flush=True)
+            proc.send_signal(signal.SIGTERM)
+        else:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    previous = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, forward)
+    except ValueError:  # not the main thread: no forwarding, the caller owns the signals
+        previous = {}
+    try:
+        code = proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    stopped_cleanly = (code != 0 and signals and status_file.exists()
+                       and status_file.stat().st_mtime >= started
+                       and json.loads(status_file.read_text()).get("status") == "stopped")
+    return 0 if stopped_cleanly else code

@@ -1,0 +1,70 @@
+"""`trainctl local`: render a request for this machine and hand it to the container emulator (cli/local.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from cli.errors import UserError
+from cli.platform_source import local_platform
+from cli.request_file import LoadedRequest, validate_for_platform
+
+# Where `trainctl local` keeps a request's run when no --workdir is given; running again resumes it.
+DEFAULT_WORKDIR_ROOT = Path(".trainctl") / "local"
+
+
+def data_channels(data: Path | None) -> dict[str, Path] | None:
+    """--data DIR: DIR/train and DIR/validation when DIR has a train folder, else DIR itself as train."""
+    if data is None:
+        return None
+    if not data.is_dir():
+        raise UserError(f"--data {data}: no such directory")
+    if (data / "train").is_dir():
+        channels = {"train": data / "train"}
+        if (data / "validation").is_dir():
+            channels["validation"] = data / "validation"
+        return channels
+    return {"train": data}
+
+
+def request_channels(create: dict[str, Any]) -> dict[str, Path] | None:
+    """The channels of a request whose datasets are local folders (rendered as file:// URIs)."""
+    channels = {}
+    for channel in create.get("InputDataConfig") or []:
+        uri = channel["DataSource"].get("S3DataSource", {}).get("S3Uri", "")
+        if uri.startswith("file://"):
+            channels[channel["ChannelName"]] = Path(uri.removeprefix("file://")).expanduser()
+    return channels or None
+
+
+def render_for_local(loaded: LoadedRequest) -> dict[str, Any]:
+    """The CreateTrainingJob request SageMaker would get, rendered against this machine's placeholder settings."""
+    from jobs.render import new_run_id, render_create_training_job
+
+    request = loaded.request
+    settings = local_platform(request.framework_version)
+    validate_for_platform(loaded, settings)
+    return render_create_training_job(request, settings, run_id=new_run_id(request.name, "local"), attempt=1)
+
+
+def run_request_locally(loaded: LoadedRequest, *, workdir: Path | None, nproc: int | None, data: Path | None,
+                        run_local: Callable[..., int] | None = None) -> int:
+    """Render, then run. `run_local` defaults to cli.local.run_local (imported here, not at the top: it
+    brings torch, which the other commands do not need)."""
+    create = render_for_local(loaded)
+    channels = data_channels(data) or request_channels(create)
+    for name, path in (channels or {}).items():
+        if not path.is_dir():
+            raise UserError(f"the {name} data folder {path} does not exist",
+                            "create it (python -m training.prepare --out DIR), or pass --data DIR")
+    from cli.local import LocalRunError
+
+    if run_local is None:
+        from cli.local import run_local
+    workdir = workdir or DEFAULT_WORKDIR_ROOT / loaded.request.name
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        return run_local(create, workdir=workdir, nproc=nproc, data_dirs=channels)
+    except LocalRunError as exc:  # e.g. a channel on S3 or FSx with no local folder given
+        raise UserError(str(exc), "pass --data DIR with the dataset's local copy") from None

@@ -1,0 +1,191 @@
+"""`trainctl plan`: a human summary of what a request would run, read off the rendered request itself.
+
+Reading the rendered CreateTrainingJob request (not re-deriving from the job request) means the plan
+shows exactly what SageMaker would be asked for: the image, the instances, the Spot settings, the
+checkpoint prefix. The retry policy comes from the request's `retry` section, which the launcher follows.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+# Plans render with a stand-in run id: each execution gets its own (jobs.render.new_run_id: the request
+# name and 8 hex digits of the execution name), so the plan shows those digits as a placeholder.
+_PLAN_DIGEST = "00000000"
+_DIGEST_SHOWN = "<8 hex>"
+
+
+def plan_run_id(request_name: str) -> str:
+    from jobs.render import new_run_id
+
+    return new_run_id(request_name, "plan").rsplit("-", 1)[0] + f"-{_PLAN_DIGEST}"
+
+
+def _hp(create: dict[str, Any], key: str) -> Any:
+    raw = (create.get("HyperParameters") or {}).get(key)
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except (TypeError, json.JSONDecodeError):
+        return raw
+
+
+def duration(seconds: int | None) -> str:
+    if seconds is None:
+        return "-"
+    hours, rest = divmod(int(seconds), 3600)
+    minutes, secs = divmod(rest, 60)
+    text = f"{hours}h{minutes:02d}m" if hours else f"{minutes}m"
+    return f"{text}{secs:02d}s" if secs else text
+
+
+def _spec_text(instance_type: str) -> tuple[str, int]:
+    """'8x A100 40 GiB, EFA' and the accelerator count, from the instance catalog."""
+    from jobs.catalog import lookup
+
+    spec = lookup(instance_type)
+    if spec is None:
+        return "not in the catalog", 0
+    if not spec.accelerated:
+        return f"CPU, {spec.vcpus} vCPUs", 0
+    efa = ", EFA" if spec.efa else ""
+    return f"{spec.accelerators}x {spec.accelerator} {spec.accelerator_memory_gib} GiB{efa}", spec.accelerators
+
+
+def compute_rows(create: dict[str, Any], strategy: str) -> tuple[list[tuple[str, str]], int]:
+    """Instance rows and the world size (processes torchrun starts over the whole job)."""
+    resources = create["ResourceConfig"]
+    groups = resources.get("InstanceGroups") or [
+        {"InstanceGroupName": "", "InstanceType": resources["InstanceType"],
+         "InstanceCount": resources["InstanceCount"]}]
+    rows = []
+    nodes = world = 0
+    for group in groups:
+        text, accelerators = _spec_text(group["InstanceType"])
+        label = f" (group {group['InstanceGroupName']})" if group["InstanceGroupName"] else ""
+        rows.append(("instances", f"{group['InstanceCount']} x {group['InstanceType']}{label}: {text}"))
+        if accelerators or len(groups) == 1:  # heterogeneous CPU groups feed data; they run no rank
+            nodes += group["InstanceCount"]
+            world += group["InstanceCount"] * max(accelerators, 1)
+    if strategy == "single":
+        rows.append(("world", "1 process (single strategy)"))
+        return rows, 1
+    per_node = world // nodes
+    rows.append(("world", f"{nodes} node(s) x {per_node} GPU(s) = world size {world}" if per_node > 1 or
+                 _spec_text(groups[0]["InstanceType"])[1] else f"{nodes} node(s) x 1 process = world size {world}"))
+    return rows, world
+
+
+def parallel_text(create: dict[str, Any], strategy: str, world: int) -> str:
+    """How the world is split: SMP's degrees, FSDP's sharding, or DDP's replicas."""
+    if strategy == "smp":
+        mp = _hp(create, "mp_parameters") or {}
+        tp = mp.get("tensor_parallel_degree", 1)
+        cp = mp.get("context_parallel_degree", 1)
+        data = world // (tp * cp)
+        shard = mp.get("hybrid_shard_degree") or data
+        sharding = (f"parameters sharded over all {data} data-parallel ranks" if shard == data else
+                    f"parameters sharded within groups of {shard} data-parallel ranks, {data // shard} replicas")
+        return f"SMP v2: tensor parallel {tp} x context parallel {cp} x data parallel {data}; {sharding}"
+    if strategy == "fsdp":
+        return f"FSDP: parameters, gradients and optimizer state sharded over {world} ranks"
+    if strategy == "ddp":
+        return f"DDP: {world} full replicas, gradients all-reduced"
+    return "none (one process)"
+
+
+def input_rows(create: dict[str, Any]) -> list[tuple[str, str]]:
+    rows = []
+    for channel in create.get("InputDataConfig") or []:
+        source = channel["DataSource"]
+        if "S3DataSource" in source:
+            where = source["S3DataSource"]["S3Uri"]
+        else:
+            fs = source["FileSystemDataSource"]
+            where = f"FSx {fs['FileSystemId']}:{fs['DirectoryPath']} ({fs['FileSystemAccessMode']})"
+        mode = "FSx" if "FileSystemDataSource" in source else channel.get("InputMode", "File")
+        rows.append((f"channel {channel['ChannelName']}", f"{where} [{mode}]"))
+    return rows
+
+
+def retry_rows(request: Any) -> list[tuple[str, str]]:
+    retry = request.retry
+    fallbacks = request.instance.fallbacks if request.instance is not None else ()
+    on_demand = ("stays on Spot" if retry.interruptions_before_on_demand is None
+                 else f"on demand after {retry.interruptions_before_on_demand} interruptions")
+    budget = (f"{retry.max_total_hours:g}h" if retry.max_total_hours is not None
+              else f"{request.effective_max_total_hours:g}h (3 x max runtime)")
+    return [
+        ("fallbacks", " -> ".join((request.instance.type, *fallbacks)) if fallbacks
+         else "none (capacity retries use the same type)"),
+        ("retries", f"at most {retry.max_attempts} attempts within {budget}"),
+        ("  capacity", f"wait {retry.capacity_wait_seconds}s doubling to {retry.capacity_wait_max_seconds}s, "
+                       "then the next fallback type"),
+        ("  spot", f"resume after {retry.interruption_wait_seconds}s; {on_demand}" if request.spot
+         else "not used"),
+        ("  internal error", f"{retry.internal_error_max_retries} retries after {retry.internal_error_wait_seconds}s"),
+        ("  quota/throttle", f"{retry.api_error_max_retries} retries, {retry.api_error_wait_seconds}s doubling to "
+                             f"{retry.api_error_wait_max_seconds}s"),
+        ("  your code/data", "no retry: the run ends with the job's failure reason"),
+    ]
+
+
+def _shown(text: str) -> str:
+    return text.replace(f"-{_PLAN_DIGEST}", f"-{_DIGEST_SHOWN}")
+
+
+def plan_rows(request: Any, create: dict[str, Any]) -> list[tuple[str, str]]:
+    strategy = _hp(create, "strategy")
+    if request.strategy == "auto":
+        from jobs.planner import plan
+
+        count = request.instance.count if request.instance else 1
+        chosen = plan(request.model, request.model_size, request.training_instance_type, count)
+        strategy_text = f"auto -> {strategy} ({chosen.reason})"
+    else:
+        strategy_text = str(strategy)
+    resources = create["ResourceConfig"]
+    stopping = create["StoppingCondition"]
+    spot = bool(create.get("EnableManagedSpotTraining"))
+    instances, world = compute_rows(create, strategy)
+    rows = [
+        ("request", request.name),
+        ("strategy", strategy_text),
+        ("model", f"{_hp(create, 'model')} ({_hp(create, 'model_size')})"),
+        *instances,
+        ("parallelism", parallel_text(create, strategy, world)),
+        ("image", create["AlgorithmSpecification"]["TrainingImage"]),
+        *input_rows(create),
+        ("spot", f"yes, max wait {duration(stopping.get('MaxWaitTimeInSeconds'))}" if spot else "no (on demand)"),
+        ("max runtime", f"{duration(stopping.get('MaxRuntimeInSeconds'))} per attempt"),
+        ("checkpoints", f"{_shown(create['CheckpointConfig']['S3Uri'])} every {_hp(create, 'checkpoint_interval')} "
+                        "steps"),
+        ("output", _shown(create["OutputDataConfig"]["S3OutputPath"])),
+    ]
+    if resources.get("KeepAlivePeriodInSeconds"):
+        rows.append(("warm pool", duration(resources["KeepAlivePeriodInSeconds"])))
+    if resources.get("TrainingPlanArn"):
+        rows.append(("training plan", resources["TrainingPlanArn"]))
+    rows += retry_rows(request)
+    rows.append(("job names", f"{_shown(create['TrainingJobName'])}, -a2, ... (a fresh name per attempt; every "
+                              "attempt resumes from the run's one checkpoint prefix)"))
+    rows.append(("run id", "<8 hex> comes from the execution name: a new run (and prefix) per execution"))
+    return rows
+
+
+def print_plan(console: Console, request: Any, platform: Any, create: dict[str, Any]) -> None:
+    table = Table(show_header=False, box=None, pad_edge=False, title=f"plan for {escape(request.name)}",
+                  title_justify="left")
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
+    for label, value in plan_rows(request, create):
+        table.add_row(label, escape(str(value)))
+    console.print(table)
+    console.print(f"[green]valid[/]: {escape(request.name)} renders a CreateTrainingJob request for "
+                  f"{escape(platform.region)}; `trainctl render` prints it, `trainctl submit` starts it.")

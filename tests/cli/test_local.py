@@ -1,0 +1,129 @@
+"""trainctl local: the request rendered for this machine, the channels and workdir handed to cli.local."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cli.errors import UserError
+from cli.local_runner import run_request_locally
+from cli.request_file import load_request
+from tests.cli.conftest import DATA, run
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class FakeRunLocal:
+    """Stands in for cli.local.run_local where only the arguments trainctl hands over are under test."""
+
+    def __init__(self, code: int = 0) -> None:
+        self.code = code
+        self.calls: list[tuple[dict, dict]] = []
+
+    def __call__(self, create: dict, **kwargs) -> int:
+        self.calls.append((create, kwargs))
+        return self.code
+
+
+@pytest.fixture
+def corpus_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The request's relative ./corpus/{train,validation} folders, under a temporary working directory."""
+    monkeypatch.chdir(tmp_path)
+    for split in ("train", "validation"):
+        (tmp_path / "corpus" / split).mkdir(parents=True)
+    return tmp_path / "corpus"
+
+
+def test_renders_for_this_machine_and_maps_the_request_folders(corpus_dir):
+    fake = FakeRunLocal()
+    loaded = load_request(DATA / "local-tiny.json")
+    assert run_request_locally(loaded, workdir=None, nproc=2, data=None, run_local=fake) == 0
+    ((create, kwargs),) = fake.calls
+    hp = {k: json.loads(v) for k, v in create["HyperParameters"].items()}
+    assert hp["strategy"] == "fsdp" and hp["max_steps"] == 6 and hp["checkpoint_interval"] == 3
+    assert hp["sagemaker_program"] == "train.py"
+    assert hp["sagemaker_submit_directory"] == (REPO / "training").as_uri()
+    assert kwargs["nproc"] == 2
+    assert kwargs["data_dirs"] == {"train": Path("corpus/train"), "validation": Path("corpus/validation")}
+    # The default workdir is per request name, so running again resumes.
+    assert kwargs["workdir"] == Path(".trainctl/local/cli-local-tiny") and kwargs["workdir"].is_dir()
+
+
+def test_data_dir_with_splits(corpus_dir, tmp_path):
+    other = tmp_path / "other"
+    (other / "train").mkdir(parents=True)
+    (other / "validation").mkdir()
+    fake = FakeRunLocal(code=3)
+    loaded = load_request(DATA / "local-tiny.json")
+    assert run_request_locally(loaded, workdir=tmp_path / "w", nproc=None, data=other, run_local=fake) == 3
+    assert fake.calls[0][1]["data_dirs"] == {"train": other / "train", "validation": other / "validation"}
+    assert fake.calls[0][1]["workdir"] == tmp_path / "w"
+
+
+def test_data_dir_without_splits_is_the_train_channel(corpus_dir, tmp_path):
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    fake = FakeRunLocal()
+    run_request_locally(load_request(DATA / "local-tiny.json"), workdir=tmp_path / "w", nproc=1, data=flat,
+                        run_local=fake)
+    assert fake.calls[0][1]["data_dirs"] == {"train": flat}
+
+
+def test_missing_folders_are_user_errors(corpus_dir, tmp_path):
+    fake = FakeRunLocal()
+    loaded = load_request(DATA / "local-tiny.json")
+    with pytest.raises(UserError, match="--data .*: no such directory"):
+        run_request_locally(loaded, workdir=None, nproc=1, data=tmp_path / "nope", run_local=fake)
+    shutil.rmtree(corpus_dir / "validation")
+    with pytest.raises(UserError, match="the validation data folder corpus/validation does not exist"):
+        run_request_locally(loaded, workdir=None, nproc=1, data=None, run_local=fake)
+    assert fake.calls == []
+
+
+def test_cli_reports_missing_data_with_exit_2(corpus_dir, tmp_path):
+    result = run("local", DATA / "local-tiny.json", "--data", tmp_path / "nope")
+    assert result.exit_code == 2 and "no such directory" in result.stderr and "Traceback" not in result.output
+    result = run("local", DATA / "local-tiny.json", "--nproc", "0")
+    assert result.exit_code == 2 and "--nproc" in result.stderr
+
+
+def test_a_request_that_only_runs_on_sagemaker_still_renders_locally(corpus_dir, tmp_path):
+    """An S3 dataset renders (SageMaker paths stay as they are); --data supplies the local copy."""
+    fake = FakeRunLocal()
+    run_request_locally(load_request(DATA / "spot-fallbacks.json"), workdir=tmp_path / "w", nproc=1,
+                        data=corpus_dir, run_local=fake)
+    create, kwargs = fake.calls[0]
+    assert create["EnableManagedSpotTraining"] is True
+    assert kwargs["data_dirs"] == {"train": corpus_dir / "train", "validation": corpus_dir / "validation"}
+
+
+def test_a_channel_on_s3_without_local_data_is_a_user_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = run("local", DATA / "spot-fallbacks.json", "--workdir", tmp_path / "w")
+    assert result.exit_code == 2, result.output
+    assert "channel 'train' reads s3://" in result.stderr and "--data DIR" in result.stderr
+
+
+@pytest.mark.slow
+def test_local_runs_the_request_with_two_processes(corpus_dir, tmp_path):
+    """The real engine: torchrun, 2 gloo ranks, FSDP on the tiny GPT, checkpoints and a final model."""
+    from training.prepare import prepare
+
+    shutil.rmtree(corpus_dir)
+    counts = prepare(corpus_dir, val_fraction=0.25, max_bytes=300_000, shard_bytes=200_000)
+    assert counts["validation"] > 0
+    workdir = tmp_path / "run"
+    result = run("local", DATA / "local-tiny.json", "--nproc", "2", "--workdir", workdir)
+    assert result.exit_code == 0, result.output
+    assert f"done at step 6: model in {workdir / 'model'}" in result.stdout
+    records = [json.loads(line) for line in (workdir / "output/data/metrics.jsonl").read_text().splitlines()]
+    steps = [r["step"] for r in records if "train_loss" in r]
+    assert max(steps) == 6
+    assert any("val_loss" in r for r in records)
+    assert (workdir / "model" / "model.safetensors").is_file()
+    assert any((workdir / "checkpoints").iterdir())
+    hyperparameters = json.loads((workdir / "input/config/hyperparameters.json").read_text())
+    assert json.loads(hyperparameters["strategy"]) == "fsdp"

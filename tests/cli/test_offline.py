@@ -1,0 +1,193 @@
+"""trainctl plan and render with --platform FILE: no AWS call, exact output, user errors exit 2."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC
+from pathlib import Path
+
+import boto3
+import pytest
+from botocore.validate import validate_parameters
+
+from tests.cli.conftest import DATA, run
+
+REQUESTS = ["ddp.json", "spot-fallbacks.json", "smp.json"]
+
+
+def _create_input_shape():
+    client = boto3.client("sagemaker", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    return client.meta.service_model.operation_model("CreateTrainingJob").input_shape
+
+
+@pytest.mark.parametrize("name", REQUESTS)
+def test_render_prints_a_create_training_job_request_botocore_accepts(name, platform_file, offline):
+    result = run("render", DATA / name, "--platform", platform_file)
+    assert result.exit_code == 0, result.output
+    create = json.loads(result.stdout)  # stdout is the document alone, so it pipes into jq or the AWS CLI
+    validate_parameters(create, _create_input_shape())  # raises ParamValidationError on any bad field
+    request = json.loads((DATA / name).read_text())
+    assert create["ResourceConfig"].get("InstanceType") == request["instance"]["type"]
+    assert json.loads(create["HyperParameters"]["strategy"]) == request["strategy"]
+    assert create["CheckpointConfig"]["S3Uri"].endswith("/checkpoints/")
+
+
+def test_attempts_get_fresh_names_and_share_the_checkpoint_prefix(platform_file, offline):
+    first = json.loads(run("render", DATA / "spot-fallbacks.json", "--platform", platform_file).stdout)
+    third = run("render", DATA / "spot-fallbacks.json", "--platform", platform_file, "--attempt", "3",
+                "--instance-type", "ml.p5.48xlarge", "--on-demand")
+    assert third.exit_code == 0, third.output
+    third = json.loads(third.stdout)
+    assert first["TrainingJobName"] != third["TrainingJobName"]
+    assert third["TrainingJobName"].endswith("-a3")
+    assert first["CheckpointConfig"] == third["CheckpointConfig"]
+    assert first["EnableManagedSpotTraining"] is True and "MaxWaitTimeInSeconds" in first["StoppingCondition"]
+    assert third["EnableManagedSpotTraining"] is False and "MaxWaitTimeInSeconds" not in third["StoppingCondition"]
+    assert third["ResourceConfig"]["InstanceType"] == "ml.p5.48xlarge"
+
+
+def test_run_id_names_the_checkpoint_prefix(platform_file, offline):
+    result = run("render", DATA / "ddp.json", "--platform", platform_file, "--run-id", "gpt-small-ddp-0badcafe")
+    create = json.loads(result.stdout)
+    assert create["CheckpointConfig"]["S3Uri"] == (
+        "s3://mltrain-checkpoints-123456789012-us-east-1/mltrain/gpt-small-ddp-0badcafe/checkpoints/")
+    assert create["TrainingJobName"] == "mltrain-gpt-small-ddp-0badcafe-a1"
+
+
+def test_plan_summarizes_what_would_run(platform_file, offline):
+    result = run("plan", DATA / "spot-fallbacks.json", "--platform", platform_file, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    assert "2 x ml.p4d.24xlarge: 8x A100 40 GiB, EFA" in text
+    assert "world size 16" in text
+    assert "FSDP" in text
+    assert "pytorch-training:2.8.0-gpu-py312" in text
+    assert "yes, max wait 36h00m" in text
+    assert "ml.p4d.24xlarge -> ml.p5.48xlarge -> ml.g5.48xlarge" in text
+    assert "on demand after 2 interruptions" in text
+    assert "at most 10 attempts" in text
+    assert "mltrain/gpt-1b-fsdp-spot-<8 hex>/checkpoints/ every 500 steps" in text
+    assert "mltrain-gpt-1b-fsdp-spot-<8 hex>-a1, -a2" in text
+
+
+def test_plan_shows_smp_degrees_and_the_fsx_channel(platform_file, offline):
+    result = run("plan", DATA / "smp.json", "--platform", platform_file, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "tensor parallel 4 x context parallel 1 x data parallel 8; parameters sharded within groups of 2 " \
+           "data-parallel ranks, 4 replicas" in result.stdout
+    assert "smdistributed-modelparallel:2.5.1" in result.stdout
+    assert "FSx fs-0123456789abcdef0:/abcdefgh/datasets/c4 (ro)" in result.stdout
+
+
+def test_plan_shows_what_auto_picked_and_why(platform_file, offline, tmp_path):
+    request = json.loads((DATA / "ddp.json").read_text()) | {"strategy": "auto", "model_size": "7b"}
+    path = tmp_path / "auto.json"
+    path.write_text(json.dumps(request))
+    result = run("plan", path, "--platform", platform_file, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "auto -> fsdp (" in result.stdout
+
+
+# ---- user errors: exit 2, one message, no traceback ------------------------------------------------
+
+
+def _assert_user_error(result, *fragments: str) -> None:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert result.stdout == ""  # nothing half-rendered reaches a pipe
+    for fragment in fragments:
+        assert fragment in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("command", ["render", "plan"])
+def test_invalid_request_names_every_field(command, platform_file, offline):
+    result = run(command, DATA / "invalid.json", "--platform", platform_file)
+    _assert_user_error(result, "invalid.json is not a valid job request", "spots: unknown field; did you mean 'spot'?",
+                       "instance.count: must be at least 1", "name: 'bad request'")
+
+
+def test_cross_field_and_platform_rules_are_reported(platform_file, offline, tmp_path):
+    request = json.loads((DATA / "ddp.json").read_text()) | {"max_wait_hours": 12}
+    (tmp_path / "r.json").write_text(json.dumps(request))
+    _assert_user_error(run("render", tmp_path / "r.json", "--platform", platform_file),
+                       "max_wait_hours: only applies to Spot training")
+    request = json.loads((DATA / "ddp.json").read_text()) | {"instance": {"type": "ml.p3.2xlarge"}}
+    (tmp_path / "r.json").write_text(json.dumps(request))
+    _assert_user_error(run("render", tmp_path / "r.json", "--platform", platform_file),
+                       "does not fit this platform", "instance.type: ml.p3.2xlarge is not allowed on this platform")
+
+
+def test_instance_type_override_must_be_allowed(platform_file, offline):
+    result = run("render", DATA / "ddp.json", "--platform", platform_file, "--instance-type", "ml.p3.2xlarge")
+    assert result.exit_code == 2, result.output
+    assert "--instance-type: ml.p3.2xlarge is not allowed on this platform" in result.stderr
+    assert "Traceback" not in result.output
+    result = run("render", DATA / "ddp.json", "--platform", platform_file, "--instance-type", "ml.p4d.24xl")
+    assert "did you mean 'ml.p4d.24xlarge'?" in result.stderr
+
+
+def test_missing_request_file(platform_file, offline):
+    _assert_user_error(run("render", "no-such-request.json", "--platform", platform_file),
+                       "job request file not found: no-such-request.json")
+
+
+def test_malformed_json_says_where(platform_file, offline, tmp_path):
+    path = tmp_path / "broken.json"
+    path.write_text('{\n  "name": "x",\n  "dataset": "s3://b/k/",\n}\n')
+    _assert_user_error(run("render", path, "--platform", platform_file), "not valid JSON: line 4 column 1")
+
+
+def test_request_must_be_an_object(platform_file, offline, tmp_path):
+    path = tmp_path / "list.json"
+    path.write_text("[1, 2]")
+    _assert_user_error(run("plan", path, "--platform", platform_file), "must be a JSON object, got list")
+
+
+def test_bad_platform_file(offline, tmp_path):
+    path = tmp_path / "platform.json"
+    path.write_text(json.dumps({"name_prefix": "mltrain", "regoin": "us-east-1"}))
+    _assert_user_error(run("render", DATA / "ddp.json", "--platform", path),
+                       "not a platform-settings document", "regoin")
+    _assert_user_error(run("render", DATA / "ddp.json", "--platform", tmp_path / "missing.json"),
+                       "platform settings file not found")
+
+
+def test_without_platform_file_and_without_credentials(offline):
+    result = run("render", DATA / "ddp.json", "--region", "us-east-1")
+    _assert_user_error(result, "no AWS credentials found")
+
+
+def test_without_platform_file_and_without_region(offline):
+    _assert_user_error(run("plan", DATA / "ddp.json"), "no AWS region configured", "--region")
+
+
+def test_default_execution_names_are_valid_and_readable():
+    from datetime import datetime
+
+    from cli.main import _EXECUTION_NAME, default_execution_name
+
+    when = datetime(2026, 11, 21, 8, 30, 5, tzinfo=UTC)
+    assert default_execution_name("gpt-1b-fsdp", when) == "gpt-1b-fsdp-20261121T083005Z"
+    long_name = default_execution_name("x" * 100, when)
+    assert len(long_name) == 80 and _EXECUTION_NAME.fullmatch(long_name)
+
+
+def test_help_texts(offline):
+    result = run("--help")
+    assert result.exit_code == 0
+    for command in ("plan", "render", "submit", "status", "list", "stop", "logs", "local"):
+        assert command in result.stdout
+    render_help = run("render", "--help", env={"COLUMNS": "200"})
+    assert "--attempt" in render_help.stdout and "--platform" in render_help.stdout
+    assert "--on-demand" in render_help.stdout and "cli-input-json" in render_help.stdout
+
+
+def test_every_example_renders(platform_file, offline):
+    """Every request in examples/ renders with this CLI into a request botocore accepts."""
+    examples = sorted(p for p in (Path(__file__).parents[2] / "examples").glob("*.json")
+                      if p.name != "platform-settings.json" and not p.name.startswith("local"))
+    assert examples, "examples/ holds no request files"
+    for example in examples:
+        result = run("render", example, "--platform", Path(__file__).parents[2] / "examples/platform-settings.json")
+        assert result.exit_code == 0, f"{example.name}: {result.output}"
+        validate_parameters(json.loads(result.stdout), _create_input_shape())

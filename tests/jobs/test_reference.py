@@ -1,0 +1,25 @@
+"""README's request reference is the one the schema generates, so the two never drift."""
+
+from __future__ import annotations
+
+from jobs.reference import markdown
+from jobs.request import JobRequest
+from jobs.schema import reference_rows
+from tests.conftest import ROOT
+
+START = "<!-- JOB-REFERENCE:START"
+END = "<!-- JOB-REFERENCE:END -->"
+
+
+def test_readme_carries_the_current_reference():
+    readme = (ROOT / "README.md").read_text()
+    block = readme[readme.index(START):readme.index(END)]
+    block = block[block.index("\n") + 1:]
+    assert block.strip() == markdown().strip(), "README is stale: paste `python -m jobs.reference` between the markers"
+
+
+def test_every_request_field_is_in_the_reference():
+    paths = [row[0] for row in reference_rows(JobRequest)]
+    text = markdown()
+    assert {"name", "dataset", "instance.type", "spot", "retry.max_attempts", "training_plan"} <= set(paths)
+    assert all(f"| `{p}` |" in text for p in paths)

@@ -1,0 +1,40 @@
+"""Fixtures for the launcher tests: the synthesized launcher template and a moto world running it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.launcher.definition import launcher_definition
+from tests.launcher.harness import LauncherHarness
+from tests.launcher.inputs import SETTINGS_FILE
+
+
+def launcher_stack_template(templates: dict[str, dict]) -> dict:
+    found = [
+        t
+        for t in templates.values()
+        if any(r["Type"] == "AWS::StepFunctions::StateMachine" for r in t.get("Resources", {}).values())
+    ]
+    assert len(found) == 1, f"expected one stack with the launcher state machine, found {len(found)}"
+    return found[0]
+
+
+@pytest.fixture(scope="session")
+def launcher_template(templates: dict[str, dict]) -> dict:
+    """The launcher stack's template from the real app (`npx cdk synth`, cdk-nag on)."""
+    return launcher_stack_template(templates)
+
+
+@pytest.fixture(scope="session")
+def platform_settings() -> dict:
+    """The platform settings document the Lambda handlers get in PLATFORM_SETTINGS (a deployed stack's shape)."""
+    return json.loads(SETTINGS_FILE.read_text())
+
+
+@pytest.fixture(scope="module")
+def harness(launcher_template: dict, platform_settings: dict):
+    """Module-scoped: its moto mock and patches must not outlive the scenarios (other rooms share the worker)."""
+    with LauncherHarness(launcher_definition(launcher_template), platform_settings) as world:
+        yield world

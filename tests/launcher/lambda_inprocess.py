@@ -1,0 +1,64 @@
+"""Invoke the launcher's Lambda handlers in-process, returning what the Lambda Invoke API would.
+
+moto's Lambda runs function code in Docker, which these machines lack. The state machine's Lambda tasks
+reach `lambda_eval_utils._invoke_lambda_function(parameters, region, state_credentials)`; this module
+replaces it with a call to the real `jobs.handler` function named by the deployed function's Handler
+property. A handler exception becomes what Lambda returns for an unhandled error: FunctionError "Unhandled"
+and the payload {errorMessage, errorType, requestId, stackTrace}, which the interpreter turns into the task
+error (Error = errorType, Cause = the payload JSON), as Step Functions does.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class FakeContext:
+    function_name: str
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    memory_limit_in_mb: int = 256
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 60_000
+
+
+@dataclass
+class InProcessLambda:
+    # Function ARN -> handler string ("jobs.handler.prepare").
+    handlers: dict[str, str]
+    calls: list[tuple[str, dict]] = field(default_factory=list)  # (handler, event)
+
+    def handler_for(self, function_arn: str):
+        module_name, _, attr = self.handlers[function_arn].rpartition(".")
+        return getattr(importlib.import_module(module_name), attr)
+
+    def invoke(self, parameters: dict, region: str, state_credentials: Any) -> dict:
+        arn = parameters["FunctionName"]
+        payload = parameters.get("Payload") or b"{}"
+        event = json.loads(payload.decode() if isinstance(payload, bytes) else payload)
+        self.calls.append((self.handlers[arn], event))
+        context = FakeContext(function_name=arn.rsplit(":", 1)[-1])
+        try:
+            result = self.handler_for(arn)(event, context)
+            # The result travels as JSON; a value that cannot be serialized fails the invocation, as in Lambda.
+            body = json.loads(json.dumps(result))
+        except Exception as exc:  # noqa: BLE001 - every handler error is reported, as Lambda does
+            body = {
+                "errorMessage": str(exc),
+                "errorType": type(exc).__name__,
+                "requestId": context.aws_request_id,
+                "stackTrace": traceback.format_tb(exc.__traceback__),
+            }
+            return {
+                "StatusCode": 200,
+                "FunctionError": "Unhandled",
+                "ExecutedVersion": "$LATEST",
+                "Payload": body,
+            }
+        return {"StatusCode": 200, "ExecutedVersion": "$LATEST", "Payload": body}

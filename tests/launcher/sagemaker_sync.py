@@ -1,0 +1,392 @@
+"""A test-only `arn:aws:states:::sagemaker:createTrainingJob.sync` integration for moto's interpreter.
+
+moto 5.2.5 has no SageMaker `.sync` integration, and its training jobs complete at once and accept duplicate
+names. This integration, modelled on moto's own Glue `.sync` one (StartJobRun, then poll GetJobRun), calls
+CreateTrainingJob on moto's SageMaker and then polls DescribeTrainingJob, while a `ScriptedSageMaker` plays
+each attempt's scripted outcome on moto's job record (status, secondary status transitions, failure reason,
+metrics, artifacts), so that every reader (the poller, the decide Lambda, trainctl) sees the same job.
+
+How failures surface, and how sure we are:
+- A job that ends Failed or Stopped fails the task with Error `States.TaskFailed` and Cause = the
+  DescribeTrainingJob output as JSON (REFERENCE.md; the exact shape is unverified: timestamps here are epoch
+  milliseconds, as Step Functions renders them in other SageMaker task outputs).
+- A job that ends Completed returns the DescribeTrainingJob output (ResultPath `$.job`).
+- An API error at CreateTrainingJob fails the task with Error `SageMaker.<Exception>`: the AWS Java SDK's
+  exception name, `ResourceLimitExceededException` for modelled errors and `AmazonSageMakerException` for
+  unmodelled ones (ThrottlingException, ValidationException), and a Cause in the Java SDK's form
+  `<message> (Service: AmazonSageMaker; Status Code: 400; Error Code: <code>; Request ID: <id>; Proxy: null)`.
+  The error names follow AWS's own Step Functions SageMaker retry example; the Cause form is unverified.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import boto3
+import botocore.session
+from botocore.exceptions import ClientError
+from botocore.validate import ParamValidator
+from moto.sagemaker.models import sagemaker_backends
+from moto.stepfunctions.parser.api import HistoryEventType, TaskFailedEventDetails
+from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import CustomErrorName
+from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
+    FailureEvent,
+    FailureEventException,
+)
+from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
+from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
+    StatesErrorNameType,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.resource import ResourceCondition
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_callback import (
+    StateTaskServiceCallback,
+)
+from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
+
+from tests.launcher.definition import ACCOUNT, REGION
+
+RESOURCE = "arn:aws:states:::sagemaker:createTrainingJob.sync"
+
+_SERVICE_MODEL = botocore.session.get_session().get_service_model("sagemaker")
+CREATE_INPUT_SHAPE = _SERVICE_MODEL.operation_model("CreateTrainingJob").input_shape
+# Exceptions the SageMaker API model declares get their own Java SDK class; the rest are AmazonSageMakerException.
+MODELLED_ERRORS = {shape.name for shape in _SERVICE_MODEL.operation_model("CreateTrainingJob").error_shapes}
+
+
+# moto 5.2.5's ASL lexer reads the payload key "RoleArn.$" as the `Credentials` keyword and keeps it as a
+# literal key "RoleArn.$" with the path string as its value (AWS resolves the path). The harness renames such
+# keys before moto parses the definition and this integration renames them back; test_moto_internals.py
+# fails once moto parses them itself, so that the shim can go.
+MOTO_KEYWORD_SUFFIX = "__moto_keyword"
+MOTO_KEYWORD_KEYS = {"RoleArn.$": f"RoleArn{MOTO_KEYWORD_SUFFIX}.$"}
+
+
+def without_moto_keyword_keys(value: Any) -> Any:
+    if isinstance(value, list):
+        return [without_moto_keyword_keys(v) for v in value]
+    if isinstance(value, dict):
+        return {MOTO_KEYWORD_KEYS.get(k, k): without_moto_keyword_keys(v) for k, v in value.items()}
+    return value
+
+
+class InvalidCreateRequest(AssertionError):
+    """The state machine sent a CreateTrainingJob request that botocore itself would reject."""
+
+
+def validate_create_request(params: dict[str, Any]) -> None:
+    report = ParamValidator().validate(params, CREATE_INPUT_SHAPE)
+    if report.has_errors():
+        raise InvalidCreateRequest(report.generate_report())
+
+
+# --------------------------------------------------------------------------------------- scripted outcomes
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one CreateTrainingJob attempt does: an API error at create, or a job that ends a certain way."""
+
+    status: str = "Completed"  # final TrainingJobStatus: Completed | Failed | Stopped
+    secondary: tuple[str, ...] = ("Starting", "Downloading", "Training", "Uploading", "Completed")
+    failure_reason: str | None = None
+    api_error: tuple[str, str] | None = None  # (error code, message) raised by CreateTrainingJob
+    metrics: dict[str, float] = field(default_factory=dict)
+    training_seconds: int = 3600
+
+    @property
+    def label(self) -> str:
+        return self.api_error[0] if self.api_error else f"{self.status}/{self.secondary[-1]}"
+
+
+def completed(**metrics: float) -> Outcome:
+    return Outcome(metrics=metrics or {"train_loss": 2.31, "tokens_per_sec": 12345.6})
+
+
+def capacity_error(instance_type: str = "ml.p4d.24xlarge") -> Outcome:
+    return Outcome(
+        status="Failed",
+        secondary=("Starting", "Failed"),
+        failure_reason=(
+            "CapacityError: Unable to provision requested ML compute capacity. "
+            f"Please retry using a different ML instance type. ({instance_type})"
+        ),
+        training_seconds=0,
+    )
+
+
+def algorithm_error() -> Outcome:
+    return Outcome(
+        status="Failed",
+        secondary=("Starting", "Downloading", "Training", "Failed"),
+        failure_reason=(
+            'AlgorithmError: ExecuteUserScriptError:\nExitCode 1\nErrorMessage "ValueError: '
+            'expected a 2-D input, got 3-D"\nCommand "torchrun --nnodes 1 --nproc_per_node 8 train.py"'
+        ),
+        training_seconds=120,
+    )
+
+
+def internal_error() -> Outcome:
+    return Outcome(
+        status="Failed",
+        secondary=("Starting", "Downloading", "Training", "Failed"),
+        failure_reason="InternalServerError: We encountered an internal error. Please try again.",
+        training_seconds=900,
+    )
+
+
+def spot_interrupted() -> Outcome:
+    """Spot capacity reclaimed and not back within MaxWaitTimeInSeconds (SageMaker's own Spot lifecycle)."""
+    return Outcome(
+        status="Stopped",
+        secondary=(
+            "Starting",
+            "Downloading",
+            "Training",
+            "Interrupted",
+            "Starting",
+            "Stopping",
+            "MaxWaitTimeExceeded",
+        ),
+        training_seconds=1800,
+    )
+
+
+def stopped_by_user() -> Outcome:
+    return Outcome(
+        status="Stopped",
+        secondary=("Starting", "Downloading", "Training", "Stopping", "Stopped"),
+        training_seconds=600,
+    )
+
+
+def resource_limit_exceeded() -> Outcome:
+    return Outcome(
+        api_error=(
+            "ResourceLimitExceeded",
+            "The account-level service limit 'ml.p4d.24xlarge for training job usage' is 2 Instances, with current "
+            "utilization of 2 Instances and a request delta of 2 Instances. Please use AWS Service Quotas to request "
+            "an increase for this quota.",
+        )
+    )
+
+
+def throttled() -> Outcome:
+    return Outcome(api_error=("ThrottlingException", "Rate exceeded"))
+
+
+class ScriptedSageMaker:
+    """Plays one scripted Outcome per CreateTrainingJob call, in order, on moto's SageMaker job records."""
+
+    def __init__(self, outcomes: list[Outcome]):
+        self.outcomes = list(outcomes)
+        self.create_calls: list[dict[str, Any]] = []  # every CreateTrainingJob request, API errors included
+        self.describe_calls = 0
+        self._steps: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def backend(self):
+        return sagemaker_backends[ACCOUNT][REGION]
+
+    def create(self, client, params: dict[str, Any]) -> dict[str, Any]:
+        validate_create_request(params)
+        with self._lock:
+            attempt = len(self.create_calls)
+            self.create_calls.append(json.loads(json.dumps(params)))
+            if attempt >= len(self.outcomes):
+                raise AssertionError(
+                    f"CreateTrainingJob call {attempt + 1} has no scripted outcome "
+                    f"({len(self.outcomes)} scripted)"
+                )
+            outcome = self.outcomes[attempt]
+        name = params["TrainingJobName"]
+        if name in self.backend.training_jobs:
+            # Real SageMaker rejects a reused name; moto would silently accept it.
+            raise _client_error(
+                "ValidationException",
+                "Training job names must be unique within an AWS account and region, and a "
+                f"training job with this name already exists ({self.backend.training_jobs[name].arn})",
+            )
+        if outcome.api_error:
+            raise _client_error(*outcome.api_error)
+        response = client.create_training_job(**params)
+        job = self.backend.training_jobs[name]
+        # moto drops or overwrites some fields; keep what was asked for.
+        job.algorithm_specification = params["AlgorithmSpecification"]
+        job.resource_config = params["ResourceConfig"]
+        job.stopping_condition = params["StoppingCondition"]
+        self._steps[name] = self._play(job, outcome)
+        next(self._steps[name])
+        return response
+
+    def _play(self, job, outcome: Outcome):
+        """Advance the job one secondary status per poll, ending in the outcome's final status."""
+        start = job.creation_time if isinstance(job.creation_time, datetime) else datetime.now(UTC)
+        transitions = []
+        final = {"Completed", "Failed", "Stopped", "MaxWaitTimeExceeded", "MaxRuntimeExceeded"}
+        for i, secondary in enumerate(outcome.secondary):
+            now = start + timedelta(seconds=60 * i)
+            if transitions:
+                transitions[-1]["EndTime"] = now
+            transitions.append({"Status": secondary, "StartTime": now, "StatusMessage": secondary})
+            job.secondary_status = secondary
+            job.secondary_status_transitions = list(transitions)
+            job.last_modified_time = now
+            if secondary in final:
+                job.training_job_status = outcome.status
+            elif secondary == "Stopping":
+                job.training_job_status = "Stopping"
+            else:
+                job.training_job_status = "InProgress"
+            if job.training_job_status in ("Completed", "Failed", "Stopped"):
+                self._finish(job, outcome, now)
+            yield
+
+    def _finish(self, job, outcome: Outcome, now: datetime) -> None:
+        job.training_end_time = now
+        job.training_time_in_seconds = outcome.training_seconds
+        job.billable_time_in_seconds = outcome.training_seconds
+        if outcome.failure_reason:
+            job.failure_reason = outcome.failure_reason
+        if outcome.status == "Completed":
+            job.final_metric_data_list = [
+                {"MetricName": name, "Value": value, "Timestamp": now}
+                for name, value in outcome.metrics.items()
+            ]
+        else:
+            job.final_metric_data_list = []
+            job.model_artifacts = None
+
+    def describe(self, client, name: str) -> dict[str, Any]:
+        with self._lock:
+            self.describe_calls += 1
+            next(self._steps[name], None)
+        description = client.describe_training_job(TrainingJobName=name)
+        description.pop("ResponseMetadata", None)
+        return description
+
+
+def _client_error(code: str, message: str) -> ClientError:
+    return ClientError(
+        {
+            "Error": {"Code": code, "Message": message},
+            "ResponseMetadata": {"HTTPStatusCode": 400, "RequestId": str(uuid.uuid4())},
+        },
+        "CreateTrainingJob",
+    )
+
+
+def _to_sfn_json(value: Any) -> Any:
+    """DescribeTrainingJob output as Step Functions passes it on: timestamps as epoch milliseconds."""
+    if isinstance(value, dict):
+        return {k: _to_sfn_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_to_sfn_json(v) for v in value]
+    if isinstance(value, datetime):
+        return int(value.timestamp() * 1000)
+    return value
+
+
+# ------------------------------------------------------------------------------------------ the integration
+
+
+class StateTaskServiceSageMaker(StateTaskServiceCallback):
+    """`sagemaker:createTrainingJob.sync`, backed by a ScriptedSageMaker (set `world` before executing)."""
+
+    world: ScriptedSageMaker | None = None
+
+    def __init__(self):
+        # moto's callback base interrupts the task's callback endpoint in a `finally` even for `.sync`, and
+        # creates that endpoint only for integrations that declare `.waitForTaskToken`: declare both.
+        super().__init__(
+            supported_integration_patterns={ResourceCondition.Sync, ResourceCondition.WaitForTaskToken}
+        )
+
+    def _get_supported_parameters(self) -> set[str] | None:
+        if self.resource.api_action.lower() != "createtrainingjob":
+            return None
+        renamed = {alias.removesuffix(".$") for alias in MOTO_KEYWORD_KEYS.values()}
+        return set(CREATE_INPUT_SHAPE.members) | renamed
+
+    @staticmethod
+    def _client():
+        return boto3.client("sagemaker", region_name=REGION)
+
+    def _from_error(self, env, ex: Exception) -> FailureEvent:
+        if isinstance(ex, ClientError):
+            code = ex.response["Error"]["Code"]
+            exception = f"{code}Exception" if code in MODELLED_ERRORS else "AmazonSageMakerException"
+            error = f"SageMaker.{exception}"
+            meta = ex.response["ResponseMetadata"]
+            cause = (
+                f"{ex.response['Error']['Message']} (Service: AmazonSageMaker; Status Code: "
+                f"{meta['HTTPStatusCode']}; Error Code: {code}; Request ID: {meta['RequestId']}; Proxy: null)"
+            )
+            return FailureEvent(
+                env=env,
+                error_name=CustomErrorName(error),
+                event_type=HistoryEventType.TaskFailed,
+                event_details=EventDetails(
+                    taskFailedEventDetails=TaskFailedEventDetails(
+                        error=error,
+                        cause=cause,
+                        resource=self._get_sfn_resource(),
+                        resourceType=self._get_sfn_resource_type(),
+                    )
+                ),
+            )
+        return super()._from_error(env=env, ex=ex)
+
+    def _eval_service_task(self, env, resource_runtime_part, normalised_parameters: dict, state_credentials):
+        # See MOTO_KEYWORD_KEYS: undo the rename that gets "RoleArn.$" past moto's lexer.
+        for key in [k for k in normalised_parameters if k.endswith(MOTO_KEYWORD_SUFFIX)]:
+            normalised_parameters[key.removesuffix(MOTO_KEYWORD_SUFFIX)] = normalised_parameters.pop(key)
+        response = self.world.create(self._client(), normalised_parameters)
+        response.pop("ResponseMetadata", None)
+        env.stack.append(
+            {
+                "TrainingJobArn": response["TrainingJobArn"],
+                "TrainingJobName": normalised_parameters["TrainingJobName"],
+            }
+        )
+
+    def _build_sync_resolver(
+        self, env, resource_runtime_part, normalised_parameters: dict, state_credentials
+    ) -> Callable[[], Any] | None:
+        created = env.stack.pop()
+        name = created["TrainingJobName"]
+        client = self._client()
+        world = self.world
+
+        def _sync_resolver() -> Any | None:
+            description = world.describe(client, name)
+            status = description["TrainingJobStatus"]
+            if status in ("InProgress", "Stopping"):
+                return None
+            output = _to_sfn_json(description)
+            if status == "Completed":
+                return output
+            raise FailureEventException(
+                FailureEvent(
+                    env=env,
+                    error_name=StatesErrorName(typ=StatesErrorNameType.StatesTaskFailed),
+                    event_type=HistoryEventType.TaskFailed,
+                    event_details=EventDetails(
+                        taskFailedEventDetails=TaskFailedEventDetails(
+                            resource=self._get_sfn_resource(),
+                            resourceType=self._get_sfn_resource_type(),
+                            error=StatesErrorNameType.StatesTaskFailed.to_name(),
+                            cause=json.dumps(output),
+                        )
+                    ),
+                )
+            )
+
+        return _sync_resolver

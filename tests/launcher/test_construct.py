@@ -1,0 +1,270 @@
+"""The launcher stack as synthesized by the real app: least privilege, logging, encryption, monitoring."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from stacks.launcher_stack import smallest_gpu_count
+from tests.conftest import ROOT
+
+# Actions that support no resource-level permissions, so `"Resource": "*"` is the only form they take.
+UNSCOPABLE = {
+    "xray:PutTraceSegments",
+    "xray:PutTelemetryRecords",
+    "xray:GetSamplingRules",
+    "xray:GetSamplingTargets",
+    "logs:CreateLogDelivery",
+    "logs:GetLogDelivery",
+    "logs:UpdateLogDelivery",
+    "logs:DeleteLogDelivery",
+    "logs:ListLogDeliveries",
+    "logs:PutResourcePolicy",
+    "logs:DescribeResourcePolicies",
+    "logs:DescribeLogGroups",
+}
+TRAINING_JOB_ARN = {
+    "Fn::Join": [
+        "",
+        [
+            "arn:",
+            {"Ref": "AWS::Partition"},
+            ":sagemaker:",
+            {"Ref": "AWS::Region"},
+            ":",
+            {"Ref": "AWS::AccountId"},
+            ":training-job/mltrain-*",
+        ],
+    ]
+}
+
+
+def resources(template: dict, kind: str) -> dict[str, dict]:
+    return {k: v for k, v in template["Resources"].items() if v["Type"] == kind}
+
+
+def only(template: dict, kind: str) -> dict:
+    (found,) = resources(template, kind).values()
+    return found
+
+
+def policy_statements(template: dict, role_logical_id: str) -> list[dict]:
+    statements = []
+    for policy in resources(template, "AWS::IAM::Policy").values():
+        if {"Ref": role_logical_id} in policy["Properties"]["Roles"]:
+            statements += policy["Properties"]["PolicyDocument"]["Statement"]
+    return statements
+
+
+def actions(statement: dict) -> list[str]:
+    value = statement["Action"]
+    return [value] if isinstance(value, str) else value
+
+
+def test_state_machine_is_standard_logged_and_traced(launcher_template):
+    machine = only(launcher_template, "AWS::StepFunctions::StateMachine")["Properties"]
+    assert machine["StateMachineType"] == "STANDARD"
+    assert machine["StateMachineName"] == "mltrain-job-launcher"
+    assert machine["TracingConfiguration"] == {"Enabled": True}
+    logging = machine["LoggingConfiguration"]
+    assert logging["Level"] == "ALL" and logging["IncludeExecutionData"] is True
+    (destination,) = logging["Destinations"]
+    log_group_id = destination["CloudWatchLogsLogGroup"]["LogGroupArn"]["Fn::GetAtt"][0]
+    log_group = launcher_template["Resources"][log_group_id]["Properties"]
+    assert log_group["LogGroupName"].startswith("/aws/vendedlogs/states/")
+    assert "KmsKeyId" in log_group and log_group["RetentionInDays"] >= 365  # cdk.json: log_retention_days 365
+
+
+def test_state_machine_role_is_least_privilege(launcher_template):
+    machine = only(launcher_template, "AWS::StepFunctions::StateMachine")["Properties"]
+    role_id = machine["RoleArn"]["Fn::GetAtt"][0]
+    statements = policy_statements(launcher_template, role_id)
+    by_sid = {s.get("Sid"): s for s in statements}
+
+    jobs = by_sid["TrainingJobsUnderThePrefix"]
+    assert sorted(actions(jobs)) == [
+        "sagemaker:AddTags",
+        "sagemaker:CreateTrainingJob",
+        "sagemaker:DescribeTrainingJob",
+        "sagemaker:ListTags",
+        "sagemaker:StopTrainingJob",
+    ]
+    assert jobs["Resource"] == TRAINING_JOB_ARN
+
+    pass_role = by_sid["PassTheExecutionRoleToSageMaker"]
+    assert actions(pass_role) == ["iam:PassRole"]
+    assert pass_role["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
+    assert "ExecutionRole" in json.dumps(pass_role["Resource"])  # the platform's execution role, nothing else
+
+    rule = by_sid["SyncIntegrationEventsRule"]
+    assert sorted(actions(rule)) == ["events:DescribeRule", "events:PutRule", "events:PutTargets"]
+    assert json.dumps(rule["Resource"]).endswith(
+        ':rule/StepFunctionsGetEventsForSageMakerTrainingJobsRule"]]}'
+    )
+
+    invoke = [s for s in statements if actions(s) == ["lambda:InvokeFunction"]]
+    assert invoke and all("Function" in json.dumps(s["Resource"]) for s in invoke)
+    publish = [s for s in statements if actions(s) == ["sns:Publish"]]
+    assert publish and all(
+        s["Resource"] == {"Ref": next(iter(resources(launcher_template, "AWS::SNS::Topic")))} for s in publish
+    )
+
+    granted = {a for s in statements for a in actions(s)}
+    assert not {a for a in granted if a.endswith(":*") or a == "*"}
+    for statement in statements:
+        if statement["Resource"] == "*":
+            assert set(actions(statement)) <= UNSCOPABLE, statement
+    assert "iam:PassRole" not in {
+        a for s in statements if s.get("Sid") != "PassTheExecutionRoleToSageMaker" for a in actions(s)
+    }
+
+
+def test_lambdas_run_only_the_jobs_package(launcher_template, cdk_out: Path):
+    functions = resources(launcher_template, "AWS::Lambda::Function")
+    assert {f["Properties"]["Handler"] for f in functions.values()} == {
+        "jobs.handler.prepare",
+        "jobs.handler.decide",
+        "jobs.handler.summarize",
+    }
+    for function in functions.values():
+        props = function["Properties"]
+        assert props["Runtime"] == "python3.12"
+        assert props["TracingConfig"] == {"Mode": "Active"}
+        assert "KmsKeyArn" in props
+        assert "PLATFORM_SETTINGS" in props["Environment"]["Variables"]
+        log_group = launcher_template["Resources"][props["LoggingConfig"]["LogGroup"]["Ref"]]["Properties"]
+        assert "KmsKeyId" in log_group and "RetentionInDays" in log_group
+        asset = cdk_out / f"asset.{props['Code']['S3Key'].removesuffix('.zip')}"
+        shipped = sorted(str(p.relative_to(asset)) for p in asset.rglob("*") if p.is_file())
+        expected = sorted(
+            str(p.relative_to(ROOT)) for p in (ROOT / "jobs").rglob("*.py") if "__pycache__" not in p.parts
+        )
+        assert shipped == expected
+
+
+def test_settings_fit_in_the_lambda_environment(launcher_template):
+    """Lambda caps a function's environment at 4 KB; estimate the deployed size with every token at 70 chars."""
+
+    def deployed(value) -> str:
+        if isinstance(value, str):
+            return value
+        if "Fn::Join" in value:
+            separator, parts = value["Fn::Join"]
+            return separator.join(deployed(p) for p in parts)
+        return "x" * 70  # a Ref, GetAtt, FindInMap or cross-stack output: an ARN, id or image URI
+
+    function = next(iter(resources(launcher_template, "AWS::Lambda::Function").values()))
+    document = deployed(function["Properties"]["Environment"]["Variables"]["PLATFORM_SETTINGS"])
+    assert document.startswith('{"name_prefix":"mltrain"')
+    assert 500 < len(document) < 3500, len(document)
+
+
+def test_decide_may_describe_only_the_platforms_jobs(launcher_template):
+    functions = resources(launcher_template, "AWS::Lambda::Function")
+    for function in functions.values():
+        role_id = function["Properties"]["Role"]["Fn::GetAtt"][0]
+        statements = policy_statements(launcher_template, role_id)
+        sagemaker = [s for s in statements if any(a.startswith("sagemaker:") for a in actions(s))]
+        if function["Properties"]["Handler"] == "jobs.handler.decide":
+            (statement,) = sagemaker
+            assert actions(statement) == ["sagemaker:DescribeTrainingJob"]
+            assert statement["Resource"] == TRAINING_JOB_ARN
+        else:
+            assert sagemaker == []
+        for statement in statements:
+            if statement["Resource"] == "*":
+                assert set(actions(statement)) <= UNSCOPABLE, statement
+        # No AWSLambdaBasicExecutionRole: each role's permissions are written out.
+        assert "ManagedPolicyArns" not in launcher_template["Resources"][role_id]["Properties"]
+
+
+def test_notifications_are_encrypted_and_tls_only(launcher_template):
+    topic = only(launcher_template, "AWS::SNS::Topic")["Properties"]
+    assert "KmsMasterKeyId" in topic
+    policy = only(launcher_template, "AWS::SNS::TopicPolicy")["Properties"]["PolicyDocument"]["Statement"]
+    assert any(
+        s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for s in policy
+    )
+    # cdk.json leaves notification_email null: no subscription until someone sets one.
+    assert resources(launcher_template, "AWS::SNS::Subscription") == {}
+
+
+def test_state_machine_arn_is_published(launcher_template):
+    machine_id = next(iter(resources(launcher_template, "AWS::StepFunctions::StateMachine")))
+    (parameter,) = resources(launcher_template, "AWS::SSM::Parameter").values()
+    assert parameter["Properties"]["Name"] == "/mltrain/state-machine-arn"
+    assert parameter["Properties"]["Value"] == {"Ref": machine_id}
+    assert launcher_template["Outputs"]["StateMachineArn"]["Value"] == {"Ref": machine_id}
+
+
+def test_alarms_notify_the_topic(launcher_template):
+    topic_ref = {"Ref": next(iter(resources(launcher_template, "AWS::SNS::Topic")))}
+    alarms = {
+        a["Properties"]["AlarmName"]: a["Properties"]
+        for a in resources(launcher_template, "AWS::CloudWatch::Alarm").values()
+    }
+    assert set(alarms) == {"mltrain-job-launcher-failed-executions", "mltrain-training-low-gpu-utilization"}
+    for alarm in alarms.values():
+        assert alarm["AlarmActions"] == [topic_ref] and alarm["OKActions"] == [topic_ref]
+        assert alarm["TreatMissingData"] == "notBreaching"
+
+    failed = alarms["mltrain-job-launcher-failed-executions"]
+    assert failed["MetricName"] == "ExecutionsFailed" and failed["Namespace"] == "AWS/States"
+    assert failed["Threshold"] == 1 and failed["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+
+    gpu = alarms["mltrain-training-low-gpu-utilization"]
+    (query,) = gpu["Metrics"]
+    assert 'FROM SCHEMA("/aws/sagemaker/TrainingJobs", Host)' in query["Expression"]
+    assert "AVG(GPUUtilization)" in query["Expression"]
+    # GPUUtilization sums over a host's GPUs: the threshold is 80 % of each GPU of the smallest allowed GPU type
+    # (cdk.json allows ml.g5.12xlarge and ml.g6e.12xlarge, 4 GPUs each, beside 8-GPU types).
+    allowed = json.loads((ROOT / "cdk.json").read_text())["context"]["allowed_instance_types"]
+    assert smallest_gpu_count(allowed) == 4
+    assert gpu["Threshold"] == 80 * 4 and gpu["ComparisonOperator"] == "LessThanThreshold"
+    assert gpu["EvaluationPeriods"] * query["Period"] == 30 * 60
+
+
+def test_dashboard_shows_executions_and_gpu_utilization(launcher_template):
+    body = json.dumps(only(launcher_template, "AWS::CloudWatch::Dashboard")["Properties"]["DashboardBody"])
+    for expected in (
+        "ExecutionsStarted",
+        "ExecutionsSucceeded",
+        "ExecutionsFailed",
+        "GPUUtilization",
+        "tokens_per_sec",
+    ):
+        assert expected in body, expected
+
+
+def test_every_acknowledgement_names_a_resource_and_a_reason(cdk_out: Path):
+    """cdk-nag findings acknowledged in the launcher stack: on one construct each, with a reason.
+
+    Read from the assembly's metadata (the validation report lists only the first stack's acknowledgements).
+    """
+    documents = [json.loads(f.read_text()) for f in cdk_out.glob("*.metadata.json")]
+    (metadata,) = [m for m in documents if any("/JobLauncher/" in path for path in m)]
+    acknowledged = {
+        (path, rule): reason
+        for path, entries in metadata.items()
+        for e in entries
+        if e["type"] == "aws:cdk:acknowledged-rules"
+        for rule, reason in e["data"].items()
+    }
+    assert acknowledged
+    job_prefix = "arn:<AWS::Partition>:sagemaker:<AWS::Region>:<AWS::AccountId>:training-job/mltrain-*"
+    for (path, rule), reason in acknowledged.items():
+        assert "/JobLauncher/" in path, (path, rule)
+        assert len(reason) >= 40, (rule, reason)
+        if "IAM5" in rule:
+            # One finding at a time; wildcard resources only for unscopable actions, the platform's job-name
+            # prefix, and the versions (<arn>:*) of the launcher's own functions.
+            finding = re.fullmatch(r".*AwsSolutions-IAM5\[(Action|Resource)::(.+)\]", rule)
+            assert finding, rule
+            kind, value = finding.groups()
+            if kind == "Resource":
+                assert value in ("*", job_prefix) or re.fullmatch(
+                    r"<JobLauncher\w+Function\w+\.Arn>:\*", value
+                ), rule
+            else:
+                assert value == "kms:GenerateDataKey*", rule

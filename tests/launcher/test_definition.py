@@ -1,0 +1,142 @@
+"""The synthesized definition: resolved honestly, shaped as the contracts say, and valid ASL."""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+
+import pytest
+from cfnlint.api import lint
+
+from jobs.render import CREATE_REQUEST_KEYS
+from tests.launcher.definition import (
+    UnresolvedIntrinsic,
+    contains_intrinsic,
+    fake_names,
+    launcher_definition,
+    resolve,
+)
+
+
+@pytest.fixture(scope="module")
+def resolved(launcher_template):
+    return launcher_definition(launcher_template)
+
+
+def test_resolver_leaves_no_intrinsic(launcher_template, resolved):
+    (machine,) = [
+        r for r in launcher_template["Resources"].values() if r["Type"] == "AWS::StepFunctions::StateMachine"
+    ]
+    assert contains_intrinsic(machine["Properties"]["DefinitionString"])  # there was something to resolve
+    assert not contains_intrinsic(resolved.definition)
+    text = json.dumps(resolved.definition)
+    assert "Fn::" not in text and '"Ref"' not in text and "${Token[" not in text
+
+
+def test_resolver_refuses_what_it_does_not_know(launcher_template):
+    refs, attrs = fake_names(launcher_template)
+    with pytest.raises(UnresolvedIntrinsic, match="Fn::Sub"):
+        resolve({"Fn::Sub": "arn:${AWS::Partition}:x"}, refs, attrs)
+    with pytest.raises(UnresolvedIntrinsic, match="NoSuchResource"):
+        resolve({"Fn::Join": ["", [{"Ref": "NoSuchResource"}]]}, refs, attrs)
+
+
+def test_launch_maps_every_create_request_key(resolved):
+    launch = resolved.definition["States"]["Launch"]
+    assert launch["Type"] == "Task"
+    assert launch["Resource"] == "arn:aws:states:::sagemaker:createTrainingJob.sync"
+    assert launch["Parameters"] == {f"{key}.$": f"$.create.{key}" for key in CREATE_REQUEST_KEYS}
+    assert launch["ResultPath"] == "$.job"
+    assert launch["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.failure", "Next": "Decide"}]
+    assert "Retry" not in launch  # every retry decision is the decide function's
+
+
+def test_states_and_transitions(resolved):
+    states = resolved.definition["States"]
+    assert resolved.definition["StartAt"] == "Prepare"
+    assert states["Prepare"]["Catch"] == [
+        {"ErrorEquals": ["RequestInvalid"], "ResultPath": "$.error", "Next": "ParseRequestError"}
+    ]
+    assert states["RequestInvalid"] == {
+        "Type": "Fail",
+        "Error": "RequestInvalid",
+        "CausePath": "$.error.errorMessage",
+    }
+    assert states["Backoff"] == {
+        "Type": "Wait",
+        "SecondsPath": "$.decision.wait_seconds",
+        "Next": "NextAttempt",
+    }
+    assert states["NextAttempt"]["Next"] == "Launch"
+    assert states["Decide"]["Catch"] == [
+        {"ErrorEquals": ["States.ALL"], "ResultPath": "$.decide_error", "Next": "DecideFailed"}
+    ]
+    assert states["DecideFailed"]["Next"] == "Summarize"
+    assert states["RetryOrFail"]["Choices"] == [
+        {"Variable": "$.decision.action", "StringEquals": "retry", "Next": "Backoff"}
+    ]
+    assert states["RetryOrFail"]["Default"] == "Summarize"
+    assert states["Notify"]["Resource"] == "arn:aws:states:::sns:publish"
+    assert states["Notify"]["Parameters"]["TopicArn"] == resolved.topic_arn
+    assert states["Summary"] == {"Type": "Pass", "InputPath": "$.result.summary", "Next": "Succeeded"}
+    assert states["Succeeded"] == {"Type": "Succeed"}
+    # Every state is reachable from StartAt, and every Next names a state.
+    reachable, todo = set(), ["Prepare"]
+    while todo:
+        name = todo.pop()
+        if name in reachable:
+            continue
+        reachable.add(name)
+        state = states[name]
+        nexts = [
+            state.get("Next"),
+            state.get("Default"),
+            *(c["Next"] for c in state.get("Choices", [])),
+            *(c["Next"] for c in state.get("Catch", [])),
+        ]
+        todo += [n for n in nexts if n]
+    assert reachable == set(states)
+
+
+def test_lambda_tasks_run_the_jobs_handlers(resolved):
+    tasks = {
+        name: s
+        for name, s in resolved.definition["States"].items()
+        if s.get("Resource", "") in resolved.handlers
+    }
+    assert {name: resolved.handlers[s["Resource"]] for name, s in tasks.items()} == {
+        "Prepare": "jobs.handler.prepare",
+        "Decide": "jobs.handler.decide",
+        "Summarize": "jobs.handler.summarize",
+    }
+    handler_module = importlib.import_module("jobs.handler")
+    for handler in resolved.handlers.values():
+        assert callable(getattr(handler_module, handler.rsplit(".", 1)[1]))
+    # Lambda service errors are retried by the state machine; the handlers' own errors are not.
+    for state in tasks.values():
+        (retry,) = state["Retry"]
+        assert all(e.startswith("Lambda.") for e in retry["ErrorEquals"])
+
+
+def test_cfn_lint_validates_the_resolved_definition(launcher_template, resolved, tmp_path, monkeypatch):
+    """cfn-lint skips a definition built with Fn::Join; with it resolved, its ASL schema checks (E3601) run.
+
+    W3005 is ignored for the reason .cfnlintrc.yaml gives (the CDK's DependsOn on the role's policy).
+    """
+    # cfn-lint's API reads the command line and a config file in the working directory: give it neither.
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["cfn-lint"])
+    template = copy.deepcopy(launcher_template)
+    (machine,) = [
+        r for r in template["Resources"].values() if r["Type"] == "AWS::StepFunctions::StateMachine"
+    ]
+    machine["Properties"]["DefinitionString"] = json.dumps(resolved.definition)
+    matches = [m for m in lint(json.dumps(template), regions=["us-east-1"]) if m.rule.id != "W3005"]
+    assert matches == [], "\n".join(str(m) for m in matches)
+
+    # The check is live: the form the Summary Pass state replaced (a Succeed with an OutputPath) is reported.
+    broken = copy.deepcopy(resolved.definition)
+    broken["States"]["Succeeded"]["OutputPath"] = "$.result.summary"
+    machine["Properties"]["DefinitionString"] = json.dumps(broken)
+    assert any(m.rule.id == "E3601" for m in lint(json.dumps(template), regions=["us-east-1"]))

@@ -1,0 +1,86 @@
+"""Helpers for the training tests: tiny configs, spawning ranks, reading the exported weights."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.multiprocessing as mp
+from safetensors.torch import load_file
+
+from training.config import from_environment
+
+SEQ = 16
+
+
+def write_tokens(directory: Path, shards: list[np.ndarray], vocab: int = 64) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    for i, tokens in enumerate(shards):
+        tokens.astype(np.uint16).tofile(directory / f"shard-{i:05d}.bin")
+    (directory / "meta.json").write_text(json.dumps({"format": "tokens", "dtype": "uint16", "vocab_size": vocab}))
+    return directory
+
+
+def config(root: Path, corpus: Path, **overrides):
+    """A tiny decoder run writing under `root` (checkpoints/, model/, output/)."""
+    values = dict(
+        strategy="single", model="gpt", model_size="tiny", data="channels", seq_len=SEQ,
+        train_dir=str(corpus / "train"), validation_dir=str(corpus / "validation"),
+        checkpoint_dir=str(root / "checkpoints"), model_dir=str(root / "model"),
+        output_data_dir=str(root / "output"), micro_batch_size=4, max_steps=6, warmup_steps=2,
+        checkpoint_interval=0, log_interval=1, seed=7,
+    )
+    values.update(overrides)
+    return from_environment(values, {})
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn(world: int, runs: list) -> None:
+    from tests.training.workers import run_scenarios
+
+    mp.spawn(run_scenarios, args=(world, free_port(), runs), nprocs=world, join=True)
+
+
+def weights(root: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(root / "model" / "model.safetensors"))
+
+
+def max_diff(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max((a[k] - b[k]).abs().max().item() for k in a)
+
+
+# Runs on 2 ranks, all in one spawn (starting processes is the expensive part here).
+SGD = dict(optimizer="sgd", lr=0.5, weight_decay=0.0, grad_clip=0.0, lr_schedule="constant", warmup_steps=0)
+ADAMW = dict(optimizer="adamw", lr=3e-3, max_steps=8, checkpoint_interval=0, keep_checkpoints=5)
+
+
+# The job that test_training_local runs through `trainctl local`'s engine (hyperparameters as the launcher
+# renders them), and its uninterrupted twin in the 2-rank spawn.
+LOCAL_HPS = {"strategy": "fsdp", "model": "gpt", "model_size": "tiny", "checkpoint_interval": 4, "max_steps": 40,
+             "micro_batch_size": 2, "seq_len": SEQ, "log_interval": 1, "lr": 0.003, "eval_interval": 10, "seed": 5}
+
+
+def local_reference_run(root: Path, corpus: Path) -> dict:
+    from cli.local import script_args
+
+    env = {"SM_CHANNEL_TRAIN": str(corpus / "train"), "SM_CHANNEL_VALIDATION": str(corpus / "validation"),
+           "SM_MODEL_DIR": str(root / "model"), "SM_OUTPUT_DATA_DIR": str(root / "output"),
+           "TRAINING_CHECKPOINT_DIR": str(root / "checkpoints")}
+    return {"argv": script_args(LOCAL_HPS), "env": env}
+
+
+def bigram_model(cfg, data_meta: dict):
+    """A bring-your-own model (`model=tests.training.helpers:bigram_model`): no blocks, no init_weights."""
+    from torch import nn
+
+    vocab = int(data_meta.get("vocab_size", 256))
+    return nn.Sequential(nn.Embedding(vocab, 16), nn.Linear(16, vocab))

@@ -1,0 +1,96 @@
+"""`trainctl local`'s engine end to end: a hand-written CreateTrainingJob request, 2 processes under a real
+torchrun, SIGTERM mid-run (checkpoint, clean stop), then a second run that resumes and ends on the same
+weights as an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from cli.local import run_local
+from tests.training.helpers import LOCAL_HPS, weights
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("training-mp")]
+
+
+def create_request(hps: dict) -> dict:
+    encoded = {"sagemaker_program": "train.py", "sagemaker_submit_directory": "s3://bucket/code/sourcedir.tar.gz",
+               "sagemaker_region": "us-east-1", "sagemaker_torch_distributed_enabled": True,
+               "sagemaker_instance_type": "ml.g5.12xlarge", **hps}
+    return {
+        "TrainingJobName": "local-demo-1",
+        "AlgorithmSpecification": {"TrainingImage": "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.8.0-gpu-py312",
+                                   "TrainingInputMode": "File"},
+        "RoleArn": "arn:aws:iam::123456789012:role/training",
+        "HyperParameters": {k: json.dumps(v) for k, v in encoded.items()},
+        "InputDataConfig": [
+            {"ChannelName": name, "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": f"s3://bucket/{name}/"}}}
+            for name in ("train", "validation")
+        ],
+        "OutputDataConfig": {"S3OutputPath": "s3://bucket/output/"},
+        "ResourceConfig": {"InstanceType": "ml.g5.12xlarge", "InstanceCount": 1, "VolumeSizeInGB": 50},
+        "CheckpointConfig": {"S3Uri": "s3://bucket/checkpoints/local-demo/"},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
+        "Environment": {"LOCAL_TEST_MARKER": "1"},
+    }
+
+
+def sigterm_self_at_step(metrics: Path, step: int, done: threading.Event, sent: list[float]) -> threading.Thread:
+    """Like SageMaker stopping the job: SIGTERM to the process running the container once `step` is logged."""
+
+    def watch() -> None:
+        deadline = time.time() + 120
+        while time.time() < deadline and not done.is_set():
+            if metrics.exists() and any(json.loads(line).get("step", 0) >= step
+                                        for line in metrics.read_text().splitlines() if line.strip()):
+                sent.append(time.monotonic())
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_interrupted_local_run_resumes_to_the_uninterrupted_weights(tmp_path, corpus, two_rank_runs):
+    request = create_request(LOCAL_HPS)
+    data = {"train": corpus / "train", "validation": corpus / "validation"}
+    work = tmp_path / "work"
+
+    done, sent = threading.Event(), []
+    watcher = sigterm_self_at_step(work / "output" / "data" / "metrics.jsonl", step=3, done=done, sent=sent)
+    code = run_local(request, workdir=work, nproc=2, data_dirs=data)
+    done.set()
+    watcher.join(timeout=1)
+    assert code == 0 and sent
+    assert time.monotonic() - sent[0] < 60  # checkpointed and gone well inside SageMaker's 120 s
+    status = json.loads((work / "output" / "data" / "training_status.json").read_text())
+    assert status["status"] == "stopped" and 3 <= status["step"] < LOCAL_HPS["max_steps"]
+    stopped_at = work / "checkpoints" / f"step-{status['step']}"
+    assert (stopped_at / "COMPLETE.json").exists() and (stopped_at / ".metadata").exists()
+    assert not (work / "model" / "model.safetensors").exists()
+    logs = "\n".join(p.read_text() for p in (work / "output" / "logs").rglob("*.log"))
+    assert f"[train] stopped at step {status['step']}" in logs  # the workers' own clean exit
+    # The SageMaker-like layout the script saw.
+    assert json.loads((work / "input" / "config" / "hyperparameters.json").read_text())["max_steps"] == "40"
+    assert (work / "input" / "data" / "train").resolve() == (corpus / "train").resolve()
+    assert (work / "code" / "train.py").exists() and (work / "code" / "training" / "loop.py").exists()
+
+    assert run_local(request, workdir=work, nproc=2, data_dirs=data) == 0
+    status = json.loads((work / "output" / "data" / "training_status.json").read_text())
+    assert status == {**status, "status": "completed", "step": LOCAL_HPS["max_steps"]}
+    logs = "\n".join(p.read_text() for p in (work / "output" / "logs").rglob("*.log"))
+    assert f"resumed from {stopped_at}" in logs
+    resumed, reference = weights(work), weights(two_rank_runs / "local_reference")
+    assert all(torch.equal(resumed[k], reference[k]) for k in reference)
+    metrics = [json.loads(line) for line in (work / "output" / "data" / "metrics.jsonl").read_text().splitlines()]
+    losses = [m["train_loss"] for m in metrics if "train_loss" in m]
+    assert losses[-1] < losses[0]

@@ -1,0 +1,103 @@
+"""A GPT-style decoder (pre-norm, causal self-attention through SDPA, GELU MLP), nanoGPT's shape."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    n_layer: int
+    n_head: int
+    d_model: int
+    seq_len: int
+    vocab_size: int
+    dropout: float = 0.0
+
+
+# Sizes people size platforms for. Parameter counts are for the preset's own vocabulary.
+GPT_PRESETS = {
+    "tiny": GPTConfig(n_layer=2, n_head=2, d_model=32, seq_len=32, vocab_size=256),  # tests: ~40k
+    "small": GPTConfig(n_layer=6, n_head=6, d_model=384, seq_len=256, vocab_size=256),  # ~10M, laptop demo
+    "125m": GPTConfig(n_layer=12, n_head=12, d_model=768, seq_len=1024, vocab_size=50304),
+    "350m": GPTConfig(n_layer=24, n_head=16, d_model=1024, seq_len=1024, vocab_size=50304),
+    "1b": GPTConfig(n_layer=16, n_head=16, d_model=2048, seq_len=2048, vocab_size=50304),  # ~1.0B
+    "7b": GPTConfig(n_layer=32, n_head=32, d_model=4096, seq_len=4096, vocab_size=32000),  # ~6.7B
+}
+
+
+class Attention(nn.Module):
+    def __init__(self, c: GPTConfig) -> None:
+        super().__init__()
+        self.n_head = c.n_head
+        self.qkv = nn.Linear(c.d_model, 3 * c.d_model, bias=False)
+        self.proj = nn.Linear(c.d_model, c.d_model, bias=False)
+        self.dropout = c.dropout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.n_head, d // self.n_head).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class Block(nn.Module):
+    def __init__(self, c: GPTConfig) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(c.d_model)
+        self.attn = Attention(c)
+        self.ln2 = nn.LayerNorm(c.d_model)
+        self.fc = nn.Linear(c.d_model, 4 * c.d_model, bias=False)
+        self.out = nn.Linear(4 * c.d_model, c.d_model, bias=False)
+        self.drop = nn.Dropout(c.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.drop(self.attn(self.ln1(x)))
+        return x + self.drop(self.out(F.gelu(self.fc(self.ln2(x)))))
+
+
+class GPT(nn.Module):
+    data_kind = "tokens"
+
+    def __init__(self, c: GPTConfig) -> None:
+        super().__init__()
+        self.c = c
+        self.tok = nn.Embedding(c.vocab_size, c.d_model)
+        self.pos = nn.Embedding(c.seq_len, c.d_model)
+        self.drop = nn.Dropout(c.dropout)
+        self.blocks = nn.ModuleList(Block(c) for _ in range(c.n_layer))
+        self.ln_f = nn.LayerNorm(c.d_model)
+        # Not tied to `tok`: safetensors refuses shared storage and FSDP shards the two separately anyway.
+        self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.drop(self.tok(idx) + self.pos(pos))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """GPT-2's init; residual projections scaled by depth. Uses the global RNG: seed it first."""
+        for name, p in self.named_parameters():
+            if p.dim() == 1:  # LayerNorm
+                nn.init.ones_(p) if name.endswith("weight") else nn.init.zeros_(p)
+            elif name.endswith(("proj.weight", "out.weight")):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * self.c.n_layer))
+            else:
+                nn.init.normal_(p, mean=0.0, std=0.02)
+
+    def flops_per_sample(self) -> float:
+        """Training FLOPs for one sequence: 6 per parameter per token plus attention (PaLM appendix B)."""
+        c = self.c
+        n = sum(p.numel() for p in self.parameters()) - self.pos.weight.numel()
+        return (6 * n + 12 * c.n_layer * c.d_model * c.seq_len) * c.seq_len
+
+    def export_config(self) -> dict:
+        return {"architecture": "gpt", **asdict(self.c)}

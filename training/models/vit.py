@@ -1,0 +1,97 @@
+"""A Vision Transformer classifier (patch embedding, class token, pre-norm encoder blocks)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class ViTConfig:
+    image_size: int
+    patch_size: int
+    channels: int
+    n_layer: int
+    n_head: int
+    d_model: int
+    num_classes: int
+    dropout: float = 0.0
+
+    @property
+    def num_patches(self) -> int:
+        return (self.image_size // self.patch_size) ** 2
+
+
+VIT_PRESETS = {
+    "tiny": ViTConfig(image_size=32, patch_size=8, channels=3, n_layer=2, n_head=2, d_model=32, num_classes=10),
+    "base": ViTConfig(image_size=224, patch_size=16, channels=3, n_layer=12, n_head=12, d_model=768,
+                      num_classes=1000),  # ViT-B/16, 86M
+    "large": ViTConfig(image_size=224, patch_size=16, channels=3, n_layer=24, n_head=16, d_model=1024,
+                       num_classes=1000),  # ViT-L/16, 304M
+    "huge": ViTConfig(image_size=224, patch_size=14, channels=3, n_layer=32, n_head=16, d_model=1280,
+                      num_classes=1000),  # ViT-H/14, 632M
+}
+
+
+class EncoderBlock(nn.Module):
+    def __init__(self, c: ViTConfig) -> None:
+        super().__init__()
+        self.n_head = c.n_head
+        self.ln1 = nn.LayerNorm(c.d_model)
+        self.qkv = nn.Linear(c.d_model, 3 * c.d_model)
+        self.proj = nn.Linear(c.d_model, c.d_model)
+        self.ln2 = nn.LayerNorm(c.d_model)
+        self.fc = nn.Linear(c.d_model, 4 * c.d_model)
+        self.out = nn.Linear(4 * c.d_model, c.d_model)
+        self.drop = nn.Dropout(c.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.n_head, d // self.n_head).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v)
+        x = x + self.drop(self.proj(y.transpose(1, 2).reshape(b, t, d)))
+        return x + self.drop(self.out(F.gelu(self.fc(self.ln2(x)))))
+
+
+class ViT(nn.Module):
+    data_kind = "images"
+
+    def __init__(self, c: ViTConfig) -> None:
+        super().__init__()
+        self.c = c
+        self.patch = nn.Conv2d(c.channels, c.d_model, kernel_size=c.patch_size, stride=c.patch_size)
+        self.cls = nn.Parameter(torch.zeros(1, 1, c.d_model))
+        self.pos = nn.Parameter(torch.zeros(1, c.num_patches + 1, c.d_model))
+        self.blocks = nn.ModuleList(EncoderBlock(c) for _ in range(c.n_layer))
+        self.ln_f = nn.LayerNorm(c.d_model)
+        self.head = nn.Linear(c.d_model, c.num_classes)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = self.patch(images).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1) + self.pos
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x[:, 0]))
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """Truncated-normal weights and zero biases, as in the ViT paper's reference code."""
+        for name, p in self.named_parameters():
+            if ".ln" in f".{name}":  # LayerNorm
+                nn.init.ones_(p) if name.endswith("weight") else nn.init.zeros_(p)
+            elif p.dim() == 1 or name.startswith("head"):
+                nn.init.zeros_(p)
+            else:
+                nn.init.trunc_normal_(p, std=0.02)
+
+    def flops_per_sample(self) -> float:
+        c = self.c
+        t = c.num_patches + 1
+        n = sum(p.numel() for p in self.parameters())
+        return 6 * n * t + 12 * c.n_layer * c.d_model * t * t
+
+    def export_config(self) -> dict:
+        return {"architecture": "vit", **asdict(self.c)}
