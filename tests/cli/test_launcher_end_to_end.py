@@ -3,8 +3,8 @@
 The launcher room's harness (tests/launcher) runs the definition with a scripted SageMaker `.sync`
 integration and the `jobs` handlers in-process. Here trainctl drives it like an engineer would: submit
 with --wait, then status and logs, reading the real execution history the launcher produces.
-Needs the CDK synth (the session's `templates` fixture): the test shares the "cdk" group's worker, and
-its harness is closed at the end of this module, before the launcher's own session harness opens.
+Needs the CDK synth (the session's `templates` fixture, shared between workers); the harness is
+module-scoped, so its moto mock and patches end with this module.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from tests.launcher import sagemaker_sync as sm
 from tests.launcher.definition import launcher_definition
 from tests.launcher.harness import LauncherHarness
 
-pytestmark = [pytest.mark.xdist_group("cdk"), pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 SETTINGS_FILE = Path(__file__).parents[1] / "launcher" / "platform_settings.json"
 # Retry waits at 0: moto's Wait states take real time.

@@ -17,7 +17,7 @@ import torch
 from cli.local import run_local
 from tests.training.helpers import LOCAL_HPS, weights
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("training-mp")]
+pytestmark = pytest.mark.slow
 
 
 def create_request(hps: dict) -> dict:

@@ -13,7 +13,7 @@ from training.checkpoint import why_invalid
 from training.distributed import StopFlag, setup, teardown
 from training.loop import train
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("training-mp")]
+pytestmark = pytest.mark.slow
 
 # Measured here (REFERENCE.md): 2 ranks x b vs 1 process x 2b agree to ~1e-7 with SGD in fp32.
 SGD_TOL = 1e-6
