@@ -7,7 +7,6 @@ same work folder so it resumes from the checkpoint, and prints the loss as it fa
 
 from __future__ import annotations
 
-import re
 import shutil
 import signal
 import subprocess
@@ -18,26 +17,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from jobs.metrics import parse_metric_line
+
 ROOT = Path(__file__).resolve().parents[1]
 REQUEST = ROOT / "examples" / "local-fsdp.json"
 DATA = ROOT / "data" / "stdlib-bytes"
 WORKDIR = ROOT / ".demo" / "local-fsdp"
 INTERRUPT_AT_STEP = 70
-METRIC = re.compile(r"\[metrics\] (.*)")
-
-
-def parse(line: str) -> dict[str, float] | None:
-    match = METRIC.search(line)
-    if not match:
-        return None
-    values = {}
-    for pair in match.group(1).split():
-        key, _, value = pair.partition("=")
-        try:
-            values[key] = float(value)
-        except ValueError:
-            continue
-    return values
 
 
 def run(console: Console, label: str, interrupt_at: int | None) -> tuple[int, list[dict[str, float]], float]:
@@ -51,7 +37,8 @@ def run(console: Console, label: str, interrupt_at: int | None) -> tuple[int, li
     assert proc.stdout is not None
     for line in proc.stdout:
         sys.stdout.write(line)
-        values = parse(line)
+        # The launcher's own metric regexes: the demo reads the lines as SageMaker would.
+        values = parse_metric_line(line)
         if values:
             records.append(values)
             if interrupt_at is not None and not sent and values.get("step", 0) >= interrupt_at:

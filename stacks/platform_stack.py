@@ -96,13 +96,13 @@ class PlatformStack(cdk.Stack):
             cdk.CfnOutput(self, name, value=value)
             ssm.StringParameter(self, f"{name}Parameter", parameter_name=f"/{config.name_prefix}/{_kebab(name)}",
                                 string_value=value)
-        document = cdk.Stack.of(self).to_json_string(settings)
+        document = self.to_json_string(settings)
         cdk.CfnOutput(self, "PlatformSettings", value=document,
                       description="The platform settings document (trainctl render --platform FILE)")
         ssm.StringParameter(self, "PlatformSettingsParameter", string_value=document,
                             parameter_name=f"/{config.name_prefix}/platform-settings",
                             description="Platform settings for the job launcher and trainctl (JSON)")
-        cdk.CfnOutput(self, "TrainingPlans", value=cdk.Stack.of(self).to_json_string(settings["training_plans"]),
+        cdk.CfnOutput(self, "TrainingPlans", value=self.to_json_string(settings["training_plans"]),
                       description="Registered SageMaker training plans (capacity reservations)")
 
 
