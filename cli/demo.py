@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from jobs.metrics import parse_metric_line
+from contract.metrics import parse_metric_line
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUEST = ROOT / "examples" / "local-fsdp.json"

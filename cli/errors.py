@@ -59,7 +59,7 @@ def as_user_error(exc: BaseException) -> UserError | None:
     """The UserError a user-caused exception stands for, or None for a bug."""
     if isinstance(exc, UserError):
         return exc
-    # jobs.errors.RequestInvalid: matched by name so that this module does not import jobs.
+    # contract.errors.RequestInvalid: matched by name so that this module does not import jobs.
     if type(exc).__name__ == "RequestInvalid":
         return UserError(f"invalid job request:\n{exc}", "fix the fields named above")
     if isinstance(exc, NoCredentialsError | PartialCredentialsError):

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from training.loop import STATUS_FILE
-from training.packaging import build_archive_bytes
+from bundles.sourcedir import build_archive_bytes
 
 HOST = "algo-1"
 # SageMaker sends SIGKILL 120 s after SIGTERM; torchrun's grace period (default 30 s) is raised to match,

@@ -72,7 +72,7 @@ class ExecutionStatus(StrEnum):
 
 def _render(loaded, platform, *, attempt: int, run_id: str | None, instance_type: str | None,
             on_demand: bool) -> dict:
-    from jobs.errors import RequestInvalid
+    from contract.errors import RequestInvalid
     from jobs.render import new_run_id, render_create_training_job
 
     if instance_type is not None:

@@ -16,7 +16,7 @@ from rich.table import Table
 from cli.aws import Aws
 from cli.executions import ExecutionView, describe, describe_job, job_metrics
 
-# The training package's metric names (jobs.metrics.METRIC_NAMES) in the order people read them.
+# The training package's metric names (contract.metrics.METRIC_NAMES) in the order people read them.
 _METRIC_ORDER = ("step", "epoch", "train_loss", "val_loss", "lr", "grad_norm", "tokens_per_sec",
                  "samples_per_sec", "step_time_ms", "mfu", "loss_scale")
 

@@ -41,7 +41,7 @@ def read_json_object(path: Path, what: str) -> dict[str, Any]:
 
 def load_request(path: Path) -> LoadedRequest:
     """Read and validate a job request (no AWS call). Raises UserError listing every problem."""
-    from jobs.errors import RequestInvalid
+    from contract.errors import RequestInvalid
     from jobs.request import parse_request
 
     document = read_json_object(path, "job request")
@@ -55,7 +55,7 @@ def load_request(path: Path) -> LoadedRequest:
 
 def validate_for_platform(loaded: LoadedRequest, platform: Any) -> None:
     """The platform-dependent rules (allowed instance types, training plans, FSx), as one UserError."""
-    from jobs.errors import RequestInvalid
+    from contract.errors import RequestInvalid
     from jobs.request import validate_for_platform as _validate
 
     try:

@@ -20,7 +20,7 @@ from typing import Any
 
 from jobs import run as runs
 from jobs.classify import classify_failure
-from jobs.errors import Problem, RequestInvalid
+from contract.errors import Problem, RequestInvalid
 from jobs.platform import PlatformSettings
 from jobs.policy import decide as decide_next
 from jobs.render import new_run_id, render_create_training_job

@@ -23,7 +23,7 @@ from typing import Any
 
 from jobs import catalog
 from jobs.images import resolve_image
-from jobs.metrics import metric_definitions
+from contract.metrics import metric_definitions
 from jobs.platform import PlatformSettings
 from jobs.request import PLATFORM_ENVIRONMENT, JobRequest, dataset_kind, fsx_path
 

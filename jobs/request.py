@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs import catalog
-from jobs.errors import Problem, RequestInvalid
-from jobs.metrics import MAX_METRIC_DEFINITIONS, MAX_REGEX_LENGTH, METRIC_NAMES
+from contract.errors import Problem, RequestInvalid
+from contract.metrics import MAX_METRIC_DEFINITIONS, MAX_REGEX_LENGTH, METRIC_NAMES
 from jobs.platform import PlatformSettings
-from jobs.schema import meta, parse_dataclass, to_jsonable
+from contract.schema import meta, parse_dataclass, to_jsonable
 
 STRATEGIES = ("single", "ddp", "fsdp", "smp", "auto")
 INPUT_MODES = ("File", "FastFile", "FSx")

@@ -10,7 +10,7 @@ from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
 from platform_constructs.nag import acknowledge, nag_form
-from training.packaging import build_sourcedir
+from bundles.sourcedir import build_sourcedir
 
 
 class TrainingSourceBundle(Construct):

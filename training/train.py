@@ -11,11 +11,9 @@ import sys
 from pathlib import Path
 
 if not __package__:
-    # Run as a file: make `import training` work and keep the package folder itself off sys.path, where
-    # its modules would shadow installed ones (training/packaging.py vs the `packaging` distribution).
+    # Run as the file training/train.py (not the source dir's root copy): make `import training` work.
     _here = Path(__file__).resolve().parent
     if _here.name == "training" and (_here / "__init__.py").exists():
-        sys.path = [p for p in sys.path if Path(p or ".").resolve() != _here]
         sys.path.insert(0, str(_here.parent))
 
 from training.config import ConfigError, parse_args  # noqa: E402

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 
-from jobs.metrics import METRIC_NAMES, metric_definitions, parse_metric_line
+from contract.metrics import METRIC_NAMES, metric_definitions, parse_metric_line
 
 
 def test_names_and_regexes_are_the_contracts():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from jobs.reference import markdown
 from jobs.request import JobRequest
-from jobs.schema import reference_rows
+from contract.schema import reference_rows
 from tests.conftest import ROOT
 
 START = "<!-- JOB-REFERENCE:START"

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jobs import catalog
-from jobs.metrics import metric_definitions
+from contract.metrics import metric_definitions
 from jobs.platform import PlatformSettings
 from jobs.render import (
     CREATE_REQUEST_KEYS,

@@ -9,10 +9,10 @@ import pickle
 
 import pytest
 
-from jobs.errors import Problem, RequestInvalid
+from contract.errors import Problem, RequestInvalid
 from jobs.platform import TrainingPlan
 from jobs.request import JobRequest, parse_request, validate_for_platform
-from jobs.schema import reference_rows
+from contract.schema import reference_rows
 
 from .conftest import REQUEST_EXAMPLES
 

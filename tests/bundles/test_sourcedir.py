@@ -9,7 +9,7 @@ import sys
 import tarfile
 import time
 
-from training import packaging
+from bundles import sourcedir as packaging
 
 
 def test_same_content_gives_the_same_bytes(tmp_path):
@@ -17,7 +17,8 @@ def test_same_content_gives_the_same_bytes(tmp_path):
     # Touch every source file and add bytecode: neither may change the archive.
     for path in packaging.source_files().values():
         os.utime(path, (time.time() + 5, time.time() + 5))
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(packaging.PACKAGE_DIR)], check=True)
+    for package in packaging.PACKAGES:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(packaging.ROOT / package)], check=True)
     second = packaging.build_sourcedir(tmp_path / "b")
     assert first.name == "sourcedir.tar.gz"
     assert first.read_bytes() == second.read_bytes()
@@ -35,6 +36,7 @@ def test_layout_train_py_at_the_root_next_to_the_package(tmp_path):
     assert names == sorted(names)
     assert "train.py" in names and "training/train.py" in names and "training/config.py" in names
     assert "training/strategies/fsdp.py" in names and "training/models/gpt.py" in names
+    assert "contract/hyperparameters.py" in names and not [n for n in names if n.startswith(("jobs/", "cli/"))]
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     assert "requirements.txt" not in names
     assert {(m.mtime, m.uid, m.gid, m.mode, m.uname) for m in members} == {(0, 0, 0, 0o644, "")}

@@ -1,28 +1,41 @@
-"""A small typed-schema reader: JSON-like dicts into frozen dataclasses, collecting every problem.
+"""The one schema engine: JSON-like documents into frozen dataclasses, collecting every problem.
 
-The dataclasses in `jobs.request` are the schema: each field's type annotation says what JSON value it
-takes, and `field(metadata=...)` adds `doc`, `min`, `max` and `choices`. One definition gives the parser,
-the error messages (each naming the field path) and the README's reference table. Standard library only,
-because this runs in the launcher Lambda.
+A dataclass is the schema: each field's type annotation says what JSON value it takes, and
+`field(metadata=meta(...))` adds `doc`, `min`, `max`, `choices`, `pattern`, `max_length` and `check`.
+One definition gives the parser, the error messages (each naming the field path), the text form
+(`coerce_text`: CDK `-c` values, the training container's `--key value` arguments), the JSON Schema
+(`json_schema`) and the README's reference tables (`reference_rows`). The job request, the platform
+settings, the platform config and the training hyperparameters are all read by it.
+
+Standard library only: it runs in the launcher Lambda and inside the training container.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import enum
 import json
+import re
 import types
 import typing
 from typing import Any
 
-from jobs.errors import Problem
+from contract.errors import Problem
 
 _MISSING = dataclasses.MISSING
 
 
 def meta(doc: str, **rules: Any) -> dict[str, Any]:
-    """Field metadata: `doc` for the reference table; rules: min, max, choices."""
+    """Field metadata: `doc` for the reference table; rules: min, max, choices, pattern, max_length, check.
+
+    Other keys are the owner's own annotations (e.g. `set_by` on hyperparameters) and are kept as given.
+    """
     return {"doc": doc, **rules}
+
+
+def _is_enum(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, enum.Enum)
 
 
 def join(path: str, key: str | int) -> str:
@@ -57,6 +70,8 @@ def type_name(tp: Any) -> str:
     origin = typing.get_origin(tp)
     if dataclasses.is_dataclass(tp):
         name = "object"
+    elif _is_enum(tp):
+        name = "string"
     elif origin is tuple:
         inner = typing.get_args(tp)[0]
         name = f"list of {'objects' if dataclasses.is_dataclass(inner) else type_name(inner) + 's'}"
@@ -95,6 +110,10 @@ def parse_value(tp: Any, value: Any, path: str, problems: list[Problem], rules: 
         if not isinstance(value, dict):
             problems.append(Problem(path, f"expected an object, got {_describe(value)}"))
             return None
+        if dataclasses.is_dataclass(rules.get("keys")):
+            # An open-looking object whose keys are a schema of their own: parse it, keep the keys given.
+            parsed = parse_dataclass(rules["keys"], value, path, problems)
+            return None if parsed is None else {k: v for k, v in to_jsonable(parsed).items() if v is not None}
         value_type = typing.get_args(tp)[1]
         out = {}
         for key, item in value.items():
@@ -105,6 +124,8 @@ def parse_value(tp: Any, value: Any, path: str, problems: list[Problem], rules: 
         if not _check_range(len(out), path, problems, rules, what="entries"):
             return None
         return _run_check(out, path, problems, rules)
+    if _is_enum(tp):
+        return _parse_enum(tp, value, path, problems)
     if tp is bool:
         if not isinstance(value, bool):
             problems.append(Problem(path, f"expected true or false, got {_describe(value)}"))
@@ -131,6 +152,8 @@ def parse_value(tp: Any, value: Any, path: str, problems: list[Problem], rules: 
         if not value.strip():
             problems.append(Problem(path, "must not be empty"))
             return None
+        if not _check_text(value, path, problems, rules):
+            return None
     choices = rules.get("choices")
     if choices and value not in choices:
         close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1, cutoff=0.5)
@@ -140,6 +163,33 @@ def parse_value(tp: Any, value: Any, path: str, problems: list[Problem], rules: 
     if tp in (int, float) and not _check_range(value, path, problems, rules):
         return None
     return _run_check(value, path, problems, rules)
+
+
+def _parse_enum(tp: type[enum.Enum], value: Any, path: str, problems: list[Problem]) -> Any:
+    allowed = [m.value for m in tp]
+    if isinstance(value, tp):
+        return value
+    if value in allowed and not isinstance(value, bool):
+        return tp(value)
+    close = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1, cutoff=0.5)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    problems.append(Problem(path, f"{value!r} is not one of {', '.join(map(str, allowed))}{hint}"))
+    return None
+
+
+def _check_text(value: str, path: str, problems: list[Problem], rules: dict[str, Any]) -> bool:
+    longest, pattern = rules.get("max_length"), rules.get("pattern")
+    if longest is not None and len(value) > longest:
+        problems.append(Problem(path, f"must be at most {longest} characters, has {len(value)}"))
+        return False
+    if pattern is not None and not re.fullmatch(pattern, value):
+        problems.append(Problem(path, f"{_shorten(value)!r} does not match {pattern}"))
+        return False
+    return True
+
+
+def _shorten(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _run_check(value: Any, path: str, problems: list[Problem], rules: dict[str, Any]) -> Any:
@@ -220,6 +270,8 @@ def to_jsonable(obj: Any) -> Any:
         return [to_jsonable(v) for v in obj]
     if isinstance(obj, dict):
         return {k: to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, enum.Enum):
+        return obj.value
     return obj
 
 
@@ -246,8 +298,9 @@ def reference_rows(cls: type, prefix: str = "") -> list[tuple[str, str, str, str
         doc = f.metadata.get("doc", "")
         rules = [f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
                  for k, v in f.metadata.items() if k in ("min", "max")]
-        if f.metadata.get("choices"):
-            rules.append("one of " + ", ".join(map(str, f.metadata["choices"])))
+        choices = f.metadata.get("choices") or _enum_values(_unwrap_optional(tp)[0])
+        if choices:
+            rules.append("one of " + ", ".join(map(str, choices)))
         if rules:
             doc = f"{doc} ({'; '.join(rules)})"
         rows.append((path, type_name(tp), default, doc))
@@ -258,3 +311,148 @@ def reference_rows(cls: type, prefix: str = "") -> list[tuple[str, str, str, str
         if dataclasses.is_dataclass(inner):
             rows.extend(reference_rows(inner, path))
     return rows
+
+
+def _enum_values(tp: Any) -> tuple[Any, ...]:
+    return tuple(m.value for m in tp) if _is_enum(tp) else ()
+
+
+# ---- text forms: CDK `-c key=value` overrides and the container's `--key value` arguments ----
+
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+
+def coerce_text(tp: Any, text: Any, path: str, problems: list[Problem], rules: dict[str, Any] | None = None) -> Any:
+    """Turn the text form of a value into its JSON value for `parse_value`; non-strings pass through.
+
+    Booleans: true/false, 1/0, yes/no, on/off (the toolkit sends Python's `True`). Numbers: their
+    decimal text. Null: an empty string, `none` or `null` where the field is optional. Lists and objects:
+    JSON; an object also in the toolkit's `k=v,k2=v2` rendering of a dict.
+    """
+    if not isinstance(text, str):
+        return text
+    tp, optional = _unwrap_optional(tp)
+    stripped = text.strip()
+    if optional and stripped.lower() in ("", "none", "null"):
+        return None
+    origin = typing.get_origin(tp)
+    if tp is bool:
+        lowered = stripped.lower()
+        if lowered in _TRUE or lowered in _FALSE:
+            return lowered in _TRUE
+        problems.append(Problem(path, f"expected true or false, got {_shorten(text)!r}"))
+        return None
+    if tp in (int, float):
+        try:
+            number = float(stripped)
+        except ValueError:
+            problems.append(Problem(path, f"expected {'an integer' if tp is int else 'a number'}, got {_shorten(text)!r}"))
+            return None
+        return int(number) if tp is int and number.is_integer() else number
+    if origin in (tuple, dict) or dataclasses.is_dataclass(tp):
+        if origin is dict and stripped and not stripped.startswith("{"):
+            value = _key_value_pairs(stripped, path, problems)
+        else:
+            try:
+                value = json.loads(stripped) if stripped else ({} if origin is dict else [])
+            except json.JSONDecodeError as exc:
+                problems.append(Problem(path, f"is not valid JSON ({exc.msg} at character {exc.pos})"))
+                return None
+        keys = (rules or {}).get("keys")
+        if isinstance(value, dict) and dataclasses.is_dataclass(keys):
+            # `k=v` pairs carry every value as text: read each one as its key's type.
+            hints = _hints(keys)
+            value = {k: coerce_text(hints[k], v, join(path, k), problems) if k in hints else v
+                     for k, v in value.items()}
+        return value
+    return text
+
+
+def _key_value_pairs(text: str, path: str, problems: list[Problem]) -> dict[str, str] | None:
+    out = {}
+    for pair in text.split(","):
+        key, sep, value = pair.partition("=")
+        if not sep:
+            problems.append(Problem(path, f"expected a JSON object or key=value pairs, got {_shorten(pair)!r}"))
+            return None
+        out[key.strip()] = value.strip()
+    return out
+
+
+# ---- JSON Schema (draft 2020-12) for editors and the console's input ----
+
+def json_schema(cls: type, title: str = "", description: str = "") -> dict[str, Any]:
+    """A JSON Schema of a schema dataclass. Rules that need code (`check`, cross-field rules) are not in it:
+    the schema catches shape and range mistakes in an editor; the parser stays the authority."""
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **_object_schema(cls)}
+    if title:
+        schema["title"] = title
+    if description:
+        schema["description"] = description
+    return schema
+
+
+def _object_schema(cls: type) -> dict[str, Any]:
+    hints = _hints(cls)
+    properties, required = {}, []
+    for f in dataclasses.fields(cls):
+        prop = _value_schema(hints[f.name], dict(f.metadata))
+        if f.metadata.get("doc"):
+            prop["description"] = f.metadata["doc"]
+        if f.default is not _MISSING:
+            prop["default"] = to_jsonable(f.default)
+        elif f.default_factory is not _MISSING:
+            made = f.default_factory()
+            if not dataclasses.is_dataclass(made):
+                prop["default"] = to_jsonable(made)
+        else:
+            required.append(f.name)
+        properties[f.name] = prop
+    out: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
+    if required:
+        out["required"] = required
+    return out
+
+
+def _value_schema(tp: Any, rules: dict[str, Any]) -> dict[str, Any]:
+    tp, optional = _unwrap_optional(tp)
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        out = _object_schema(tp)
+    elif origin is tuple:
+        out = {"type": "array", "items": _value_schema(typing.get_args(tp)[0], {})}
+        out.update(_bounds(rules, "minItems", "maxItems"))
+    elif origin is dict:
+        value_type = typing.get_args(tp)[1]
+        out = {"type": "object"}
+        if value_type is str:
+            out["additionalProperties"] = {"type": "string"}
+        out.update(_bounds(rules, "minProperties", "maxProperties"))
+    elif _is_enum(tp):
+        out = {"type": "string", "enum": list(_enum_values(tp))}
+    else:
+        json_type = {str: "string", int: "integer", float: "number", bool: "boolean"}.get(tp)
+        out = {"type": json_type} if json_type else {}
+        if tp in (int, float):
+            out.update(_bounds(rules, "minimum", "maximum"))
+        if tp is str:
+            out["minLength"] = 1
+            if rules.get("max_length") is not None:
+                out["maxLength"] = rules["max_length"]
+            if rules.get("pattern") is not None:
+                out["pattern"] = f"^(?:{rules['pattern']})$"
+        if rules.get("choices"):
+            out["enum"] = list(rules["choices"])
+    if optional:
+        return {"anyOf": [out, {"type": "null"}]}
+    return out
+
+
+def _bounds(rules: dict[str, Any], low_key: str, high_key: str) -> dict[str, Any]:
+    out = {}
+    if rules.get("min") is not None:
+        out[low_key] = rules["min"]
+    if rules.get("max") is not None:
+        out[high_key] = rules["max"]
+    return out

@@ -1,4 +1,4 @@
-"""The one error a user's request can raise, carrying every problem found, each naming its field."""
+"""Problems a user can fix, each naming its field, and the errors that carry them."""
 
 from __future__ import annotations
 
@@ -14,12 +14,8 @@ class Problem:
         return f"{self.path}: {self.message}" if self.path else self.message
 
 
-class RequestInvalid(Exception):
-    """A job request that cannot run. `str(exc)` is one `path: message` line per problem.
-
-    The class name is part of the contract: the state machine matches the Lambda error name
-    `RequestInvalid`, and trainctl turns it into exit code 2.
-    """
+class Invalid(Exception):
+    """A document that cannot be used. `str(exc)` is one `path: message` line per problem."""
 
     def __init__(self, problems: list[Problem]):
         self.problems = list(problems)
@@ -27,3 +23,15 @@ class RequestInvalid(Exception):
 
     def __reduce__(self):  # keep it picklable (pytest-xdist, multiprocessing) despite the custom __init__
         return (type(self), (self.problems,))
+
+
+class RequestInvalid(Invalid):
+    """A job request that cannot run.
+
+    The class name is part of the contract: the state machine matches the Lambda error name
+    `RequestInvalid`, and trainctl turns it into exit code 2.
+    """
+
+
+class ConfigError(ValueError):
+    """A training-configuration mistake the user can fix; entry points print it as one line, no traceback."""

@@ -1,7 +1,10 @@
 """`sourcedir.tar.gz`: what `sagemaker_submit_directory` points at, built so the same code gives the same bytes.
 
+Build-time code: the CDK app (platform_constructs.source_bundle) and `trainctl local` pack with it; the
+runtime package it packs knows nothing of it.
+
 The archive holds `train.py` at its root (a copy of training/train.py, the `sagemaker_program`) and the
-`training/` package beside it, so `import training...` works from /opt/ml/code. Entries are sorted, owner,
+`training/` and `contract/` packages beside it, so `import training...` works from /opt/ml/code. Entries are sorted, owner,
 times and modes are fixed and the gzip header carries no name or time: the CDK asset hash then changes
 only when the code does, and an unchanged package is never re-uploaded or redeployed.
 
@@ -16,27 +19,31 @@ import io
 import tarfile
 from pathlib import Path
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parent.parent
+# The runtime packages the source dir carries: the training package and the one module it imports.
+PACKAGES = ("training", "contract")
+ENTRY_SCRIPT = "training/train.py"
 ARCHIVE_NAME = "sourcedir.tar.gz"
 _SKIP_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
 _SKIP_SUFFIXES = {".pyc", ".pyo"}
 
 
-def source_files(package_dir: Path = PACKAGE_DIR) -> dict[str, Path]:
+def source_files(root: Path = ROOT) -> dict[str, Path]:
     """Archive name -> file on disk, for every file the archive holds."""
-    files = {"train.py": package_dir / "train.py"}
-    for path in sorted(package_dir.rglob("*")):
-        rel = path.relative_to(package_dir)
-        if not path.is_file() or _SKIP_DIRS & set(rel.parts) or path.suffix in _SKIP_SUFFIXES:
-            continue
-        files[f"training/{rel.as_posix()}"] = path
+    files = {"train.py": root / ENTRY_SCRIPT}
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*")):
+            rel = path.relative_to(root)
+            if not path.is_file() or _SKIP_DIRS & set(rel.parts) or path.suffix in _SKIP_SUFFIXES:
+                continue
+            files[rel.as_posix()] = path
     return files
 
 
-def build_archive_bytes(package_dir: Path = PACKAGE_DIR) -> bytes:
+def build_archive_bytes(root: Path = ROOT) -> bytes:
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name, path in sorted(source_files(package_dir).items()):
+        for name, path in sorted(source_files(root).items()):
             data = path.read_bytes()
             info = tarfile.TarInfo(name)
             info.size = len(data)

@@ -1,0 +1,50 @@
+"""The SageMaker training container contract: paths, variables, log group, and how a stop is handled.
+
+The training package reads these; the renderer (jobs), `trainctl local` (which lays out the same folders
+under a work dir) and the launcher's IAM and dashboards name the same things from here.
+"""
+
+from __future__ import annotations
+
+# ---- paths inside the container (SageMaker's defaults) ----
+CHECKPOINT_DIR = "/opt/ml/checkpoints"  # CheckpointConfig.LocalPath: synced to the run's S3 prefix
+MODEL_DIR = "/opt/ml/model"  # tarred into model.tar.gz at the end of the job
+OUTPUT_DATA_DIR = "/opt/ml/output/data"  # tarred into output.tar.gz
+INPUT_DATA_DIR = "/opt/ml/input/data"  # one folder per channel
+# One line written here when a job fails becomes the job's FailureReason.
+FAILURE_FILE = "/opt/ml/output/failure"
+
+# ---- variables the container sets (the sagemaker-training toolkit) ----
+ENV_MODEL_DIR = "SM_MODEL_DIR"
+ENV_OUTPUT_DATA_DIR = "SM_OUTPUT_DATA_DIR"
+ENV_HOSTS = "SM_HOSTS"
+ENV_CURRENT_HOST = "SM_CURRENT_HOST"
+ENV_NUM_GPUS = "SM_NUM_GPUS"
+ENV_CHANNEL_PREFIX = "SM_CHANNEL_"  # + the channel name upper-cased: SM_CHANNEL_TRAIN
+ENV_HP_PREFIX = "SM_HP_"  # + the hyperparameter name upper-cased
+# Not a SageMaker variable: `trainctl local` and tests move the checkpoint dir with it.
+ENV_CHECKPOINT_DIR = "TRAINING_CHECKPOINT_DIR"
+
+# ---- input channels ----
+TRAIN_CHANNEL = "train"
+VALIDATION_CHANNEL = "validation"
+CODE_CHANNEL = "code"  # network isolation: the sourcedir arrives as an input channel
+
+# ---- what the training package leaves behind ----
+STATUS_FILE = "training_status.json"  # in the output data dir: how the run ended (stopped, completed, step)
+METRICS_FILE = "metrics.jsonl"  # in the output data dir: every metrics record with its time
+
+# ---- stopping ----
+# SageMaker sends SIGTERM on a stop or a Spot reclaim and SIGKILL this long after.
+STOP_KILL_AFTER_SECONDS = 120
+# What torchrun (from torch 2.12) waits for its workers after forwarding the signal: inside the 120 s, with
+# room for the process tree to exit. Older torchrun ignores it and waits a fixed 30 s.
+TORCHRUN_SHUTDOWN_SECONDS = 110
+
+# ---- logs ----
+# CloudWatch log group of every training job (one stream per host: `<job>/algo-N-<epoch>`).
+LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+
+
+def channel_variable(channel: str) -> str:
+    return ENV_CHANNEL_PREFIX + channel.upper()

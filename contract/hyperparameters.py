@@ -1,0 +1,164 @@
+"""The training package's hyperparameters: one description that the package parses, the launcher validates
+requests against, the planner reads, and the reference table documents.
+
+Each field says its JSON type, default, range or choices, one line of meaning, and who sets it (`set_by`):
+  - "user": a request's `hyperparameters` (and `trainctl local`) may set it;
+  - "request": the launcher sets it from the request field of the same name (strategy, model...);
+  - "platform": the launcher sets it from other request fields (mp_parameters, from `parallel`);
+  - "container": a path the SageMaker container provides through SM_* variables (contract.container).
+To add a hyperparameter, add a field here and read it in `training/`; validation, docs and the
+request's JSON Schema follow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from contract.errors import ConfigError
+from contract.models import FACTORY_PATTERN, REFERENCE_MODELS
+from contract.schema import meta
+
+
+class Strategy(enum.StrEnum):
+    """How a run is parallelized. `auto` is a request's: the planner replaces it before launch."""
+
+    SINGLE = "single"
+    DDP = "ddp"
+    FSDP = "fsdp"
+    SMP = "smp"  # SageMaker model parallel v2, only inside its own image
+    AUTO = "auto"
+
+
+TRAINING_STRATEGIES = tuple(s.value for s in Strategy if s is not Strategy.AUTO)
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+OPTIMIZERS = ("adamw", "sgd")
+DATA_MODES = ("auto", "channels", "synthetic")
+BACKENDS = ("auto", "gloo", "nccl", "smddp")
+LR_SCHEDULES = ("cosine", "constant")
+
+
+@dataclass(frozen=True)
+class SmpParameters:
+    """SMP v2's core configuration keys (the SageMaker SDK's `smp` distribution parameters)."""
+
+    hybrid_shard_degree: int | None = field(default=None, metadata=meta("GPUs parameters are sharded over", min=1))
+    tensor_parallel_degree: int | None = field(default=None, metadata=meta("GPUs a layer is split over", min=1))
+    expert_parallel_degree: int | None = field(default=None, metadata=meta("GPUs experts are split over", min=1))
+    context_parallel_degree: int | None = field(default=None, metadata=meta("GPUs a sequence is split over", min=1))
+    sm_activation_offloading: bool | None = field(default=None, metadata=meta("offload activations to the CPU"))
+    activation_loading_horizon: int | None = field(default=None, metadata=meta("layers loaded ahead", min=1))
+    fsdp_cache_flush_warnings: bool | None = field(default=None, metadata=meta("warn on allocator cache flushes"))
+    allow_empty_shards: bool | None = field(default=None, metadata=meta("allow ranks without a shard"))
+    random_seed: int | None = field(default=None, metadata=meta("SMP's own seed", min=1))
+
+
+def _check_model(model: str) -> str | None:
+    if model in REFERENCE_MODELS or re.fullmatch(FACTORY_PATTERN, model):
+        return None
+    return f"{model!r}: use {', '.join(REFERENCE_MODELS)}, or 'package.module:factory' for your own model"
+
+
+def _hp(doc: str, set_by: str = "user", **rules: Any) -> dict[str, Any]:
+    return meta(doc, set_by=set_by, **rules)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    # What to train and how to parallelize it (always sent by the launcher).
+    strategy: str = field(default="single", metadata=_hp(
+        "parallelism the package applies", "request", choices=TRAINING_STRATEGIES))
+    model: str = field(default="gpt", metadata=_hp(
+        "gpt, vit, or `package.module:factory`", "request", check=_check_model))
+    model_size: str = field(default="tiny", metadata=_hp("the reference model's preset", "request"))
+    checkpoint_interval: int = field(default=100, metadata=_hp(
+        "steps between checkpoints; 0 = only on stop and at the end", "request", min=0))
+    # Data.
+    data: str = field(default="auto", metadata=_hp(
+        "auto: the channels when present; synthetic: generated batches", choices=DATA_MODES))
+    seq_len: int | None = field(default=None, metadata=_hp(
+        "decoder context length (null: the model preset's)", min=1))
+    # Batch: global = micro x grad_accum x world size. Give global and micro, or micro and grad_accum.
+    global_batch_size: int | None = field(default=None, metadata=_hp(
+        "samples per optimizer step over all ranks (null: micro x grad_accum x world size)", min=1))
+    micro_batch_size: int = field(default=8, metadata=_hp("samples per rank per forward pass", min=1))
+    grad_accum: int | None = field(default=None, metadata=_hp(
+        "micro-batches per optimizer step (null: from global_batch_size, else 1)", min=1))
+    max_steps: int = field(default=100, metadata=_hp("optimizer steps to train", min=1))
+    # Optimizer and schedule.
+    optimizer: str = field(default="adamw", metadata=_hp("optimizer", choices=OPTIMIZERS))
+    lr: float = field(default=3e-4, metadata=_hp("peak learning rate", min=0))
+    min_lr_ratio: float = field(default=0.1, metadata=_hp("final learning rate as a fraction of lr", min=0, max=1))
+    lr_schedule: str = field(default="cosine", metadata=_hp("after warmup", choices=LR_SCHEDULES))
+    warmup_steps: int = field(default=10, metadata=_hp("linear warmup steps", min=0))
+    weight_decay: float = field(default=0.1, metadata=_hp("AdamW weight decay", min=0))
+    beta1: float = field(default=0.9, metadata=_hp("AdamW beta1 (SGD momentum)", min=0, max=1))
+    beta2: float = field(default=0.95, metadata=_hp("AdamW beta2", min=0, max=1))
+    grad_clip: float = field(default=1.0, metadata=_hp("gradient-norm clipping; 0 disables it", min=0))
+    # Numerics and speed.
+    precision: str = field(default="auto", metadata=_hp(
+        "auto: bf16 on a GPU that has it, fp32 on CPU", choices=PRECISIONS))
+    compile: bool = field(default=False, metadata=_hp("torch.compile each block"))
+    activation_checkpointing: bool = field(default=False, metadata=_hp("recompute block activations"))
+    dropout: float = field(default=0.0, metadata=_hp("dropout of the reference models", min=0, max=1))
+    fsdp_reshard_after_forward: bool = field(default=True, metadata=_hp(
+        "FSDP: free gathered parameters after forward (less memory, one more all-gather)"))
+    backend: str = field(default="auto", metadata=_hp(
+        "process-group backend (auto: nccl on GPUs, gloo on CPU)", choices=BACKENDS))
+    # Evaluation, logging, early stopping.
+    eval_interval: int = field(default=0, metadata=_hp("steps between evaluations; 0 = never", min=0))
+    eval_batches: int = field(default=8, metadata=_hp("validation global batches per evaluation", min=0))
+    early_stopping_patience: int = field(default=0, metadata=_hp(
+        "evaluations without improvement before stopping; 0 = off", min=0))
+    log_interval: int = field(default=10, metadata=_hp("steps between metric lines (0 is taken as 1)", min=0))
+    # Checkpoints.
+    keep_checkpoints: int = field(default=3, metadata=_hp("complete checkpoints kept (0 is taken as 1)", min=0))
+    async_checkpoint: bool = field(default=False, metadata=_hp("save checkpoints in the background"))
+    seed: int = field(default=1234, metadata=_hp("seed of initialization, data order and dropout"))
+    # SageMaker model parallel (smp strategy): JSON object or the toolkit's k=v,k=v form.
+    mp_parameters: dict[str, Any] = field(default_factory=dict, metadata=_hp(
+        "SMP v2 configuration (smp strategy)", "platform", keys=SmpParameters))
+    # Paths: SageMaker's environment by default; accepted as keys for local use.
+    checkpoint_dir: str = field(default="", metadata=_hp("checkpoint folder", "container"))
+    model_dir: str = field(default="", metadata=_hp("final model folder", "container"))
+    output_data_dir: str = field(default="", metadata=_hp("metrics and status folder", "container"))
+    train_dir: str = field(default="", metadata=_hp("train channel folder", "container"))
+    validation_dir: str = field(default="", metadata=_hp("validation channel folder", "container"))
+
+    def batch_layout(self, world_size: int) -> tuple[int, int]:
+        """(global batch, grad accumulation steps) for this world size; one clear problem when they disagree."""
+        per_step = self.micro_batch_size * world_size
+        if self.global_batch_size is None:
+            accum = self.grad_accum or 1
+            return per_step * accum, accum
+        if self.global_batch_size % per_step:
+            raise ConfigError(
+                f"global_batch_size={self.global_batch_size} is not a multiple of micro_batch_size x world size "
+                f"= {self.micro_batch_size} x {world_size}: change global_batch_size or micro_batch_size")
+        accum = self.global_batch_size // per_step
+        if self.grad_accum is not None and self.grad_accum != accum:
+            raise ConfigError(
+                f"grad_accum={self.grad_accum} disagrees with global_batch_size={self.global_batch_size} / "
+                f"(micro_batch_size={self.micro_batch_size} x world size {world_size}) = {accum}: give one of them")
+        return self.global_batch_size, accum
+
+    @property
+    def effective_log_interval(self) -> int:
+        return max(1, self.log_interval)
+
+    @property
+    def effective_keep_checkpoints(self) -> int:
+        return max(1, self.keep_checkpoints)
+
+
+def hyperparameter_fields(set_by: str | None = None) -> tuple[str, ...]:
+    """The hyperparameter names, all of them or those one party sets."""
+    return tuple(f.name for f in dataclasses.fields(TrainConfig) if set_by in (None, f.metadata["set_by"]))
+
+
+def canonical_name(key: str) -> str:
+    """`model-size`, `--model_size` and `model_size` are one key: the toolkit and argparse treat them alike."""
+    return key.lstrip("-").replace("-", "_")
