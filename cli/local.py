@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from training.loop import STATUS_FILE
 from bundles.sourcedir import build_archive_bytes
+from training.loop import STATUS_FILE
 
 HOST = "algo-1"
 # SageMaker sends SIGKILL 120 s after SIGTERM; torchrun's grace period (default 30 s) is raised to match,

@@ -18,9 +18,9 @@ import time
 import uuid
 from typing import Any
 
+from contract.errors import Problem, RequestInvalid
 from jobs import run as runs
 from jobs.classify import classify_failure
-from contract.errors import Problem, RequestInvalid
 from jobs.platform import PlatformSettings
 from jobs.policy import decide as decide_next
 from jobs.render import new_run_id, render_create_training_job

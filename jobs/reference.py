@@ -5,8 +5,8 @@ README.md carries this text; regenerate it here when a field changes so the two 
 
 from __future__ import annotations
 
-from jobs.request import JobRequest
 from contract.schema import reference_rows
+from jobs.request import JobRequest
 
 RETRY_POLICY = """\
 | Failure (how it is recognised) | What the state machine does |

@@ -21,9 +21,9 @@ import json
 import re
 from typing import Any
 
+from contract.metrics import metric_definitions
 from jobs import catalog
 from jobs.images import resolve_image
-from contract.metrics import metric_definitions
 from jobs.platform import PlatformSettings
 from jobs.request import PLATFORM_ENVIRONMENT, JobRequest, dataset_kind, fsx_path
 

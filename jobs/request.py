@@ -14,11 +14,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs import catalog
 from contract.errors import Problem, RequestInvalid
 from contract.metrics import MAX_METRIC_DEFINITIONS, MAX_REGEX_LENGTH, METRIC_NAMES
-from jobs.platform import PlatformSettings
 from contract.schema import meta, parse_dataclass, to_jsonable
+from jobs import catalog
+from jobs.platform import PlatformSettings
 
 STRATEGIES = ("single", "ddp", "fsdp", "smp", "auto")
 INPUT_MODES = ("File", "FastFile", "FSx")

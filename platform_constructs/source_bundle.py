@@ -9,8 +9,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
-from platform_constructs.nag import acknowledge, nag_form
 from bundles.sourcedir import build_sourcedir
+from platform_constructs.nag import acknowledge, nag_form
 
 
 class TrainingSourceBundle(Construct):

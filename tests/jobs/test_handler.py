@@ -11,8 +11,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from jobs import handler
 from contract.errors import RequestInvalid
+from jobs import handler
 
 from .conftest import ROOT, assert_valid_create_request
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from contract.schema import reference_rows
 from jobs.reference import markdown
 from jobs.request import JobRequest
-from contract.schema import reference_rows
 from tests.conftest import ROOT
 
 START = "<!-- JOB-REFERENCE:START"

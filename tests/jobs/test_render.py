@@ -10,8 +10,8 @@ from botocore.exceptions import ParamValidationError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jobs import catalog
 from contract.metrics import metric_definitions
+from jobs import catalog
 from jobs.platform import PlatformSettings
 from jobs.render import (
     CREATE_REQUEST_KEYS,

@@ -10,9 +10,9 @@ import pickle
 import pytest
 
 from contract.errors import Problem, RequestInvalid
+from contract.schema import reference_rows
 from jobs.platform import TrainingPlan
 from jobs.request import JobRequest, parse_request, validate_for_platform
-from contract.schema import reference_rows
 
 from .conftest import REQUEST_EXAMPLES
 
