@@ -21,7 +21,7 @@ node_modules/.installed: package.json package-lock.json
 setup: $(VENV)/.installed node_modules/.installed
 
 demo: setup
-	$(BIN)/python -m cli.demo
+	$(BIN)/python -m tools.demo
 
 test: setup
 	$(BIN)/ruff check .
@@ -29,7 +29,7 @@ test: setup
 
 synth: setup
 	PATH="$(CURDIR)/$(BIN):$(CURDIR)/node_modules/.bin:$$PATH" cdk synth --quiet
-	$(BIN)/python -m cli.platform_summary cdk.out
+	$(BIN)/python -m tools.deploy_summary cdk.out
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out .demo

@@ -6,12 +6,14 @@ from __future__ import annotations
 import sys
 
 import aws_cdk as cdk
+from aws_cdk import aws_fsx as fsx
 from cdk_nag import AwsSolutionsChecks, NIST80053R5Checks
 
-from platform_constructs.config import ConfigError, load_config
+from platform_config import ConfigError, PlatformConfig, load_config
 from platform_constructs.images import ImageTable
+from platform_constructs.retention import retention
 from stacks.launcher_stack import LauncherStack
-from stacks.platform_stack import PlatformStack
+from stacks.platform_stack import FileSystemProps, JobDefaults, NetworkProps, PlatformStack
 
 
 def build_app(app: cdk.App) -> cdk.App:
@@ -19,13 +21,37 @@ def build_app(app: cdk.App) -> cdk.App:
     config = load_config(app.node.get_all_context())
     images = ImageTable.resolve(config.pytorch_versions, config.smp_versions)
     env = cdk.Environment(region=config.region) if config.region else None
-    platform = PlatformStack(app, f"{config.name_prefix}-platform", config=config, images=images, env=env)
-    LauncherStack(app, f"{config.name_prefix}-launcher", resources=platform.resources, env=env)
+    removal = cdk.RemovalPolicy.RETAIN if config.retain_data else cdk.RemovalPolicy.DESTROY
+    platform = PlatformStack(
+        app, f"{config.name_prefix}-platform", name_prefix=config.name_prefix, images=images,
+        network=_network(config), file_system=_file_system(config),
+        jobs=JobDefaults(allowed_instance_types=config.allowed_instance_types, training_plans=config.training_plans,
+                         default_warm_pool_minutes=config.default_warm_pool_minutes),
+        dataset_prefix=config.dataset_prefix, dataset_bucket_name=config.dataset_bucket_name,
+        kms_key_arn=config.kms_key_arn, removal_policy=removal, env=env)
+    LauncherStack(app, f"{config.name_prefix}-launcher", resources=platform.resources,
+                  notification_email=config.notification_email,
+                  log_retention=retention(config.log_retention_days), removal_policy=removal, env=env)
     for key, value in config.tags.items():
         cdk.Tags.of(app).add(key, value)
     # Findings of either pack fail the synth; each acknowledgement names its resource and reason.
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(verbose=True), NIST80053R5Checks(verbose=True))
     return app
+
+
+def _network(config: PlatformConfig) -> NetworkProps:
+    return NetworkProps(cidr=config.vpc_cidr, az_count=config.az_count,
+                        availability_zones=config.availability_zones, nat_gateways=config.nat_gateways,
+                        largest_cluster_instances=config.largest_cluster_instances,
+                        flow_log_retention=retention(config.flow_log_retention_days))
+
+
+def _file_system(config: PlatformConfig) -> FileSystemProps | None:
+    if not config.fsx_enabled:
+        return None
+    return FileSystemProps(storage_capacity_gib=config.fsx_storage_gib,
+                           deployment_type=getattr(fsx.LustreDeploymentType, config.fsx_deployment_type),
+                           throughput_per_tib=config.fsx_throughput_per_tib)
 
 
 def main() -> None:

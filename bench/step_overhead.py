@@ -19,12 +19,14 @@ import time
 import torch
 import torch.nn.functional as F
 
-from training.config import TrainConfig
+from contract.hyperparameters import TrainConfig
 from training.distributed import Dist
-from training.loop import TrainStep, build_optimizer, lr_multiplier, resolve_precision
 from training.metrics import peak_flops
 from training.models import build_model, count_params, materialize
+from training.optim import build_optimizer, build_scheduler
+from training.precision import resolve_precision
 from training.speedups import apply_compile
+from training.step import TrainStep
 from training.strategies import apply_strategy
 
 
@@ -41,32 +43,18 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--size", default="small", help="gpt preset: tiny, small, 125m, 350m, 1b, 7b")
-    p.add_argument("--batch", type=int, default=2)
-    p.add_argument("--seq-len", type=int, default=64)
-    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
-    p.add_argument("--compile", action="store_true")
-    p.add_argument("--steps", type=int, default=12, help="timed steps of each loop, alternating")
-    p.add_argument("--warmup", type=int, default=2)
-    args = p.parse_args(argv)
-
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    cfg = TrainConfig(model="gpt", model_size=args.size, seq_len=args.seq_len, micro_batch_size=args.batch,
-                      precision=args.precision, compile=args.compile, max_steps=10**6, warmup_steps=0,
-                      grad_clip=1.0, data="synthetic")
-    dtype = resolve_precision(cfg, device)
+def package_step(cfg: TrainConfig, device: torch.device, precision) -> TrainStep:
+    """The package: its strategy wrapper, optimizer groups, schedule, scaler and step."""
     dist = Dist(rank=0, world_size=1, local_rank=0, device=device)
-
-    # The package: its strategy wrapper, optimizer groups, schedule, scaler and step.
-    par = apply_strategy(build(cfg, device), cfg, dist, dtype)
+    par = apply_strategy(build(cfg, device), cfg, dist, precision)
     optimizer = build_optimizer(par.model, cfg)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_multiplier(cfg))
-    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
-    package_step = TrainStep(par, optimizer, scheduler, scaler, dtype, device, cfg.grad_clip)
+    scheduler = build_scheduler(optimizer, cfg)
+    scaler = torch.amp.GradScaler(device.type, enabled=precision.needs_loss_scaling)
+    return TrainStep(par, optimizer, scheduler, scaler, precision, device, cfg.grad_clip)
 
-    # The hand-written loop: what anyone would type.
+
+def plain_step_fn(cfg: TrainConfig, device: torch.device, dtype: torch.dtype):
+    """The hand-written loop: what anyone would type."""
     plain = build(cfg, device)
     plain_opt = torch.optim.AdamW(plain.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
                                   weight_decay=cfg.weight_decay, fused=device.type == "cuda" or None)
@@ -84,6 +72,30 @@ def main(argv: list[str] | None = None) -> None:
         plain_opt.zero_grad(set_to_none=True)
         return loss.detach()
 
+    return plain_step
+
+
+def main(argv: list[str] | None = None) -> None:  # ~65 lines: arguments, the two steps, timing, the table
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", default="small", help="gpt preset: tiny, small, 125m, 350m, 1b, 7b")
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--seq-len", type=int, default=64)
+    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
+    p.add_argument("--compile", action="store_true")
+    p.add_argument("--steps", type=int, default=12, help="timed steps of each loop, alternating")
+    p.add_argument("--warmup", type=int, default=2)
+    args = p.parse_args(argv)
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    cfg = TrainConfig(model="gpt", model_size=args.size, seq_len=args.seq_len, micro_batch_size=args.batch,
+                      precision=args.precision, compile=args.compile, max_steps=10**6, warmup_steps=0,
+                      grad_clip=1.0, data="synthetic")
+    precision = resolve_precision(cfg.precision, device)
+    dtype = precision.param
+    package = package_step(cfg, device, precision)
+    par = package.par
+    plain_step = plain_step_fn(cfg, device, dtype)
+
     vocab = par.model.c.vocab_size
     g = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, vocab, (args.batch, args.seq_len + 1), generator=g).to(device)
@@ -96,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
         sync(device)
         return time.perf_counter() - t
 
-    run_package = lambda: package_step([(x, y)])  # noqa: E731
+    run_package = lambda: package([(x, y)])  # noqa: E731
     run_plain = lambda: plain_step(x, y)  # noqa: E731
     for _ in range(args.warmup):  # compile, allocator, optimizer state
         run_package()

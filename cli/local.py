@@ -34,12 +34,14 @@ from pathlib import Path
 from typing import Any
 
 from bundles.sourcedir import build_archive_bytes
-from training.loop import STATUS_FILE
+from contract.container import (
+    ENV_CHECKPOINT_DIR,
+    STATUS_FILE,
+    TORCHRUN_SHUTDOWN_SECONDS,
+    channel_variable,
+)
 
 HOST = "algo-1"
-# SageMaker sends SIGKILL 120 s after SIGTERM; torchrun's grace period (default 30 s) is raised to match,
-# leaving a few seconds for torchrun itself.
-SHUTDOWN_TIMEOUT_S = 110
 
 
 class LocalRunError(ValueError):
@@ -168,31 +170,34 @@ def prepare_layout(request: dict, workdir: Path, nproc: int, data_dirs: dict[str
         "SM_HPS": json.dumps(user_hps, sort_keys=True),
         "SM_USER_ARGS": json.dumps(script_args(hps)),
         "SM_RESOURCE_CONFIG": json.dumps(resource),
-        "TRAINING_CHECKPOINT_DIR": str(ckpt_dir),
-        "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(SHUTDOWN_TIMEOUT_S),
+        ENV_CHECKPOINT_DIR: str(ckpt_dir),
+        "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(TORCHRUN_SHUTDOWN_SECONDS),
         "PYTHONUNBUFFERED": "1",
     })
     for name, path in channels.items():
-        env[f"SM_CHANNEL_{name.upper()}"] = str(path)
+        env[channel_variable(name)] = str(path)
     for key, value in user_hps.items():
         env[f"SM_HP_{key.upper()}"] = value if isinstance(value, str) else json.dumps(value)
     # The request's own model/factory modules (bring-your-own model) stay importable from where it runs.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(workdir / "code"), os.getcwd(), env.get("PYTHONPATH")) if p)
     env.update({str(k): str(v) for k, v in (extra_env or {}).items()})
 
-    entry = str(workdir / "code" / program)
-    if hps.get("sagemaker_torch_distributed_enabled") is False or hps.get("strategy") == "single":
-        cmd = [sys.executable, entry]  # the toolkit runs a plain process when torchrun is off
-    else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(nproc),
-               "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-               "--shutdown_timeout", str(SHUTDOWN_TIMEOUT_S)]
-        if not sys.stderr.isatty():
-            # Not a terminal (CI, a pipe): keep each worker's output under output/logs as well. In a terminal the
-            # workers write to it directly, so rank 0 can draw its progress bar.
-            cmd += ["--log_dir", str(output_dir / "logs"), "--tee", "3"]
-        cmd.append(entry)
+    cmd = _launch_command(hps, str(workdir / "code" / program), nproc, output_dir / "logs")
     return cmd + script_args(hps), env, workdir
+
+
+def _launch_command(hps: dict[str, Any], entry: str, nproc: int, log_dir: Path) -> list[str]:
+    """The entry script run as the toolkit would: torchrun, or a plain process when torchrun is off."""
+    if hps.get("sagemaker_torch_distributed_enabled") is False or hps.get("strategy") == "single":
+        return [sys.executable, entry]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(nproc),
+           "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+           "--shutdown_timeout", str(TORCHRUN_SHUTDOWN_SECONDS)]
+    if not sys.stderr.isatty():
+        # Not a terminal (CI, a pipe): keep each worker's output under output/logs as well. In a terminal the
+        # workers write to it directly, so rank 0 can draw its progress bar.
+        cmd += ["--log_dir", str(log_dir), "--tee", "3"]
+    return [*cmd, entry]
 
 
 def run_local(create_request: dict, *, workdir: Path, nproc: int | None = None,
@@ -211,7 +216,7 @@ def run_local(create_request: dict, *, workdir: Path, nproc: int | None = None,
         signals.append(signum)
         if len(signals) == 1:
             print(f"\n[local] stopping: SIGTERM sent to the run, waiting for its checkpoint "
-                  f"(up to {SHUTDOWN_TIMEOUT_S} s; signal again to kill)", file=sys.stderr, flush=True)
+                  f"(up to {TORCHRUN_SHUTDOWN_SECONDS} s; signal again to kill)", file=sys.stderr, flush=True)
             proc.send_signal(signal.SIGTERM)
         else:
             os.killpg(proc.pid, signal.SIGKILL)

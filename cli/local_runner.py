@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cli.console import out
 from cli.errors import UserError
 from cli.platform_source import local_platform
-from cli.request_file import LoadedRequest, validate_for_platform
+from cli.request_file import LoadedRequest, load_request, validate_for_platform
+from contract.container import STATUS_FILE
 
 # Where `trainctl local` keeps a request's run when no --workdir is given; running again resumes it.
 DEFAULT_WORKDIR_ROOT = Path(".trainctl") / "local"
@@ -68,3 +73,29 @@ def run_request_locally(loaded: LoadedRequest, *, workdir: Path | None, nproc: i
         return run_local(create, workdir=workdir, nproc=nproc, data_dirs=channels)
     except LocalRunError as exc:  # e.g. a channel on S3 or FSx with no local folder given
         raise UserError(str(exc), "pass --data DIR with the dataset's local copy") from None
+
+
+def run_local_command(request: Path, *, nproc: int | None, workdir: Path | None, data: Path | None) -> int:
+    """`trainctl local`: run the request here, print how it ended; returns the run's exit status."""
+    loaded = load_request(request)
+    workdir = workdir or DEFAULT_WORKDIR_ROOT / loaded.request.name
+    started = time.time()
+    code = run_request_locally(loaded, workdir=workdir, nproc=nproc, data=data)
+    out().print(local_outcome(code, workdir, since=started))
+    return code
+
+
+def local_outcome(code: int, workdir: Path, *, since: float) -> str:
+    """One line on how a local run ended, from the status file the training loop writes (this run's only)."""
+    status: dict = {}
+    path = workdir / "output" / "data" / STATUS_FILE
+    with contextlib.suppress(OSError, json.JSONDecodeError):
+        if path.stat().st_mtime >= since:
+            status = json.loads(path.read_text())
+    if code != 0:
+        return f"[red]the run exited with status {code}[/]; worker logs: {workdir / 'output' / 'logs'}"
+    if status.get("status") == "stopped":
+        return (f"stopped at step {status.get('step')} with a checkpoint in {workdir / 'checkpoints'}; "
+                f"run again with --workdir {workdir} to resume")
+    return (f"done at step {status.get('step', '?')}: model in {workdir / 'model'}, metrics in "
+            f"{workdir / 'output' / 'data'}")

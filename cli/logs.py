@@ -1,4 +1,5 @@
-"""Training job logs from CloudWatch Logs: group /aws/sagemaker/TrainingJobs, one stream per host, `<job>/algo-N-...`."""
+"""`trainctl logs`: training job logs from CloudWatch Logs (contract.container.LOG_GROUP, one stream per host,
+`<job>/algo-N-...`), of one job or of every attempt of an execution."""
 
 from __future__ import annotations
 
@@ -7,11 +8,16 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+import typer
 from botocore.exceptions import ClientError
 
 from cli.aws import Aws
+from cli.console import out
+from cli.errors import UserError
+from contract.container import LOG_GROUP
 
-LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+# A job in one of these may still write lines.
+_RUNNING = {"InProgress", "Stopping"}
 
 
 def job_streams(aws: Aws, job_name: str) -> list[str]:
@@ -101,7 +107,65 @@ def follow_execution_logs(aws: Aws, arn: str, emit: Callable[[str], None], *, in
             def running(name: str = attempt.job_name) -> bool:
                 job = describe_job(aws, name)
                 # Not created yet counts as running: the .sync task creates it right after scheduling it.
-                return job is None or job["TrainingJobStatus"] in {"InProgress", "Stopping"}
+                return job is None or job["TrainingJobStatus"] in _RUNNING
 
             count += follow_job_logs(aws, attempt.job_name, emit, is_running=running, interval=interval,
                                      sleep=sleep)
+
+
+def show_logs(aws: Aws, target: str, *, follow: bool, attempt: int | None, interval: float,
+              state_machine: str | None) -> None:
+    """A training job's lines, or an execution's (every attempt, or one); with `follow`, until it ends."""
+    from cli.executions import describe_job
+
+    # A training job name first: it needs no SSM look-up. Otherwise it names an execution.
+    if not target.startswith("arn:") and describe_job(aws, target) is not None:
+        _show_job_logs(aws, target, follow=follow, interval=interval)
+        return
+    arn = aws.execution_arn(target, state_machine)
+    if follow and attempt is None:
+        follow_execution_logs(aws, arn, typer.echo, interval=interval)
+        return
+    _show_attempt_logs(aws, arn, target, follow=follow, attempt=attempt, interval=interval)
+
+
+def _show_job_logs(aws: Aws, job_name: str, *, follow: bool, interval: float) -> None:
+    from cli.executions import describe_job
+
+    if follow:
+        def running() -> bool:
+            return describe_job(aws, job_name)["TrainingJobStatus"] in _RUNNING
+
+        follow_job_logs(aws, job_name, typer.echo, is_running=running, interval=interval)
+    elif print_job_logs(aws, job_name, typer.echo) == 0:
+        out().print(f"[dim]no log lines for {job_name} yet[/]")
+
+
+def _show_attempt_logs(aws: Aws, arn: str, target: str, *, follow: bool, attempt: int | None,
+                       interval: float) -> None:
+    """The execution's attempts (or the one asked for), one after another."""
+    from cli.executions import describe, describe_job
+
+    try:
+        view = describe(aws, arn)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "ExecutionDoesNotExist":
+            raise
+        raise UserError(f"no training job and no execution named {target}",
+                        "`trainctl list` shows the executions; job names are in `trainctl status`") from None
+    if not view.attempts:
+        raise UserError(f"execution {view.name} has launched no training job yet",
+                        "use --follow to wait for it")
+    if attempt is not None and attempt > len(view.attempts):
+        raise UserError(f"execution {view.name} has {len(view.attempts)} attempt(s), not {attempt}")
+    chosen = [view.attempts[attempt - 1]] if attempt is not None else view.attempts
+    for one in chosen:
+        out().print(f"[bold]== attempt {one.number}: {one.job_name} ({one.instance_type}) ==[/]")
+        if follow:
+            def running(name: str = one.job_name) -> bool:
+                job = describe_job(aws, name)
+                return job is None or job["TrainingJobStatus"] in _RUNNING
+
+            follow_job_logs(aws, one.job_name, typer.echo, is_running=running, interval=interval)
+        elif print_job_logs(aws, one.job_name, typer.echo) == 0:
+            out().print(f"[dim]no log lines for {one.job_name} yet[/]")

@@ -15,10 +15,7 @@ from rich.table import Table
 
 from cli.aws import Aws
 from cli.executions import ExecutionView, describe, describe_job, job_metrics
-
-# The training package's metric names (contract.metrics.METRIC_NAMES) in the order people read them.
-_METRIC_ORDER = ("step", "epoch", "train_loss", "val_loss", "lr", "grad_norm", "tokens_per_sec",
-                 "samples_per_sec", "step_time_ms", "mfu", "loss_scale")
+from contract.metrics import METRIC_NAMES
 
 
 @dataclass(frozen=True)
@@ -62,8 +59,9 @@ def format_metric(value: float) -> str:
 
 
 def ordered_metrics(metrics: dict[str, float]) -> tuple[tuple[str, float], ...]:
-    known = [(n, metrics[n]) for n in _METRIC_ORDER if n in metrics]
-    return tuple(known + sorted((n, v) for n, v in metrics.items() if n not in _METRIC_ORDER))
+    """The training package's metrics in METRIC_NAMES' order (how people read them), then any others by name."""
+    known = [(n, metrics[n]) for n in METRIC_NAMES if n in metrics]
+    return tuple(known + sorted((n, v) for n, v in metrics.items() if n not in METRIC_NAMES))
 
 
 def snapshot(aws: Aws, view: ExecutionView) -> Snapshot:

@@ -248,7 +248,8 @@ def parse_dataclass(cls: type, data: dict[str, Any], path: str, problems: list[P
         sub = join(path, name)
         if name not in data:
             if f.default is _MISSING and f.default_factory is _MISSING:
-                problems.append(Problem(sub, f"required field is missing ({f.metadata.get('doc', '')})".rstrip(" ()")))
+                doc = f.metadata.get("doc")
+                problems.append(Problem(sub, "required field is missing" + (f" ({doc})" if doc else "")))
                 ok = False
             continue
         before = len(problems)

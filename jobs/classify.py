@@ -2,40 +2,118 @@
 
 Under a `createTrainingJob.sync` task a failure reaches the state machine's Catch as `{"Error", "Cause"}`:
 - the job ran and failed or stopped: Error `States.TaskFailed` (or `SageMaker.AmazonSageMakerException`),
-  Cause the DescribeTrainingJob output as JSON, as far as is known (REFERENCE.md marks that shape
+  Cause the DescribeTrainingJob output as JSON, as far as is known (docs/REFERENCE.md marks that shape
   unverified, so a plain message is accepted too, and the handler falls back to DescribeTrainingJob);
 - CreateTrainingJob itself failed: Error like `SageMaker.ResourceLimitExceededException` or
   `SageMaker.AmazonSageMakerException`, Cause the service's message (which names the error code).
-The categories drive jobs.policy; "unknown" fails safe (no retry).
+Both are read by one table of rules (RULES), first match wins; each rule says where its pattern is read
+(Source). The categories drive jobs.policy; "unknown" fails safe (no retry).
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
-CAPACITY = "capacity"
-SPOT_INTERRUPTION = "spot_interruption"
-INTERNAL = "internal"
-QUOTA = "quota"
-THROTTLING = "throttling"
-USER_ERROR = "user_error"
-USER_STOP = "user_stop"
-MAX_RUNTIME = "max_runtime"
-UNKNOWN = "unknown"
 
-CATEGORIES = (CAPACITY, SPOT_INTERRUPTION, INTERNAL, QUOTA, THROTTLING, USER_ERROR, USER_STOP, MAX_RUNTIME, UNKNOWN)
+class Category(enum.StrEnum):
+    CAPACITY = "capacity"
+    SPOT_INTERRUPTION = "spot_interruption"
+    INTERNAL = "internal"
+    QUOTA = "quota"
+    THROTTLING = "throttling"
+    USER_ERROR = "user_error"
+    USER_STOP = "user_stop"
+    MAX_RUNTIME = "max_runtime"
+    UNKNOWN = "unknown"
+
+
+class Source(enum.StrEnum):
+    """Where a rule's pattern is read."""
+
+    # "<TrainingJobStatus>/<SecondaryStatus>", plus " Pending too long" when the job waited in Pending for
+    # PENDING_TOO_LONG_SECONDS or more.
+    STATUS = "status"
+    FAILURE_REASON = "failure_reason"  # the description's FailureReason: SageMaker's own verdict
+    # The last SecondaryStatusTransitions StatusMessage, read only when there is no FailureReason.
+    STATUS_MESSAGE = "status_message"
+    ERROR_CODE = "error_code"  # the Catch's Error of an API error: SageMaker.ResourceLimitExceededException
+    ERROR_MESSAGE = "error_message"  # its Cause: the service's message
+
 
 # Longest time a job may sit in SecondaryStatus Pending before a failure counts as a capacity shortage
 # even when its FailureReason does not say so (jobs on a training plan wait there until the plan starts).
 PENDING_TOO_LONG_SECONDS = 1800
 
+JOB_TEXT = (Source.FAILURE_REASON, Source.STATUS_MESSAGE)
+API_ERROR = (Source.ERROR_CODE, Source.ERROR_MESSAGE)
+ANY_TEXT = JOB_TEXT + API_ERROR
+
+
+@dataclass(frozen=True)
+class Rule:
+    pattern: str  # searched case-insensitively
+    sources: tuple[Source, ...]
+    category: Category
+    reason: str  # the summary's words; `{short}` is the failure's one-line text
+    unless: str = ""  # a pattern that, found in any source, vetoes the rule
+
+
+# Order matters: SageMaker's statuses outrank the text (a script killed by a Spot reclaim may still leave an
+# AlgorithmError behind), and a FailureReason starting with AlgorithmError or ClientError is the user's code
+# or data, whatever words ("internal error", "capacity") its message happens to contain.
+RULES: tuple[Rule, ...] = (
+    Rule(r"^Completed/", (Source.STATUS,), Category.UNKNOWN, "the job completed; nothing to retry"),
+    Rule(r"/Interrupted\b", (Source.STATUS,), Category.SPOT_INTERRUPTION, "Spot capacity was reclaimed: {short}"),
+    Rule(r"/MaxWaitTimeExceeded\b", (Source.STATUS,), Category.SPOT_INTERRUPTION,
+         "MaxWaitTimeExceeded: Spot capacity did not last the run: {short}"),
+    Rule(r"/MaxRuntimeExceeded\b", (Source.STATUS,), Category.MAX_RUNTIME,
+         "the attempt reached max_runtime_hours: {short}"),
+    Rule(r"/Stopped\b", (Source.STATUS,), Category.USER_STOP, "stopped by a user: {short}", unless=r"MaxPendingTime"),
+    Rule(r"^(?-i:AlgorithmError|ClientError)\b", (Source.FAILURE_REASON,), Category.USER_ERROR,
+         "the training code or its data failed: {short}"),
+    Rule(r"spot (instance )?interrupt|reclaimed", JOB_TEXT, Category.SPOT_INTERRUPTION,
+         "Spot capacity was reclaimed: {short}"),
+    Rule(r"MaxWaitTime", JOB_TEXT, Category.SPOT_INTERRUPTION,
+         "MaxWaitTimeExceeded: Spot capacity did not last the run: {short}"),
+    Rule(r"CapacityError|Insufficient ?Capacity|Unable to provision", ANY_TEXT, Category.CAPACITY,
+         "capacity shortage: {short}"),
+    Rule(r"MaxPendingTime", JOB_TEXT, Category.CAPACITY, "waited too long for capacity (Pending): {short}"),
+    Rule(r"^Failed/.* Pending too long$", (Source.STATUS,), Category.CAPACITY,
+         "waited too long for capacity (Pending): {short}"),
+    Rule(r"MaxRuntime", JOB_TEXT, Category.MAX_RUNTIME, "the attempt reached max_runtime_hours: {short}"),
+    Rule(r"^Stopped/|/Stopped\b", (Source.STATUS,), Category.USER_STOP, "stopped by a user: {short}"),
+    Rule(r"ResourceLimitExceeded|ServiceQuota|account-level service limit", ANY_TEXT, Category.QUOTA,
+         "quota (ResourceLimitExceeded): {short}"),
+    Rule(r"Throttl|Rate exceeded|TooManyRequests|SlowDown", ANY_TEXT, Category.THROTTLING, "throttled: {short}"),
+    Rule(r"InternalServerError|Internal ?Failure|internal error|ServiceUnavailable|Status Code: 5\d\d", ANY_TEXT,
+         Category.INTERNAL, "SageMaker internal error: {short}"),
+    Rule(r"ValidationException|No such file|not found|invalid", JOB_TEXT, Category.USER_ERROR,
+         "the training code or its data failed: {short}"),
+    Rule(r"ValidationException|ValidationError|AccessDenied|ResourceInUse|ResourceNotFound", API_ERROR,
+         Category.USER_ERROR, "the request was rejected: {short}"),
+    Rule(r"States\.Timeout|States\.HeartbeatTimeout", API_ERROR, Category.UNKNOWN, "the task timed out: {short}"),
+)
+# API errors after which no job exists to describe: CreateTrainingJob refused the request.
+_NO_JOB = (Category.QUOTA, Category.THROTTLING, Category.USER_ERROR)
+
+
+def first_rule(evidence: dict[Source, str]) -> Rule | None:
+    """The first rule whose pattern is found in one of its sources (and whose `unless` is found in none)."""
+    for rule in RULES:
+        if any(_mentions(evidence.get(s, ""), rule.pattern) for s in rule.sources) \
+                and not (rule.unless and any(_mentions(text, rule.unless) for text in evidence.values())):
+            return rule
+    return None
+
 
 @dataclass(frozen=True)
 class Failure:
-    category: str
+    category: Category
     reason: str  # one line, for the summary and the notification
     job_started: bool  # a job was created (so it has a name to describe, and billable time)
 
@@ -63,65 +141,25 @@ def classify_description(job: dict[str, Any]) -> Failure:
     secondary = job.get("SecondaryStatus", "")
     reason = (job.get("FailureReason") or "").strip()
     last_message = _last_status_message(job)
-    text = reason or last_message
-    short = _one_line(text) or f"{status}/{secondary}"
-
-    if status == "Completed":
-        return Failure(UNKNOWN, "the job completed; nothing to retry", True)
-    # The statuses SageMaker sets outrank the text: a script killed by a Spot reclaim may still leave an
-    # AlgorithmError behind.
-    if secondary == "Interrupted":
-        return Failure(SPOT_INTERRUPTION, f"Spot capacity was reclaimed: {short}", True)
-    if secondary == "MaxWaitTimeExceeded":
-        return Failure(SPOT_INTERRUPTION, f"MaxWaitTimeExceeded: Spot capacity did not last the run: {short}", True)
-    if secondary == "MaxRuntimeExceeded":
-        return Failure(MAX_RUNTIME, f"the attempt reached max_runtime_hours: {short}", True)
-    if secondary == "Stopped" and not _mentions(text, r"MaxPendingTime"):
-        return Failure(USER_STOP, f"stopped by a user: {short}", True)
-    # FailureReason starts with SageMaker's own category; AlgorithmError and ClientError are the user's
-    # code or data, whatever words ("internal error", "capacity") their message happens to contain.
-    if re.match(r"(AlgorithmError|ClientError)\b", reason):
-        return Failure(USER_ERROR, f"the training code or its data failed: {short}", True)
-    if _mentions(text, r"spot (instance )?interrupt|reclaimed"):
-        return Failure(SPOT_INTERRUPTION, f"Spot capacity was reclaimed: {short}", True)
-    if _mentions(text, r"MaxWaitTime"):
-        return Failure(SPOT_INTERRUPTION, f"MaxWaitTimeExceeded: Spot capacity did not last the run: {short}", True)
-    if _mentions(text, r"CapacityError|Insufficient ?Capacity|Unable to provision requested ML compute capacity"):
-        return Failure(CAPACITY, f"capacity shortage: {short}", True)
-    if _mentions(text, r"MaxPendingTime") or status == "Failed" and _pending_too_long(job):
-        return Failure(CAPACITY, f"waited too long for capacity (Pending): {short}", True)
-    if _mentions(text, r"MaxRuntime"):
-        return Failure(MAX_RUNTIME, f"the attempt reached max_runtime_hours: {short}", True)
-    if status == "Stopped" or secondary == "Stopped":
-        return Failure(USER_STOP, f"stopped by a user: {short}", True)
-    if _mentions(text, r"InternalServerError|Internal ?Failure|internal error"):
-        return Failure(INTERNAL, f"SageMaker internal error: {short}", True)
-    if _mentions(text, r"ResourceLimitExceeded"):
-        return Failure(QUOTA, f"quota: {short}", True)
-    if _mentions(text, r"Throttl|Rate exceeded"):
-        return Failure(THROTTLING, f"throttled: {short}", True)
-    if _mentions(text, r"ValidationException|No such file|not found|invalid"):
-        return Failure(USER_ERROR, f"the training code or its data failed: {short}", True)
-    return Failure(UNKNOWN, f"unrecognised failure ({status}/{secondary}): {short}", True)
+    short = _one_line(reason or last_message) or f"{status}/{secondary}"
+    evidence = {
+        Source.STATUS: f"{status}/{secondary}" + (" Pending too long" if _pending_too_long(job) else ""),
+        Source.FAILURE_REASON: reason,
+        Source.STATUS_MESSAGE: "" if reason else last_message,
+    }
+    rule = first_rule(evidence)
+    if rule is None:
+        return Failure(Category.UNKNOWN, f"unrecognised failure ({status}/{secondary}): {short}", True)
+    return Failure(rule.category, rule.reason.format(short=short), True)
 
 
 def classify_api_error(error: str, message: str) -> Failure:
     """Classify an error raised by CreateTrainingJob (or the .sync integration) itself."""
-    text = f"{error} {message}"
     short = _one_line(message) or error
-    if _mentions(text, r"ResourceLimitExceeded|ServiceQuota|account-level service limit"):
-        return Failure(QUOTA, f"quota (ResourceLimitExceeded): {short}", False)
-    if _mentions(text, r"Throttl|Rate exceeded|TooManyRequests|SlowDown"):
-        return Failure(THROTTLING, f"throttled: {short}", False)
-    if _mentions(text, r"CapacityError|InsufficientCapacity|Unable to provision"):
-        return Failure(CAPACITY, f"capacity shortage: {short}", False)
-    if _mentions(text, r"InternalServerError|InternalFailure|ServiceUnavailable|Status Code: 5\d\d"):
-        return Failure(INTERNAL, f"SageMaker internal error: {short}", False)
-    if _mentions(text, r"ValidationException|ValidationError|AccessDenied|ResourceInUse|ResourceNotFound"):
-        return Failure(USER_ERROR, f"the request was rejected: {short}", False)
-    if _mentions(text, r"States\.Timeout|States\.HeartbeatTimeout"):
-        return Failure(UNKNOWN, f"the task timed out: {short}", False)
-    return Failure(UNKNOWN, f"unrecognised error {error}: {short}", False)
+    rule = first_rule({Source.ERROR_CODE: error, Source.ERROR_MESSAGE: message})
+    if rule is None:
+        return Failure(Category.UNKNOWN, f"unrecognised error {error}: {short}", False)
+    return Failure(rule.category, rule.reason.format(short=short), False)
 
 
 def classify_failure(failure: dict[str, Any], describe=None) -> tuple[Failure, dict[str, Any] | None]:
@@ -145,10 +183,10 @@ def classify_failure(failure: dict[str, Any], describe=None) -> tuple[Failure, d
 
 
 def _job_may_exist(error: str, message: str) -> bool:
-    # An API error at create left no job; anything else (States.TaskFailed with a plain message) may be
-    # a failed job whose description did not come along.
-    return not _mentions(f"{error} {message}", r"ResourceLimitExceeded|Throttl|Rate exceeded|ValidationException"
-                                               r"|AccessDenied|TooManyRequests")
+    # An API error at create (quota, throttling, a rejected request) left no job; anything else
+    # (States.TaskFailed with a plain message) may be a failed job whose description did not come along.
+    rule = first_rule({Source.ERROR_CODE: error, Source.ERROR_MESSAGE: message})
+    return rule is None or rule.category not in _NO_JOB
 
 
 def _embedded_description(cause: str) -> dict[str, Any] | None:
@@ -211,8 +249,6 @@ def to_epoch(value: Any) -> float | None:
     if hasattr(value, "timestamp"):
         return value.timestamp()
     if isinstance(value, str):
-        from datetime import UTC, datetime
-
         text = value.strip().replace("Z", "+00:00")
         try:
             parsed = datetime.fromisoformat(text)

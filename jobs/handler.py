@@ -22,9 +22,13 @@ from contract.errors import Problem, RequestInvalid
 from jobs import run as runs
 from jobs.classify import classify_failure
 from jobs.platform import PlatformSettings
+from jobs.platform_rules import validate_for_platform
+from jobs.policy import Action
 from jobs.policy import decide as decide_next
 from jobs.render import new_run_id, render_create_training_job
-from jobs.request import parse_request, validate_for_platform
+from jobs.request import parse_request
+from jobs.run import RunState
+from jobs.summary import describe_in_words, summary
 
 log = logging.getLogger(__name__)
 log.setLevel(logging.INFO)
@@ -55,48 +59,48 @@ def prepare(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     run = runs.new_run(request, run_id=run_id, execution=execution, now=now)
     create = render_create_training_job(request, platform, run_id=run_id, attempt=1)
     runs.start_attempt(run, create, attempt=1, now=now)
-    log.info("run %s: attempt 1 is %s on %s", run_id, create["TrainingJobName"], run["instance_type"])
-    return {"run": run, "create": create}
+    log.info("run %s: attempt 1 is %s on %s", run_id, create["TrainingJobName"], run.instance_type)
+    return {"run": run.to_dict(), "create": create}
 
 
 def decide(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     """Classify the failed attempt and either render the next attempt or give up."""
     platform = platform_settings()
-    run, create = event["run"], event["create"]
+    run, create = RunState.from_dict(event["run"]), event["create"]
     failure_event = event.get("failure") or {}
-    request = parse_request(run["request"])
+    request = parse_request(run.request)
     job_name = create["TrainingJobName"]
     failure, job = classify_failure(failure_event, describe=lambda: describe_training_job(job_name, platform.region))
     now = clock()
     runs.finish_attempt(run, now=now, job=job, failure=failure)
     decision = decide_next(request, run, failure, now)
-    log.info("run %s attempt %s: %s -> %s", run["run_id"], run["attempt"], failure.category, decision.reason)
-    if decision.action == "retry":
-        attempt = run["attempt"] + 1
-        create = render_create_training_job(request, platform, run_id=run["run_id"], attempt=attempt,
+    log.info("run %s attempt %s: %s -> %s", run.run_id, run.attempt, failure.category, decision.reason)
+    if decision.action is Action.RETRY:
+        attempt = run.attempt + 1
+        create = render_create_training_job(request, platform, run_id=run.run_id, attempt=attempt,
                                             instance_type=decision.instance_type, spot=decision.spot)
-        run["waited_seconds"] += decision.wait_seconds
+        run.waited_seconds += decision.wait_seconds
         runs.start_attempt(run, create, attempt=attempt, now=now + decision.wait_seconds)
-    return {"run": run, "create": create, "decision": decision.to_event()}
+    return {"run": run.to_dict(), "create": create, "decision": decision.to_event()}
 
 
 def summarize(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     """The execution's output and the notification's text."""
-    run = event["run"]
+    run = RunState.from_dict(event["run"])
     job = event.get("job")
     # A retried run still carries the earlier "retry" decision when its last attempt succeeds: only a
     # "fail" decision means the run failed.
     decision = event.get("decision")
-    if not (isinstance(decision, dict) and decision.get("action") == "fail"):
+    if not (isinstance(decision, dict) and decision.get("action") == Action.FAIL):
         decision = None
     now = clock()
-    if job and decision is None and run["attempts"] and run["attempts"][-1]["status"] == "InProgress":
+    if job and decision is None and run.attempts and run.current.status == "InProgress":
         job = runs.jsonable(job)
         runs.finish_attempt(run, now=now, job=job)
-    summary = runs.summary(run, job=job, decision=decision, now=now)
-    subject, message = runs.describe_in_words(summary)
-    return {"succeeded": summary["status"] == "Succeeded", "subject": subject, "message": message,
-            "summary": summary}
+    outcome = summary(run, job=job, decision=decision, now=now)
+    subject, message = describe_in_words(outcome)
+    return {"succeeded": outcome["status"] == "Succeeded", "subject": subject, "message": message,
+            "summary": outcome}
 
 
 def describe_training_job(job_name: str, region: str) -> dict[str, Any] | None:

@@ -8,20 +8,17 @@ knows ECR account numbers; the Lambda stays free of the SDK.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from contract.hyperparameters import Strategy
 from jobs import catalog
 from jobs.platform import PlatformSettings
-
-if TYPE_CHECKING:
-    from jobs.request import JobRequest
+from jobs.request_schema import JobRequest
 
 
 def image_key(request: JobRequest, platform: PlatformSettings, instance_type: str) -> tuple[str, str, str]:
     """(framework, version, device) to look up in platform.images."""
     spec = catalog.lookup(instance_type)
     device = spec.kind if spec else "gpu"
-    if request.strategy == "smp":
+    if request.strategy is Strategy.SMP:
         return "pytorch-smp", request.framework_version or platform.default_smp_version, device
     return "pytorch", request.framework_version or platform.default_framework_version, device
 

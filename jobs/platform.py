@@ -4,69 +4,112 @@ One JSON document (the "platform settings") carries every value the launcher and
 need to render a CreateTrainingJob request: the CDK app writes it into the launcher Lambda's
 environment (PLATFORM_SETTINGS), into the SSM parameter `/<name_prefix>/platform-settings`
 and into a stack output; `trainctl render --platform FILE` reads the same document from a file.
+It is read by the schema engine (contract.schema), so a bad document gets one problem per bad key.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from contract.errors import Invalid, Problem
+from contract.schema import join, json_schema, meta, parse_dataclass
+
+
+class PlatformSettingsInvalid(Invalid, ValueError):
+    """A platform-settings document that cannot be used; one `path: message` line per problem.
+
+    A ValueError too, as callers (trainctl) caught before the schema engine read the document."""
+
+
+def _strings(value: Any) -> str | list[tuple[int, str]] | None:
+    """A list of non-empty strings (the schema engine reads tuples; these stay lists, as the stacks write them)."""
+    if not isinstance(value, list):
+        return f"expected a list of strings, got {type(value).__name__}"
+    return [(i, f"expected a non-empty string, got {item!r}") for i, item in enumerate(value)
+            if not isinstance(item, str) or not item.strip()]
+
+
+def _image_table(value: Any) -> list[tuple[str, str]] | None:
+    """{"pytorch": {"2.8.0": {"gpu": uri, "cpu": uri}}, ...}: framework -> version -> device -> image URI."""
+    found = []
+    for framework, versions in value.items():
+        if not isinstance(versions, dict):
+            found.append((framework, "expected an object of versions, e.g. {\"2.8.0\": {\"gpu\": \"<image uri>\"}}"))
+            continue
+        for version, devices in versions.items():
+            where = f"{framework}.{version}"
+            if not isinstance(devices, dict):
+                found.append((where, "expected an object of devices, e.g. {\"gpu\": \"<image uri>\"}"))
+                continue
+            found += [(f"{where}.{device}", f"expected an image URI, got {uri!r}") for device, uri in devices.items()
+                      if not isinstance(uri, str) or not uri.strip()]
+    return found
+
 
 @dataclass(frozen=True)
 class FsxSettings:
-    file_system_id: str
-    mount_name: str
+    file_system_id: str = field(metadata=meta("FSx for Lustre file system id (fs-...)"))
+    mount_name: str = field(metadata=meta("the file system's mount name"))
     # The folder on the file system that the dataset bucket prefix is linked to (no leading slash).
-    linked_path: str = "datasets"
+    linked_path: str = field(default="datasets", metadata=meta(
+        "folder on the file system linked to the dataset bucket's prefix"))
 
 
 @dataclass(frozen=True)
 class TrainingPlan:
-    name: str
-    arn: str
-    instance_type: str
-    instance_count: int
+    """A SageMaker training plan (reserved capacity) that requests may name in `training_plan`."""
+
+    name: str = field(metadata=meta("the name requests use (the key in training_plans)"))
+    arn: str = field(metadata=meta("the training plan's ARN (ResourceConfig.TrainingPlanArn)"))
+    instance_type: str = field(metadata=meta("the one instance type the plan reserves"))
+    instance_count: int = field(metadata=meta("instances the plan reserves", min=1))
 
 
 @dataclass(frozen=True)
 class PlatformSettings:
-    name_prefix: str
-    region: str
-    execution_role_arn: str
-    subnet_ids: list[str]
-    security_group_ids: list[str]
-    kms_key_arn: str
-    checkpoint_bucket: str
-    output_bucket: str
-    dataset_bucket: str
+    name_prefix: str = field(metadata=meta("prefix of every resource and job name"))
+    region: str = field(metadata=meta("AWS region of the platform"))
+    execution_role_arn: str = field(metadata=meta("role the training jobs run as"))
+    subnet_ids: list[str] = field(metadata=meta("private subnets of the training jobs", check=_strings))
+    security_group_ids: list[str] = field(metadata=meta("security groups of the training jobs", check=_strings))
+    kms_key_arn: str = field(metadata=meta("KMS key of volumes and outputs"))
+    checkpoint_bucket: str = field(metadata=meta("bucket of the runs' checkpoints"))
+    output_bucket: str = field(metadata=meta("bucket of model artifacts, outputs and profiler data"))
+    dataset_bucket: str = field(metadata=meta("bucket of the datasets (linked to FSx when there is one)"))
     # S3 URI of the packed training/ package (sourcedir.tar.gz) that sagemaker_submit_directory names.
-    source_dir_s3_uri: str
+    source_dir_s3_uri: str = field(metadata=meta("S3 URI of the training package (sourcedir.tar.gz)"))
     # Container images resolved at synth time for the stack's region:
     # {"pytorch": {"2.8.0": {"gpu": uri, "cpu": uri}}, "pytorch-smp": {"2.5.1": {"gpu": uri}}}
-    images: dict[str, dict[str, dict[str, str]]]
-    default_framework_version: str
-    default_smp_version: str
-    allowed_instance_types: list[str]
-    fsx: FsxSettings | None = None
-    training_plans: dict[str, TrainingPlan] = field(default_factory=dict)
-    default_warm_pool_minutes: int = 0
+    images: dict[str, dict[str, dict[str, str]]] = field(metadata=meta(
+        "image URIs: framework -> version -> device (gpu, cpu, neuron)", check=_image_table))
+    default_framework_version: str = field(metadata=meta("PyTorch version of requests that name none"))
+    default_smp_version: str = field(metadata=meta("SMP version of smp requests that name none"))
+    allowed_instance_types: list[str] = field(metadata=meta(
+        "instance types requests may use (empty: every type in the catalog)", check=_strings))
+    fsx: FsxSettings | None = field(default=None, metadata=meta("the dataset file system (null: none)"))
+    training_plans: dict[str, TrainingPlan] = field(default_factory=dict, metadata=meta(
+        "training plans by name; an entry's name is its key"))
+    default_warm_pool_minutes: int = field(default=0, metadata=meta(
+        "warm pool of requests that set none, minutes", min=0))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PlatformSettings:
+        """Read a settings document; raise PlatformSettingsInvalid naming every bad key."""
+        if not isinstance(data, dict):
+            raise PlatformSettingsInvalid([Problem("", f"platform settings are a JSON object, got "
+                                                       f"{type(data).__name__}")])
+        problems: list[Problem] = []
         data = dict(data)
-        fsx = data.pop("fsx", None)
+        # The engine reads dicts of strings only; the plans' values are objects, read one by one here.
         plans = data.pop("training_plans", None) or {}
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"platform settings: unknown keys {unknown}; known keys are {sorted(known)}")
-        return cls(
-            fsx=FsxSettings(**fsx) if fsx else None,
-            training_plans={name: TrainingPlan(name=name, **{k: v for k, v in p.items() if k != "name"})
-                            for name, p in plans.items()},
-            **data,
-        )
+        settings = parse_dataclass(cls, data, "", problems)
+        plans = _training_plans(plans, problems)
+        if problems:
+            raise PlatformSettingsInvalid(problems)
+        return dataclasses.replace(settings, training_plans=plans)
 
     @classmethod
     def from_json(cls, text: str) -> PlatformSettings:
@@ -74,3 +117,40 @@ class PlatformSettings:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+
+def _training_plans(value: Any, problems: list[Problem]) -> dict[str, TrainingPlan]:
+    if not isinstance(value, dict):
+        problems.append(Problem("training_plans", f"expected an object of plans by name, got {type(value).__name__}"))
+        return {}
+    plans = {}
+    for name, entry in value.items():
+        path = join("training_plans", name)
+        if not isinstance(entry, dict):
+            problems.append(Problem(path, "expected an object with arn, instance_type and instance_count"))
+            continue
+        # The key names the plan (a `name` inside, as to_dict writes it, is the same).
+        plan = parse_dataclass(TrainingPlan, {**entry, "name": name}, path, problems)
+        if plan is not None:
+            plans[name] = plan
+    return plans
+
+
+def settings_json_schema() -> dict[str, Any]:
+    """The platform-settings document as a JSON Schema (draft 2020-12).
+
+    The engine's schema leaves lists and the plans' objects open; they are spelled out here.
+    """
+    schema = json_schema(PlatformSettings, title="Platform settings",
+                         description="What the launcher and trainctl need to render jobs on one deployed platform.")
+    props = schema["properties"]
+    for name in ("subnet_ids", "security_group_ids", "allowed_instance_types"):
+        props[name].update({"type": "array", "items": {"type": "string", "minLength": 1}})
+    plan = json_schema(TrainingPlan)
+    del plan["$schema"]
+    plan["required"] = [k for k in plan["required"] if k != "name"]
+    props["training_plans"]["additionalProperties"] = plan
+    return schema

@@ -14,26 +14,41 @@ Every retry is a new job with a new name that resumes from the run's checkpoint 
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
-from jobs import classify as c
-from jobs.classify import Failure
-from jobs.request import JobRequest
+from jobs.classify import Category, Failure
+from jobs.request_schema import JobRequest
+from jobs.run import RunState
 
-NO_RETRY = (c.USER_ERROR, c.USER_STOP, c.MAX_RUNTIME, c.UNKNOWN)
+
+class Action(enum.StrEnum):
+    RETRY = "retry"
+    FAIL = "fail"
+
+
+# The categories the policy never retries, and what the run's reason adds for each.
+_NO_RETRY_HINT = {
+    Category.USER_ERROR: "fix the code or data and submit again",
+    Category.USER_STOP: "not retried",
+    Category.MAX_RUNTIME: "raise max_runtime_hours, or resume by submitting again (checkpoints are kept)",
+    Category.UNKNOWN: "not retried, to be safe; see the job's logs",
+}
+NO_RETRY = tuple(_NO_RETRY_HINT)
 
 
 @dataclass(frozen=True)
 class Decision:
-    action: str  # "retry" or "fail"
+    action: Action
     wait_seconds: int
-    category: str
+    category: Category
     reason: str
     instance_type: str | None = None  # of the next attempt
     spot: bool | None = None
 
     def to_event(self) -> dict:
-        return {"action": self.action, "wait_seconds": self.wait_seconds, "category": self.category,
+        """What the state machine reads: its Choice state matches `action` ("retry" or "fail")."""
+        return {"action": self.action.value, "wait_seconds": self.wait_seconds, "category": self.category.value,
                 "reason": self.reason}
 
 
@@ -42,54 +57,48 @@ def backoff(base: int, cap: int, n: int) -> int:
     return int(min(cap, base * 2 ** max(n - 1, 0)))
 
 
-def decide(request: JobRequest, run: dict, failure: Failure, now: float) -> Decision:
+def decide(request: JobRequest, run: RunState, failure: Failure, now: float) -> Decision:
     """`run` is the run state after the failed attempt was recorded (counts already include it)."""
     retry = request.retry
-    counts = run["counts"]
-    attempt = run["attempt"]
-    fail = lambda reason: Decision("fail", 0, failure.category, reason)  # noqa: E731
+    counts = run.counts
+    attempt = run.attempt
+    fail = lambda reason: Decision(Action.FAIL, 0, failure.category, reason)  # noqa: E731
 
     if failure.category in NO_RETRY:
-        hint = {
-            c.USER_ERROR: "fix the code or data and submit again",
-            c.USER_STOP: "not retried",
-            c.MAX_RUNTIME: "raise max_runtime_hours, or resume by submitting again (checkpoints are kept)",
-            c.UNKNOWN: "not retried, to be safe; see the job's logs",
-        }[failure.category]
-        return fail(f"{failure.reason} ({hint})")
+        return fail(f"{failure.reason} ({_NO_RETRY_HINT[failure.category]})")
     if attempt >= retry.max_attempts:
         return fail(f"attempts exhausted ({attempt} of {retry.max_attempts}); last failure: {failure.reason}")
 
-    instance_type, spot = run["instance_type"], run["spot"]
-    if failure.category == c.CAPACITY:
-        wait = backoff(retry.capacity_wait_seconds, retry.capacity_wait_max_seconds, counts[c.CAPACITY])
+    instance_type, spot = run.instance_type, run.spot
+    if failure.category == Category.CAPACITY:
+        wait = backoff(retry.capacity_wait_seconds, retry.capacity_wait_max_seconds, counts.capacity)
         types = list(request.instance_types) or [instance_type]
         index = (types.index(instance_type) + 1) % len(types) if instance_type in types else 0
         instance_type = types[index]
         what = f"then {instance_type}" if len(types) > 1 else f"then {instance_type} again"
-    elif failure.category == c.SPOT_INTERRUPTION:
+    elif failure.category == Category.SPOT_INTERRUPTION:
         wait = retry.interruption_wait_seconds
         limit = retry.interruptions_before_on_demand
-        if spot and limit is not None and counts[c.SPOT_INTERRUPTION] >= limit:
+        if spot and limit is not None and counts.spot_interruption >= limit:
             spot = False
-            what = f"then on demand after {counts[c.SPOT_INTERRUPTION]} interruptions"
+            what = f"then on demand after {counts.spot_interruption} interruptions"
         else:
             what = "then resume" + (" on Spot" if spot else "")
-    elif failure.category == c.INTERNAL:
-        if counts[c.INTERNAL] > retry.internal_error_max_retries:
-            return fail(f"SageMaker internal errors persisted ({counts[c.INTERNAL]} times): {failure.reason}")
+    elif failure.category == Category.INTERNAL:
+        if counts.internal > retry.internal_error_max_retries:
+            return fail(f"SageMaker internal errors persisted ({counts.internal} times): {failure.reason}")
         wait = retry.internal_error_wait_seconds
         what = "then retry"
     else:  # quota, throttling
-        streak = counts["api_error_streak"]
+        streak = counts.api_error_streak
         if streak > retry.api_error_max_retries:
             return fail(f"{failure.category} persisted ({streak} times in a row): {failure.reason}")
         wait = backoff(retry.api_error_wait_seconds, retry.api_error_wait_max_seconds, streak)
         what = "then retry"
 
-    deadline = run["started_epoch"] + request.effective_max_total_hours * 3600
+    deadline = run.started_epoch + request.effective_max_total_hours * 3600
     if now + wait >= deadline:
         return fail(f"time budget exhausted (retry.max_total_hours {request.effective_max_total_hours:g} h); "
                     f"last failure: {failure.reason}")
     reason = f"{failure.reason}; waiting {wait} s, {what} (attempt {attempt + 1} of {retry.max_attempts})"
-    return Decision("retry", wait, failure.category, reason, instance_type, spot)
+    return Decision(Action.RETRY, wait, failure.category, reason, instance_type, spot)

@@ -6,7 +6,7 @@ README.md carries this text; regenerate it here when a field changes so the two 
 from __future__ import annotations
 
 from contract.schema import reference_rows
-from jobs.request import JobRequest
+from jobs.request_schema import JobRequest
 
 RETRY_POLICY = """\
 | Failure (how it is recognised) | What the state machine does |

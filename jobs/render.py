@@ -21,11 +21,15 @@ import json
 import re
 from typing import Any
 
+from contract.container import CHECKPOINT_DIR, CODE_CHANNEL, INPUT_DATA_DIR, TRAIN_CHANNEL, VALIDATION_CHANNEL
+from contract.hyperparameters import Strategy
 from contract.metrics import metric_definitions
 from jobs import catalog
+from jobs.api_limits import PLATFORM_ENVIRONMENT
 from jobs.images import resolve_image
 from jobs.platform import PlatformSettings
-from jobs.request import PLATFORM_ENVIRONMENT, JobRequest, dataset_kind, fsx_path
+from jobs.request_fields import dataset_kind, fsx_path
+from jobs.request_schema import JobRequest
 
 CREATE_REQUEST_KEYS: tuple[str, ...] = (
     "TrainingJobName",
@@ -49,11 +53,7 @@ CREATE_REQUEST_KEYS: tuple[str, ...] = (
 
 JOB_NAME_MAX = 63
 JOB_NAME_PATTERN = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
-CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 ENTRY_POINT = "train.py"
-# With network isolation the container cannot fetch sourcedir.tar.gz itself; SDK v2 then sends the code
-# as this input channel and points sagemaker_submit_directory at the file inside it.
-CODE_CHANNEL = "code"
 CONTAINER_LOG_LEVEL = 20  # logging.INFO, as SDK v2 sends it
 PROFILING_INTERVAL_MS = 500
 
@@ -121,7 +121,7 @@ def render_create_training_job(
         "EnableNetworkIsolation": request.network_isolation,
         "EnableInterContainerTrafficEncryption": request.inter_container_encryption,
         "EnableManagedSpotTraining": use_spot,
-        "CheckpointConfig": {"S3Uri": checkpoint_s3_uri(platform, run_id), "LocalPath": CHECKPOINT_LOCAL_PATH},
+        "CheckpointConfig": {"S3Uri": checkpoint_s3_uri(platform, run_id), "LocalPath": CHECKPOINT_DIR},
         "Environment": {**PLATFORM_ENVIRONMENT, **request.environment},
         "ProfilerConfig": _profiler(request, platform, run_id),
         "InfraCheckConfig": {"EnableInfraCheck": request.infra_check},
@@ -148,7 +148,9 @@ def training_hyperparameters(request: JobRequest, platform: PlatformSettings, jo
     strategy = request.resolved_strategy
     submit_dir = platform.source_dir_s3_uri
     if request.network_isolation:
-        submit_dir = f"/opt/ml/input/data/{CODE_CHANNEL}/{submit_dir.rsplit('/', 1)[-1]}"
+        # The container cannot fetch sourcedir.tar.gz itself; SDK v2 then sends the code as an input channel
+        # and points sagemaker_submit_directory at the file inside it.
+        submit_dir = f"{INPUT_DATA_DIR}/{CODE_CHANNEL}/{submit_dir.rsplit('/', 1)[-1]}"
     values: dict[str, Any] = {
         "sagemaker_program": ENTRY_POINT,
         "sagemaker_submit_directory": submit_dir,
@@ -156,13 +158,13 @@ def training_hyperparameters(request: JobRequest, platform: PlatformSettings, jo
         "sagemaker_job_name": job,
         "sagemaker_container_log_level": CONTAINER_LOG_LEVEL,
         # torchrun on every node; the single strategy runs one plain process instead.
-        "sagemaker_torch_distributed_enabled": strategy != "single",
+        "sagemaker_torch_distributed_enabled": strategy is not Strategy.SINGLE,
         "sagemaker_instance_type": instance_type,
     }
     if request.instance_groups:
         values["sagemaker_distribution_instance_groups"] = [
             g.name for g in request.instance_groups if (s := catalog.lookup(g.type)) and s.accelerated]
-    if request.strategy == "smp":
+    if request.strategy is Strategy.SMP:
         par = request.parallel
         # SMP v2's core parameters; hybrid_shard_degree 0 (shard over all ranks) is SMP's default, so left out.
         mp = {"tensor_parallel_degree": par.tensor_parallel_degree}
@@ -173,7 +175,7 @@ def training_hyperparameters(request: JobRequest, platform: PlatformSettings, jo
         values["mp_parameters"] = mp
         values["sagemaker_distributed_dataparallel_enabled"] = False
     values.update({
-        "strategy": strategy,
+        "strategy": strategy.value,
         "model": request.model,
         "model_size": request.model_size,
         "checkpoint_interval": request.checkpoint_interval,
@@ -188,9 +190,9 @@ def _hyperparameters(request: JobRequest, platform: PlatformSettings, job: str, 
 
 
 def _channels(request: JobRequest, platform: PlatformSettings) -> list[dict[str, Any]]:
-    channels = [_channel("train", request.dataset, request, platform)]
+    channels = [_channel(TRAIN_CHANNEL, request.dataset, request, platform)]
     if request.validation_dataset:
-        channels.append(_channel("validation", request.validation_dataset, request, platform))
+        channels.append(_channel(VALIDATION_CHANNEL, request.validation_dataset, request, platform))
     if request.network_isolation:
         channels.append({
             "ChannelName": CODE_CHANNEL,
@@ -287,7 +289,7 @@ def _tags(request: JobRequest, platform: PlatformSettings, run_id: str, attempt:
         f"{prefix}:run-id": run_id,
         f"{prefix}:attempt": str(attempt),
         f"{prefix}:request": request.name,
-        f"{prefix}:strategy": request.resolved_strategy,
+        f"{prefix}:strategy": request.resolved_strategy.value,
     }
     tags = [{"Key": k, "Value": v} for k, v in platform_tags.items()]
     tags += [{"Key": k, "Value": v} for k, v in request.tags.items() if k not in platform_tags]

@@ -1,20 +1,24 @@
 """The run state the state machine carries between attempts, and the summary it ends with.
 
 A run is one execution of the state machine: one request, one checkpoint prefix, one or more attempts
-(training jobs). The state is plain JSON (it travels through Step Functions, 256 KB at most), e.g.
+(training jobs). `RunState` travels through Step Functions as plain JSON (256 KB at most), e.g.
     {"run_id", "execution", "request", "started_at", "started_epoch", "attempt", "instance_type", "spot",
      "checkpoint_s3_uri", "counts": {...}, "waited_seconds", "attempts": [{...}, ...]}
+The handlers read it with `RunState.from_dict` and hand `to_dict()` to the next state; the state
+machine's ASL reads no key of it, but the shape is the launcher's contract with its own past executions.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from jobs import classify as c
-from jobs.classify import Failure, to_epoch
-from jobs.request import JobRequest
+from contract.schema import to_jsonable
+from jobs.classify import Category, Failure, to_epoch
+from jobs.request_schema import JobRequest
 
 
 def iso(epoch: float) -> str:
@@ -26,140 +30,147 @@ def jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=lambda v: v.isoformat() if hasattr(v, "isoformat") else str(v)))
 
 
-def new_run(request: JobRequest, *, run_id: str, execution: dict[str, Any], now: float) -> dict[str, Any]:
+@dataclass
+class Execution:
+    name: str = ""
+    start_time: str = ""
+
+
+@dataclass
+class Counts:
+    """Failures so far by the categories the policy bounds, and the current run of API errors."""
+
+    capacity: int = 0
+    spot_interruption: int = 0
+    internal: int = 0
+    quota: int = 0
+    throttling: int = 0
+    api_error_streak: int = 0  # quota or throttling failures in a row
+
+    def of(self, category: Category) -> int:
+        return getattr(self, category.value, 0)
+
+    def record(self, category: Category) -> None:
+        if category.value in _COUNTED:
+            setattr(self, category.value, self.of(category) + 1)
+        api_error = category in (Category.QUOTA, Category.THROTTLING)
+        self.api_error_streak = self.api_error_streak + 1 if api_error else 0
+
+
+_COUNTED = tuple(f.name for f in dataclasses.fields(Counts) if f.name != "api_error_streak")
+
+
+@dataclass
+class Attempt:
+    attempt: int
+    job_name: str
+    instance_type: str  # the type, or "2xml.p4d.24xlarge,1xml.c5.4xlarge" for instance groups
+    instance_count: int
+    spot: bool
+    status: str = "InProgress"  # TrainingJobStatus, or NotCreated when CreateTrainingJob failed
+    secondary_status: str = ""
+    category: str = ""  # a Category's value once the attempt failed
+    reason: str = ""
+    started_at: str = ""
+    ended_at: str = ""
+    training_seconds: int | None = None
+    billable_seconds: int | None = None
+    lost_seconds: int = 0
+
+
+@dataclass
+class RunState:
+    run_id: str
+    execution: Execution
+    request: dict[str, Any]  # the parsed request's dict form (JobRequest.to_dict)
+    started_at: str
+    started_epoch: float
+    attempt: int = 0
+    instance_type: str = ""  # of the current attempt
+    spot: bool = False  # of the current attempt
+    checkpoint_s3_uri: str = ""
+    counts: Counts = field(default_factory=Counts)
+    waited_seconds: int = 0
+    attempts: list[Attempt] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_jsonable(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunState:
+        """The state as an earlier handler wrote it (trusted: only the launcher writes it)."""
+        fields = {**data, "execution": Execution(**data["execution"]), "counts": Counts(**data["counts"]),
+                  "attempts": [Attempt(**a) for a in data["attempts"]]}
+        return cls(**fields)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, text: str) -> RunState:
+        return cls.from_dict(json.loads(text))
+
+    @property
+    def current(self) -> Attempt:
+        return self.attempts[-1]
+
+
+def new_run(request: JobRequest, *, run_id: str, execution: dict[str, Any], now: float) -> RunState:
     started = to_epoch(execution.get("start_time")) or now
-    return {
-        "run_id": run_id,
-        "execution": {"name": execution.get("name", ""), "start_time": execution.get("start_time") or iso(started)},
-        "request": request.to_dict(),
-        "started_at": iso(started),
-        "started_epoch": started,
-        "attempt": 0,
-        "instance_type": request.training_instance_type,
-        "spot": request.spot,
-        "checkpoint_s3_uri": "",
-        "counts": {c.CAPACITY: 0, c.SPOT_INTERRUPTION: 0, c.INTERNAL: 0, c.QUOTA: 0, c.THROTTLING: 0,
-                   "api_error_streak": 0},
-        "waited_seconds": 0,
-        "attempts": [],
-    }
+    return RunState(
+        run_id=run_id,
+        execution=Execution(name=execution.get("name", ""), start_time=execution.get("start_time") or iso(started)),
+        request=request.to_dict(),
+        started_at=iso(started),
+        started_epoch=started,
+        instance_type=request.training_instance_type,
+        spot=request.spot,
+    )
 
 
-def start_attempt(run: dict[str, Any], create: dict[str, Any], *, attempt: int, now: float) -> None:
+def start_attempt(run: RunState, create: dict[str, Any], *, attempt: int, now: float) -> None:
     resources = create["ResourceConfig"]
-    run["attempt"] = attempt
-    run["checkpoint_s3_uri"] = create["CheckpointConfig"]["S3Uri"]
-    run["instance_type"] = resources.get("InstanceType") or run["instance_type"]
-    run["spot"] = create["EnableManagedSpotTraining"]
-    run["attempts"].append({
-        "attempt": attempt,
-        "job_name": create["TrainingJobName"],
-        "instance_type": resources.get("InstanceType")
-        or ",".join(f"{g['InstanceCount']}x{g['InstanceType']}" for g in resources.get("InstanceGroups", [])),
-        "instance_count": resources.get("InstanceCount")
-        or sum(g["InstanceCount"] for g in resources.get("InstanceGroups", [])),
-        "spot": create["EnableManagedSpotTraining"],
-        "status": "InProgress",
-        "secondary_status": "",
-        "category": "",
-        "reason": "",
-        "started_at": iso(now),
-        "ended_at": "",
-        "training_seconds": None,
-        "billable_seconds": None,
-        "lost_seconds": 0,
-    })
+    groups = resources.get("InstanceGroups", [])
+    run.attempt = attempt
+    run.checkpoint_s3_uri = create["CheckpointConfig"]["S3Uri"]
+    run.instance_type = resources.get("InstanceType") or run.instance_type
+    run.spot = create["EnableManagedSpotTraining"]
+    run.attempts.append(Attempt(
+        attempt=attempt,
+        job_name=create["TrainingJobName"],
+        instance_type=resources.get("InstanceType")
+        or ",".join(f"{g['InstanceCount']}x{g['InstanceType']}" for g in groups),
+        instance_count=resources.get("InstanceCount") or sum(g["InstanceCount"] for g in groups),
+        spot=create["EnableManagedSpotTraining"],
+        started_at=iso(now),
+    ))
 
 
-def finish_attempt(run: dict[str, Any], *, now: float, job: dict[str, Any] | None,
-                   failure: Failure | None = None) -> dict[str, Any]:
+def finish_attempt(run: RunState, *, now: float, job: dict[str, Any] | None,
+                   failure: Failure | None = None) -> Attempt:
     """Record the outcome of the current attempt; on failure count it by category."""
-    current = run["attempts"][-1]
-    started = to_epoch(current["started_at"]) or now
+    current = run.current
+    started = to_epoch(current.started_at) or now
     if job:
-        current["status"] = job.get("TrainingJobStatus", current["status"])
-        current["secondary_status"] = job.get("SecondaryStatus", "")
-        current["training_seconds"] = job.get("TrainingTimeInSeconds")
-        current["billable_seconds"] = job.get("BillableTimeInSeconds")
+        current.status = job.get("TrainingJobStatus", current.status)
+        current.secondary_status = job.get("SecondaryStatus", "")
+        current.training_seconds = job.get("TrainingTimeInSeconds")
+        current.billable_seconds = job.get("BillableTimeInSeconds")
         started = to_epoch(job.get("CreationTime")) or started
         ended = to_epoch(job.get("TrainingEndTime")) or to_epoch(job.get("LastModifiedTime")) or now
     else:
         ended = now
-    current["ended_at"] = iso(ended)
+    current.ended_at = iso(ended)
     if failure is None:
-        current["category"] = ""
+        current.category = ""
         return current
     if not job:
-        current["status"] = "NotCreated" if not failure.job_started else "Failed"
-    current["category"] = failure.category
-    current["reason"] = failure.reason
+        current.status = "NotCreated" if not failure.job_started else "Failed"
+    current.category = failure.category.value
+    current.reason = failure.reason
     # Work since the last checkpoint is lost; without knowing when that was, count the attempt's training
     # time (or, lacking it, its wall-clock time) as the upper bound.
-    current["lost_seconds"] = int(current["training_seconds"] if current["training_seconds"] is not None
-                                  else max(ended - started, 0)) if failure.job_started else 0
-    counts = run["counts"]
-    if failure.category in counts:
-        counts[failure.category] += 1
-    counts["api_error_streak"] = counts["api_error_streak"] + 1 if failure.category in (c.QUOTA, c.THROTTLING) else 0
+    current.lost_seconds = int(current.training_seconds if current.training_seconds is not None
+                               else max(ended - started, 0)) if failure.job_started else 0
+    run.counts.record(failure.category)
     return current
-
-
-def summary(run: dict[str, Any], *, job: dict[str, Any] | None, decision: dict[str, Any] | None,
-            now: float) -> dict[str, Any]:
-    """What the execution outputs and the notification says."""
-    attempts = run["attempts"]
-    succeeded = decision is None and bool(job) and job.get("TrainingJobStatus") == "Completed"
-    metrics = {m["MetricName"]: m["Value"] for m in (job or {}).get("FinalMetricDataList") or []}
-    lost_interruptions = sum(a["lost_seconds"] for a in attempts if a["category"] == c.SPOT_INTERRUPTION)
-    billable = [a["billable_seconds"] for a in attempts if a["billable_seconds"] is not None]
-    return {
-        "run_id": run["run_id"],
-        "request_name": run["request"]["name"],
-        "execution": run["execution"]["name"],
-        "status": "Succeeded" if succeeded else "Failed",
-        "reason": "" if succeeded else (decision or {}).get("reason", "the run did not complete"),
-        "category": "" if succeeded else (decision or {}).get("category", c.UNKNOWN),
-        "attempt_count": len(attempts),
-        "attempts": [
-            {k: a[k] for k in ("attempt", "job_name", "instance_type", "instance_count", "spot", "status",
-                               "secondary_status", "category", "reason", "started_at", "ended_at",
-                               "training_seconds", "billable_seconds", "lost_seconds")}
-            for a in attempts],
-        "instance_types_tried": list(dict.fromkeys(a["instance_type"] for a in attempts)),
-        "interruptions": run["counts"][c.SPOT_INTERRUPTION],
-        "time_lost_to_interruptions_seconds": lost_interruptions,
-        "time_lost_seconds": sum(a["lost_seconds"] for a in attempts),
-        "waited_seconds": run["waited_seconds"],
-        "billable_seconds": sum(billable) if billable else None,
-        "elapsed_seconds": int(max(now - run["started_epoch"], 0)),
-        "final_metrics": metrics,
-        "model_artifacts": ((job or {}).get("ModelArtifacts") or {}).get("S3ModelArtifacts") if succeeded else None,
-        "checkpoint_s3_uri": run["checkpoint_s3_uri"],
-    }
-
-
-def describe_in_words(s: dict[str, Any]) -> tuple[str, str]:
-    """(subject <= 100 characters, message) for the notification."""
-    n = s["attempt_count"]
-    if s["status"] == "Succeeded":
-        subject = f"Training run {s['request_name']} succeeded ({n} attempt{'s' if n != 1 else ''})"
-    else:
-        subject = f"Training run {s['request_name']} failed: {s['category'] or 'error'}"
-    if len(subject) > 100:
-        subject = subject[:97] + "..."
-    lines = [
-        f"Run {s['run_id']} (execution {s['execution']}): {s['status']}.",
-        *([f"Reason: {s['reason']}"] if s["reason"] else []),
-        f"Attempts: {n}; instance types tried: {', '.join(s['instance_types_tried']) or 'none'}; "
-        f"Spot interruptions: {s['interruptions']} ({s['time_lost_to_interruptions_seconds']} s lost).",
-    ]
-    for a in s["attempts"]:
-        spot = "Spot" if a["spot"] else "on demand"
-        tail = f" - {a['category']}: {a['reason']}" if a["category"] else ""
-        lines.append(f"  {a['attempt']}. {a['job_name']} on {a['instance_type']} ({spot}): {a['status']}{tail}")
-    if s["final_metrics"]:
-        lines.append("Final metrics: " + ", ".join(f"{k}={v:g}" for k, v in sorted(s["final_metrics"].items())))
-    if s["model_artifacts"]:
-        lines.append(f"Model: {s['model_artifacts']}")
-    lines.append(f"Checkpoints: {s['checkpoint_s3_uri']}")
-    return subject, "\n".join(lines)

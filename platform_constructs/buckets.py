@@ -7,7 +7,6 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from platform_constructs.config import PlatformConfig
 from platform_constructs.nag import acknowledge
 
 NONCURRENT_VERSION_DAYS = 30
@@ -22,7 +21,8 @@ class AccessLogBucket(Construct):
     """Where the other buckets' server access logs go. S3 log delivery cannot write SSE-KMS objects, so this
     one bucket uses S3-managed keys."""
 
-    def __init__(self, scope: Construct, id: str, *, config: PlatformConfig) -> None:
+    def __init__(self, scope: Construct, id: str, *,
+                 removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN) -> None:
         super().__init__(scope, id)
         self.bucket = s3.Bucket(
             self, "Bucket", encryption=s3.BucketEncryption.S3_MANAGED, enforce_ssl=True, versioned=True,
@@ -32,7 +32,7 @@ class AccessLogBucket(Construct):
                 expiration=cdk.Duration.days(ACCESS_LOG_DAYS),
                 noncurrent_version_expiration=cdk.Duration.days(NONCURRENT_VERSION_DAYS),
                 abort_incomplete_multipart_upload_after=cdk.Duration.days(ABORT_MULTIPART_DAYS))],
-            removal_policy=_removal(config))
+            removal_policy=removal_policy)
         acknowledge(self.bucket, "NIST.800.53.R5-S3DefaultEncryptionKMS",
                     "S3 server access log delivery cannot write to an SSE-KMS bucket; this bucket holds only "
                     "access logs and uses SSE-S3.")
@@ -40,23 +40,24 @@ class AccessLogBucket(Construct):
 
 
 class SecureBucket(Construct):
-    """SSE-KMS with the platform key, versioning, TLS only, no public access, server access logs, and a
-    lifecycle that expires non-current versions and aborts incomplete multipart uploads."""
+    """SSE-KMS with `encryption_key`, versioning, TLS only, no public access, server access logs into
+    `access_logs` under `access_logs_prefix/`, and a lifecycle that expires non-current versions and aborts
+    incomplete multipart uploads."""
 
-    def __init__(self, scope: Construct, id: str, *, config: PlatformConfig, key: kms.IKey,
-                 access_logs: s3.IBucket, log_prefix: str) -> None:
+    def __init__(self, scope: Construct, id: str, *, encryption_key: kms.IKey, access_logs: s3.IBucket,
+                 access_logs_prefix: str, removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN) -> None:
         super().__init__(scope, id)
+        if not access_logs_prefix or access_logs_prefix.startswith("/") or access_logs_prefix.endswith("/"):
+            raise ValueError(f"access_logs_prefix {access_logs_prefix!r}: use a folder name such as 'outputs' "
+                             "(no leading or trailing '/'; the bucket adds the '/')")
         self.bucket = s3.Bucket(
-            self, "Bucket", encryption=s3.BucketEncryption.KMS, encryption_key=key, bucket_key_enabled=True,
-            enforce_ssl=True, versioned=True, block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            self, "Bucket", encryption=s3.BucketEncryption.KMS, encryption_key=encryption_key,
+            bucket_key_enabled=True, enforce_ssl=True, versioned=True,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-            server_access_logs_bucket=access_logs, server_access_logs_prefix=f"{log_prefix}/",
+            server_access_logs_bucket=access_logs, server_access_logs_prefix=f"{access_logs_prefix}/",
             lifecycle_rules=[s3.LifecycleRule(
                 noncurrent_version_expiration=cdk.Duration.days(NONCURRENT_VERSION_DAYS),
                 abort_incomplete_multipart_upload_after=cdk.Duration.days(ABORT_MULTIPART_DAYS))],
-            removal_policy=_removal(config))
+            removal_policy=removal_policy)
         acknowledge(self.bucket, "NIST.800.53.R5-S3BucketReplicationEnabled", NO_REPLICATION)
-
-
-def _removal(config: PlatformConfig) -> cdk.RemovalPolicy:
-    return cdk.RemovalPolicy.RETAIN if config.retain_data else cdk.RemovalPolicy.DESTROY

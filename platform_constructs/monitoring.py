@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
@@ -9,9 +11,31 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-# SageMaker publishes training instance metrics per host ("<job name>/algo-N") in this namespace, and the
-# metric definitions of a job (train_loss, tokens_per_sec...) per job (dimension TrainingJobName).
-TRAINING_JOBS_NAMESPACE = "/aws/sagemaker/TrainingJobs"
+from contract.metrics import METRIC_NAMES, METRIC_NAMESPACE
+from jobs.catalog import lookup
+
+# SageMaker publishes training instance metrics per host ("<job name>/algo-N") in METRIC_NAMESPACE, and the
+# metric definitions of a job (contract.metrics.METRIC_NAMES) per job (dimension TrainingJobName).
+# The instance metrics are SageMaker's own names, not the training package's.
+GPU_UTILIZATION = "GPUUtilization"
+GPU_MEMORY_UTILIZATION = "GPUMemoryUtilization"
+
+
+def job_metric(name: str) -> str:
+    """A metric the training package prints; a name it does not print would chart nothing."""
+    if name not in METRIC_NAMES:
+        raise ValueError(f"metric {name!r} is not printed by the training package; use one of {METRIC_NAMES}")
+    return name
+
+
+def smallest_gpu_count(instance_types: Sequence[str]) -> int:
+    """The fewest GPUs on any of these instance types that has GPUs (1 when none has).
+
+    GPUUtilization sums over a host's GPUs, so one alarm threshold must assume a GPU count: the smallest
+    never alarms on a fully busy small host; on larger hosts it alarms at a lower per-GPU utilization.
+    """
+    counts = [spec.accelerators for t in instance_types if (spec := lookup(t)) and spec.kind == "gpu"]
+    return min(counts, default=1)
 
 
 class LauncherMonitoring(Construct):
@@ -19,7 +43,7 @@ class LauncherMonitoring(Construct):
 
     GPUUtilization is the sum over a host's GPUs (0 to 100 x GPUs), so the low-utilization threshold is
     `low_gpu_utilization_percent x gpus_per_host`; with mixed instance types pass the smallest GPU count, so
-    that a fully busy small host never alarms. The alarm watches the least busy host of any running
+    that a fully busy small host never alarms, or pass `instance_types` (the allowed ones) to have it derived. The alarm watches the least busy host of any running
     training job in the account (a Metrics Insights query: job names change per attempt, so no static
     dimension fits). Low utilization for a sustained period usually means the job is waiting on IO.
     """
@@ -32,11 +56,16 @@ class LauncherMonitoring(Construct):
         name_prefix: str,
         state_machine: sfn.IStateMachine,
         topic: sns.ITopic,
-        gpus_per_host: int = 8,
+        gpus_per_host: int | None = None,
+        instance_types: Sequence[str] | None = None,
         low_gpu_utilization_percent: float = 80,
         low_gpu_utilization_minutes: int = 30,
     ) -> None:
         super().__init__(scope, id)
+        if gpus_per_host is not None and instance_types is not None:
+            raise ValueError("pass gpus_per_host or instance_types, not both (instance_types derives gpus_per_host)")
+        if gpus_per_host is None:
+            gpus_per_host = 8 if instance_types is None else smallest_gpu_count(instance_types)
         if not 0 < low_gpu_utilization_percent <= 100:
             raise ValueError(
                 f"low_gpu_utilization_percent={low_gpu_utilization_percent}: use a value in (0, 100]"
@@ -67,7 +96,7 @@ class LauncherMonitoring(Construct):
 
         least_busy_host = cloudwatch.MathExpression(
             expression=(
-                f'SELECT AVG(GPUUtilization) FROM SCHEMA("{TRAINING_JOBS_NAMESPACE}", Host) '
+                f'SELECT AVG({GPU_UTILIZATION}) FROM SCHEMA("{METRIC_NAMESPACE}", Host) '
                 "GROUP BY Host ORDER BY AVG() ASC LIMIT 1"
             ),
             label="GPU utilization of the least busy host (sum over its GPUs)",
@@ -100,7 +129,7 @@ class LauncherMonitoring(Construct):
         def search(metric: str, dimension: str, stat: str = "Average") -> cloudwatch.MathExpression:
             return cloudwatch.MathExpression(
                 expression=(
-                    f"SEARCH('{{{TRAINING_JOBS_NAMESPACE},{dimension}}} MetricName=\"{metric}\"', "
+                    f"SEARCH('{{{METRIC_NAMESPACE},{dimension}}} MetricName=\"{metric}\"', "
                     f"'{stat}', 300)"
                 ),
                 label="",
@@ -129,25 +158,25 @@ class LauncherMonitoring(Construct):
         self.dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title=f"GPU utilization per host (sum over its GPUs; alarm below {threshold:g})",
-                left=[search("GPUUtilization", "Host")],
+                left=[search(GPU_UTILIZATION, "Host")],
                 left_annotations=[cloudwatch.HorizontalAnnotation(value=threshold, label="alarm threshold")],
                 width=12,
             ),
             cloudwatch.GraphWidget(
                 title="GPU memory utilization per host",
-                left=[search("GPUMemoryUtilization", "Host")],
+                left=[search(GPU_MEMORY_UTILIZATION, "Host")],
                 width=12,
             ),
         )
         self.dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title="Training throughput (tokens/s, from the [metrics] log lines)",
-                left=[search("tokens_per_sec", "TrainingJobName")],
+                left=[search(job_metric("tokens_per_sec"), "TrainingJobName")],
                 width=12,
             ),
             cloudwatch.GraphWidget(
                 title="Training loss",
-                left=[search("train_loss", "TrainingJobName")],
+                left=[search(job_metric("train_loss"), "TrainingJobName")],
                 width=12,
             ),
         )

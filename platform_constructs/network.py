@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import ipaddress
+from collections.abc import Sequence
+
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from platform_constructs.config import PlatformConfig
 from platform_constructs.nag import acknowledge
-from platform_constructs.retention import retention
 
 # What a training job and the launcher call when there is no NAT: SageMaker's API, image pulls,
 # logs and metrics, STS for role credentials, and Step Functions. S3 goes through the gateway endpoint.
@@ -24,30 +25,50 @@ INTERFACE_ENDPOINTS = {
     "StepFunctions": ec2.InterfaceVpcEndpointAwsService.STEP_FUNCTIONS,
 }
 TRAINING_SUBNETS = "training"
+PUBLIC_SUBNET_MASK = 26  # a public subnet holds only a NAT gateway
+# Private IPs one EFA-enabled training instance may take (a p5.48xlarge has 32 EFA network cards).
+# AWS does not publish SageMaker's exact per-instance use: this is an upper bound, not a measurement.
+IPS_PER_EFA_INSTANCE = 32
+AWS_RESERVED_IPS_PER_SUBNET = 5
+
+
+def training_subnet_mask(largest_cluster_instances: int) -> int:
+    """The largest prefix length (smallest subnet) that fits the largest cluster's EFA interfaces."""
+    needed = largest_cluster_instances * IPS_PER_EFA_INSTANCE + AWS_RESERVED_IPS_PER_SUBNET
+    mask = 28
+    while mask > 16 and 2 ** (32 - mask) < needed:
+        mask -= 1
+    return mask
 
 
 class TrainingNetwork(Construct):
     """VPC with one training subnet per AZ sized for the largest EFA cluster, and the training security group.
 
     The training group allows all traffic in and out to itself: EFA's OS-bypass traffic is not covered by an
-    egress rule to 0.0.0.0/0, and without the self rules EFA health checks fail or NCCL hangs.
+    egress rule to 0.0.0.0/0, and without the self rules EFA health checks fail or NCCL hangs. With no NAT
+    gateway the training subnets are isolated and reach AWS through VPC endpoints.
     """
 
-    def __init__(self, scope: Construct, id: str, *, config: PlatformConfig, key: kms.IKey) -> None:
+    def __init__(self, scope: Construct, id: str, *, cidr: str = "10.80.0.0/16", az_count: int = 2,
+                 availability_zones: Sequence[str] = (), nat_gateways: int = 1,
+                 largest_cluster_instances: int = 16,
+                 flow_log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS,
+                 encryption_key: kms.IKey | None = None,
+                 removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN) -> None:
         super().__init__(scope, id)
-        private_type = (ec2.SubnetType.PRIVATE_WITH_EGRESS if config.nat_gateways
-                        else ec2.SubnetType.PRIVATE_ISOLATED)
+        self.training_subnet_mask = training_subnet_mask(largest_cluster_instances)
+        _validate(cidr, az_count, availability_zones, nat_gateways, self.training_subnet_mask)
+        private_type = ec2.SubnetType.PRIVATE_WITH_EGRESS if nat_gateways else ec2.SubnetType.PRIVATE_ISOLATED
         subnets = [ec2.SubnetConfiguration(name=TRAINING_SUBNETS, subnet_type=private_type,
-                                           cidr_mask=config.private_subnet_mask)]
-        if config.nat_gateways:
+                                           cidr_mask=self.training_subnet_mask)]
+        if nat_gateways:
             subnets.insert(0, ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC,
-                                                      cidr_mask=26, map_public_ip_on_launch=False))
-        zones = {"availability_zones": list(config.availability_zones)} if config.availability_zones \
-            else {"max_azs": config.az_count}
+                                                      cidr_mask=PUBLIC_SUBNET_MASK, map_public_ip_on_launch=False))
+        zones = {"availability_zones": list(availability_zones)} if availability_zones else {"max_azs": az_count}
         self.vpc = ec2.Vpc(
             self, "Vpc",
-            ip_addresses=ec2.IpAddresses.cidr(config.vpc_cidr),
-            nat_gateways=config.nat_gateways,
+            ip_addresses=ec2.IpAddresses.cidr(cidr),
+            nat_gateways=nat_gateways,
             subnet_configuration=subnets,
             restrict_default_security_group=True,
             gateway_endpoints={"S3": ec2.GatewayVpcEndpointOptions(service=ec2.GatewayVpcEndpointAwsService.S3)},
@@ -58,11 +79,15 @@ class TrainingNetwork(Construct):
             acknowledge(subnet, "NIST.800.53.R5-VPCNoUnrestrictedRouteToIGW",
                         "Public subnets hold only the NAT gateways (no instances, no public IPs on launch); their "
                         "default route to the internet gateway is what NAT needs.")
+        self._add_flow_log(flow_log_retention, encryption_key, removal_policy)
+        self.training_security_group = self._training_security_group()
+        if not nat_gateways:
+            self._add_interface_endpoints(cidr)
 
-        flow_log_group = logs.LogGroup(
-            self, "FlowLogs", encryption_key=key,
-            retention=retention(config.flow_log_retention_days),
-            removal_policy=cdk.RemovalPolicy.RETAIN if config.retain_data else cdk.RemovalPolicy.DESTROY)
+    def _add_flow_log(self, retention: logs.RetentionDays, key: kms.IKey | None,
+                      removal_policy: cdk.RemovalPolicy) -> None:
+        flow_log_group = logs.LogGroup(self, "FlowLogs", encryption_key=key, retention=retention,
+                                       removal_policy=removal_policy)
         flow_log = self.vpc.add_flow_log(
             "FlowLog", destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_log_group),
             traffic_type=ec2.FlowLogTrafficType.ALL)
@@ -70,10 +95,10 @@ class TrainingNetwork(Construct):
                     "The flow log role's policy is written by the CDK for this one role and scoped to its log "
                     "group; a managed policy could be attached elsewhere.")
 
-        self.training_security_group = ec2.SecurityGroup(
+    def _training_security_group(self) -> ec2.SecurityGroup:
+        sg = ec2.SecurityGroup(
             self, "TrainingSecurityGroup", vpc=self.vpc, allow_all_outbound=False,
             description="SageMaker training instances: all traffic to and from itself (EFA, NCCL), HTTPS out")
-        sg = self.training_security_group
         sg.add_ingress_rule(sg, ec2.Port.all_traffic(), "EFA and NCCL between training instances")
         self_ingress = [c for c in sg.node.children if c.node.id.endswith(":ALL TRAFFIC")
                         and isinstance(c, ec2.CfnSecurityGroupIngress)]
@@ -83,15 +108,31 @@ class TrainingNetwork(Construct):
                         "all traffic between the training instances; nothing outside the group reaches these ports.")
         sg.add_egress_rule(sg, ec2.Port.all_traffic(), "EFA and NCCL between training instances")
         # With NAT this reaches ECR, S3 and package indexes; with no NAT the only routes out of the
-        # training subnets are the S3 gateway endpoint and the interface endpoints below.
+        # training subnets are the S3 gateway endpoint and the interface endpoints.
         sg.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS to AWS APIs, S3 and ECR")
+        return sg
 
-        if not config.nat_gateways:
-            endpoint_sg = ec2.SecurityGroup(self, "EndpointSecurityGroup", vpc=self.vpc, allow_all_outbound=False,
-                                            description="Interface endpoints: HTTPS from inside the VPC")
-            endpoint_sg.add_ingress_rule(ec2.Peer.ipv4(config.vpc_cidr), ec2.Port.tcp(443),
-                                         "HTTPS from the VPC")
-            for name, service in INTERFACE_ENDPOINTS.items():
-                self.vpc.add_interface_endpoint(name, service=service, subnets=ec2.SubnetSelection(
-                    subnet_group_name=TRAINING_SUBNETS), security_groups=[endpoint_sg], private_dns_enabled=True, open=False)
+    def _add_interface_endpoints(self, cidr: str) -> None:
+        endpoint_sg = ec2.SecurityGroup(self, "EndpointSecurityGroup", vpc=self.vpc, allow_all_outbound=False,
+                                        description="Interface endpoints: HTTPS from inside the VPC")
+        endpoint_sg.add_ingress_rule(ec2.Peer.ipv4(cidr), ec2.Port.tcp(443), "HTTPS from the VPC")
+        for name, service in INTERFACE_ENDPOINTS.items():
+            self.vpc.add_interface_endpoint(
+                name, service=service, subnets=ec2.SubnetSelection(subnet_group_name=TRAINING_SUBNETS),
+                security_groups=[endpoint_sg], private_dns_enabled=True, open=False)
 
+
+def _validate(cidr: str, az_count: int, zones: Sequence[str], nat_gateways: int, mask: int) -> None:
+    """What the VPC L2 would accept but a training network cannot use, each with what to change."""
+    if not 2 <= az_count <= 6:
+        raise ValueError(f"az_count={az_count}: use 2 to 6 (training subnets in at least two AZs)")
+    if zones and len(zones) != az_count:
+        raise ValueError(f"availability_zones lists {len(zones)} zones: list exactly az_count={az_count}")
+    if not 0 <= nat_gateways <= az_count:
+        raise ValueError(f"nat_gateways={nat_gateways}: use 0 (VPC endpoints only) to az_count={az_count}")
+    if cdk.Token.is_unresolved(cidr):
+        return
+    needed = az_count * (2 ** (32 - mask) + 2 ** (32 - PUBLIC_SUBNET_MASK))
+    if needed > ipaddress.ip_network(cidr).num_addresses:
+        raise ValueError(f"cidr {cidr} is too small: {az_count} AZs x a /{mask} training subnet need {needed} "
+                         "addresses; use a larger block or a smaller largest_cluster_instances")

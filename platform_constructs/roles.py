@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from contract.container import LOG_GROUP
+from contract.metrics import METRIC_NAMESPACE
 from platform_constructs.nag import acknowledge, logical_id
 
-TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 # ECR repositories of the AWS deep-learning containers that jobs pull (PyTorch and SMP v2).
 IMAGE_REPOSITORIES = {"pytorch": "pytorch-training", "pytorch-smp": "smdistributed-modelparallel"}
 
@@ -37,23 +39,22 @@ class ExecutionRole(Construct):
         output_bucket.grant_read_write(role, f"{name_prefix}/*")
         key.grant_encrypt_decrypt(role)
 
-        role.add_to_policy(iam.PolicyStatement(
-            sid="PullTrainingImages",
-            actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
-            resources=[f"arn:{partition}:ecr:{region}:{image_accounts[fw]}:repository/{repo}"
-                       for fw, repo in IMAGE_REPOSITORIES.items()]))
-        # GetAuthorizationToken has no resource to scope to (IAM service authorization reference).
-        role.add_to_policy(iam.PolicyStatement(sid="EcrLogin", actions=["ecr:GetAuthorizationToken"],
-                                               resources=["*"]))
+        # The AWS deep-learning images live in AWS-owned registries (one account per region, from the image table);
+        # grant_pull adds the pull actions on each repository and the registry login, which has no resource.
+        for framework, repository in IMAGE_REPOSITORIES.items():
+            ecr.Repository.from_repository_attributes(
+                self, f"{framework.title().replace('-', '')}Images", repository_name=repository,
+                repository_arn=f"arn:{partition}:ecr:{region}:{image_accounts[framework]}:repository/{repository}",
+            ).grant_pull(role)
         role.add_to_policy(iam.PolicyStatement(
             sid="TrainingLogs",
             actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
-            resources=[f"arn:{partition}:logs:{region}:{account}:log-group:{TRAINING_LOG_GROUP}",
-                       f"arn:{partition}:logs:{region}:{account}:log-group:{TRAINING_LOG_GROUP}:log-stream:*"]))
+            resources=[f"arn:{partition}:logs:{region}:{account}:log-group:{LOG_GROUP}",
+                       f"arn:{partition}:logs:{region}:{account}:log-group:{LOG_GROUP}:log-stream:*"]))
         # PutMetricData has no resource to scope to: the namespace condition is the scope.
         role.add_to_policy(iam.PolicyStatement(
             sid="TrainingMetrics", actions=["cloudwatch:PutMetricData"], resources=["*"],
-            conditions={"StringEquals": {"cloudwatch:namespace": TRAINING_LOG_GROUP}}))
+            conditions={"StringEquals": {"cloudwatch:namespace": METRIC_NAMESPACE}}))
 
         # SageMaker creates the job's network interfaces in the training subnets with the training groups.
         subnet_arns = [f"arn:{partition}:ec2:{region}:{account}:subnet/{s.subnet_id}" for s in subnets]
@@ -92,8 +93,8 @@ class ExecutionRole(Construct):
             "Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:network-interface/*":
                 "SageMaker creates the job's network interfaces, whose ids are unknown before the job runs; "
                 "changes are limited to the platform VPC by condition",
-            "Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws/sagemaker/"
-            "TrainingJobs:log-stream:*": "one log stream per training job and host, named by SageMaker",
+            f"Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:{LOG_GROUP}:log-stream:*":
+                "one log stream per training job and host, named by SageMaker",
             "Resource::*": "ecr:GetAuthorizationToken, cloudwatch:PutMetricData (scoped by a namespace "
                            "condition) and ec2:Describe* support no resource-level permissions",
         }

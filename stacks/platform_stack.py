@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
 import aws_cdk as cdk
+from aws_cdk import aws_fsx as fsx
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from jobs.platform import FsxSettings, PlatformSettings, TrainingPlan
 from platform_constructs.buckets import AccessLogBucket, SecureBucket
-from platform_constructs.config import PlatformConfig
 from platform_constructs.dataset_fs import DatasetFileSystem
 from platform_constructs.encryption import PlatformKey
 from platform_constructs.images import ImageTable
@@ -18,92 +23,134 @@ from platform_constructs.source_bundle import TrainingSourceBundle
 from stacks.resources import PlatformResources
 
 
+@dataclass(frozen=True)
+class NetworkProps:
+    cidr: str = "10.80.0.0/16"
+    az_count: int = 2
+    availability_zones: Sequence[str] = ()
+    nat_gateways: int = 1
+    largest_cluster_instances: int = 16
+    flow_log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS
+
+
+@dataclass(frozen=True)
+class FileSystemProps:
+    storage_capacity_gib: int = 1200
+    deployment_type: fsx.LustreDeploymentType = fsx.LustreDeploymentType.PERSISTENT_2
+    throughput_per_tib: int = 250
+
+
+@dataclass(frozen=True)
+class JobDefaults:
+    """What jobs may use and get by default: the platform settings' policy part."""
+    allowed_instance_types: Sequence[str] = ("ml.p5.48xlarge",)
+    training_plans: Sequence[TrainingPlan] = ()
+    default_warm_pool_minutes: int = 0
+
+
 class PlatformStack(cdk.Stack):
-    def __init__(self, scope: Construct, id: str, *, config: PlatformConfig, images: ImageTable,
-                 **kwargs) -> None:
-        super().__init__(scope, id, description=f"{config.name_prefix} training platform: network, storage, "
+    """`file_system=None` builds no FSx; `dataset_bucket_name` imports a bucket instead of creating one;
+    `kms_key_arn` imports a key instead of creating one."""
+
+    def __init__(self, scope: Construct, id: str, *, name_prefix: str, images: ImageTable,
+                 network: NetworkProps = NetworkProps(), file_system: FileSystemProps | None = FileSystemProps(),
+                 jobs: JobDefaults = JobDefaults(), dataset_prefix: str = "datasets/",
+                 dataset_bucket_name: str | None = None, kms_key_arn: str | None = None,
+                 removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN, **kwargs) -> None:
+        super().__init__(scope, id, description=f"{name_prefix} training platform: network, storage, "
                                                 f"roles, capacity", **kwargs)
-        self.config = config
-        key = PlatformKey(self, "Key", config=config).key
-        network = TrainingNetwork(self, "Network", config=config, key=key)
-        access_logs = AccessLogBucket(self, "AccessLogs", config=config).bucket
-        checkpoints = SecureBucket(self, "Checkpoints", config=config, key=key, access_logs=access_logs,
-                                   log_prefix="checkpoints").bucket
-        outputs = SecureBucket(self, "Outputs", config=config, key=key, access_logs=access_logs,
-                               log_prefix="outputs").bucket
-        if config.dataset_bucket_name:
-            datasets = s3.Bucket.from_bucket_name(self, "Datasets", config.dataset_bucket_name)
-        else:
-            datasets = SecureBucket(self, "Datasets", config=config, key=key, access_logs=access_logs,
-                                    log_prefix="datasets").bucket
+        self.name_prefix = name_prefix
+        key = PlatformKey(self, "Key", name_prefix=name_prefix, imported_key_arn=kms_key_arn,
+                          removal_policy=removal_policy).key
+        net = TrainingNetwork(
+            self, "Network", cidr=network.cidr, az_count=network.az_count,
+            availability_zones=network.availability_zones, nat_gateways=network.nat_gateways,
+            largest_cluster_instances=network.largest_cluster_instances,
+            flow_log_retention=network.flow_log_retention, encryption_key=key, removal_policy=removal_policy)
+        access_logs = AccessLogBucket(self, "AccessLogs", removal_policy=removal_policy).bucket
+
+        def bucket(name: str) -> s3.IBucket:
+            return SecureBucket(self, name, encryption_key=key, access_logs=access_logs,
+                                access_logs_prefix=name.lower(), removal_policy=removal_policy).bucket
+
+        checkpoints, outputs = bucket("Checkpoints"), bucket("Outputs")
+        datasets = (s3.Bucket.from_bucket_name(self, "Datasets", dataset_bucket_name) if dataset_bucket_name
+                    else bucket("Datasets"))
         image_mapping = images.to_mapping(self, "Images")
-        subnets = network.subnets.subnets
+        subnets = net.subnets.subnets
         role = ExecutionRole(
-            self, "Execution", name_prefix=config.name_prefix, key=key, dataset_bucket=datasets,
-            dataset_prefix=config.dataset_prefix, checkpoint_bucket=checkpoints, output_bucket=outputs,
+            self, "Execution", name_prefix=name_prefix, key=key, dataset_bucket=datasets,
+            dataset_prefix=dataset_prefix, checkpoint_bucket=checkpoints, output_bucket=outputs,
             image_accounts={fw: image_mapping.account(fw) for fw in ("pytorch", "pytorch-smp")},
-            vpc=network.vpc, subnets=subnets, security_groups=[network.training_security_group]).role
+            vpc=net.vpc, subnets=subnets, security_groups=[net.training_security_group]).role
         source = TrainingSourceBundle(self, "TrainingSource", readers=[role])
-
         fsx_settings = None
-        if config.fsx_enabled:
+        if file_system is not None:
             dataset_fs = DatasetFileSystem(
-                self, "DatasetFileSystem", config=config, vpc=network.vpc, subnet=subnets[0],
-                training_security_group=network.training_security_group, key=key, dataset_bucket=datasets)
-            fsx_settings = {"file_system_id": dataset_fs.file_system.file_system_id,
-                            "mount_name": dataset_fs.file_system.mount_name,
-                            "linked_path": dataset_fs.linked_path}
-
-        settings = {
-            "name_prefix": config.name_prefix,
-            "region": cdk.Aws.REGION,
-            "execution_role_arn": role.role_arn,
-            "subnet_ids": [s.subnet_id for s in subnets],
-            "security_group_ids": [network.training_security_group.security_group_id],
-            "kms_key_arn": key.key_arn,
-            "checkpoint_bucket": checkpoints.bucket_name,
-            "output_bucket": outputs.bucket_name,
-            "dataset_bucket": datasets.bucket_name,
-            "source_dir_s3_uri": source.s3_uri,
-            "images": image_mapping.settings(),
-            "default_framework_version": config.pytorch_versions[0],
-            "default_smp_version": config.smp_versions[0],
-            "allowed_instance_types": list(config.allowed_instance_types),
-            "fsx": fsx_settings,
-            "training_plans": {p.name: {"arn": p.arn, "instance_type": p.instance_type,
-                                        "instance_count": p.instance_count} for p in config.training_plans},
-            "default_warm_pool_minutes": config.default_warm_pool_minutes,
-        }
+                self, "DatasetFileSystem", vpc=net.vpc, subnet=subnets[0],
+                training_security_group=net.training_security_group, dataset_bucket=datasets,
+                dataset_prefix=dataset_prefix, storage_capacity_gib=file_system.storage_capacity_gib,
+                deployment_type=file_system.deployment_type, throughput_per_tib=file_system.throughput_per_tib,
+                encryption_key=key, removal_policy=removal_policy)
+            fsx_settings = FsxSettings(file_system_id=dataset_fs.file_system.file_system_id,
+                                       mount_name=dataset_fs.file_system.mount_name,
+                                       linked_path=dataset_fs.linked_path)
+        settings = PlatformSettings(
+            name_prefix=name_prefix,
+            region=cdk.Aws.REGION,
+            execution_role_arn=role.role_arn,
+            subnet_ids=[s.subnet_id for s in subnets],
+            security_group_ids=[net.training_security_group.security_group_id],
+            kms_key_arn=key.key_arn,
+            checkpoint_bucket=checkpoints.bucket_name,
+            output_bucket=outputs.bucket_name,
+            dataset_bucket=datasets.bucket_name,
+            source_dir_s3_uri=source.s3_uri,
+            images=image_mapping.settings(),
+            default_framework_version=images.versions["pytorch"][0],
+            default_smp_version=images.versions["pytorch-smp"][0],
+            allowed_instance_types=list(jobs.allowed_instance_types),
+            fsx=fsx_settings,
+            training_plans={plan.name: plan for plan in jobs.training_plans},
+            default_warm_pool_minutes=jobs.default_warm_pool_minutes,
+        )
         self.resources = PlatformResources(
-            config=config, key=key, checkpoint_bucket=checkpoints, output_bucket=outputs, dataset_bucket=datasets,
+            key=key, checkpoint_bucket=checkpoints, output_bucket=outputs, dataset_bucket=datasets,
             execution_role=role, settings=settings)
-        self._publish(config, settings, {
-            "SubnetIds": cdk.Fn.join(",", settings["subnet_ids"]),
-            "TrainingSecurityGroupId": network.training_security_group.security_group_id,
-            "KmsKeyArn": key.key_arn,
-            "CheckpointBucket": checkpoints.bucket_name,
-            "OutputBucket": outputs.bucket_name,
-            "DatasetBucket": datasets.bucket_name,
-            "ExecutionRoleArn": role.role_arn,
-            "TrainingSourceUri": source.s3_uri,
-            **({"FsxFileSystemId": fsx_settings["file_system_id"], "FsxMountName": fsx_settings["mount_name"]}
-               if fsx_settings else {}),
-        })
+        self._publish(settings)
 
-    def _publish(self, config: PlatformConfig, settings: dict, values: dict[str, str]) -> None:
+    def _publish(self, settings: PlatformSettings) -> None:
         """Stack outputs for people, SSM parameters under /<prefix>/ for trainctl and the launcher."""
+        values = {
+            "SubnetIds": cdk.Fn.join(",", settings.subnet_ids),
+            "TrainingSecurityGroupId": settings.security_group_ids[0],
+            "KmsKeyArn": settings.kms_key_arn,
+            "CheckpointBucket": settings.checkpoint_bucket,
+            "OutputBucket": settings.output_bucket,
+            "DatasetBucket": settings.dataset_bucket,
+            "ExecutionRoleArn": settings.execution_role_arn,
+            "TrainingSourceUri": settings.source_dir_s3_uri,
+            **({"FsxFileSystemId": settings.fsx.file_system_id, "FsxMountName": settings.fsx.mount_name}
+               if settings.fsx else {}),
+        }
         for name, value in values.items():
             cdk.CfnOutput(self, name, value=value)
-            ssm.StringParameter(self, f"{name}Parameter", parameter_name=f"/{config.name_prefix}/{_kebab(name)}",
+            ssm.StringParameter(self, f"{name}Parameter", parameter_name=f"/{self.name_prefix}/{_kebab(name)}",
                                 string_value=value)
-        document = self.to_json_string(settings)
+        document = self.to_json_string(settings.to_dict())
         cdk.CfnOutput(self, "PlatformSettings", value=document,
                       description="The platform settings document (trainctl render --platform FILE)")
         ssm.StringParameter(self, "PlatformSettingsParameter", string_value=document,
-                            parameter_name=f"/{config.name_prefix}/platform-settings",
+                            parameter_name=f"/{self.name_prefix}/platform-settings",
                             description="Platform settings for the job launcher and trainctl (JSON)")
-        cdk.CfnOutput(self, "TrainingPlans", value=self.to_json_string(settings["training_plans"]),
+        cdk.CfnOutput(self, "TrainingPlans", value=self.to_json_string(_plans(settings.training_plans)),
                       description="Registered SageMaker training plans (capacity reservations)")
+
+
+def _plans(plans: Mapping[str, TrainingPlan]) -> dict[str, dict]:
+    """Each plan by name: its ARN and capacity (the name is the key)."""
+    return {name: {"arn": p.arn, "instance_type": p.instance_type, "instance_count": p.instance_count}
+            for name, p in plans.items()}
 
 
 def _kebab(name: str) -> str:

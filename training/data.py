@@ -19,7 +19,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from training.config import ConfigError
+from contract.errors import ConfigError
+from contract.hyperparameters import TrainConfig
+from training.environment import data_mode
 
 SYNTHETIC_SAMPLES = 1 << 20
 
@@ -185,3 +187,23 @@ def validation_indices(num_samples: int, global_batch: int, rank: int, world_siz
     for b in range(n_batches):
         start = b * global_batch + rank * per_rank
         yield list(range(start, start + per_rank))
+
+
+def make_datasets(cfg: TrainConfig, kind: str, model, seq_len: int):
+    """(train set, validation set or None) for the model's data kind: the channels, or generated data."""
+    if data_mode(cfg) == "synthetic":
+        if kind == "images":
+            c = model.c
+            make = lambda seed: SyntheticImages(c.image_size, c.channels, c.num_classes, seed)  # noqa: E731
+        else:
+            vocab = getattr(getattr(model, "c", None), "vocab_size", 256)
+            make = lambda seed: SyntheticTokens(vocab, seq_len, seed)  # noqa: E731
+        return make(cfg.seed), make(cfg.seed + 1)
+    load = (lambda d: ImageDataset(d)) if kind == "images" else (lambda d: TokenDataset(d, seq_len))
+    return load(cfg.train_dir), (load(cfg.validation_dir) if cfg.validation_dir else None)
+
+
+def micro_batches(dataset, indices: list[int], micro: int, device: torch.device) -> list[tuple]:
+    """This rank's share of a global batch as (inputs, targets) micro-batches on the device."""
+    return [tuple(t.to(device, non_blocking=True) for t in dataset.batch(indices[i : i + micro]))
+            for i in range(0, len(indices), micro)]

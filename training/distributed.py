@@ -14,7 +14,10 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from training.config import ConfigError, TrainConfig, container
+from contract.container import ENV_NUM_GPUS
+from contract.errors import ConfigError
+from contract.hyperparameters import TrainConfig
+from training.environment import container
 
 
 @dataclass
@@ -49,6 +52,12 @@ class Dist:
         dist.broadcast_object_list(box, src=0, group=self.control_group)
         return box[0]
 
+    def mesh(self):
+        """A one-dimensional device mesh over every rank (the data-parallel dimension)."""
+        from torch.distributed.device_mesh import init_device_mesh
+
+        return init_device_mesh(self.device.type, (self.world_size,))
+
     def any_true(self, flag: bool) -> bool:
         if not dist.is_initialized():
             return flag
@@ -72,7 +81,7 @@ def setup(cfg: TrainConfig) -> Dist:
             "use strategy ddp, fsdp or smp (the launcher then sets sagemaker_torch_distributed_enabled)"
         )
     if where.num_gpus and not use_cuda:
-        raise ConfigError(f"SM_NUM_GPUS={where.num_gpus} but this PyTorch cannot use a GPU: use a GPU training image")
+        raise ConfigError(f"{ENV_NUM_GPUS}={where.num_gpus} but this PyTorch cannot use a GPU: use a GPU training image")
     if cfg.strategy == "single" and world > 1:
         raise ConfigError(f"strategy 'single' runs one process, but {world} were started: use ddp or fsdp")
     if world == 1 and cfg.strategy == "single":

@@ -1,30 +1,16 @@
-"""Metric lines the launcher's MetricDefinitions parse, the metrics JSONL file, and a terminal progress bar.
-
-Line format (fixed; the launcher's regex for a name N is `\\[metrics\\].*?\\bN=([-+0-9.eE]+|nan|inf)`):
-    [metrics] step=120 train_loss=2.3141 lr=0.0003 tokens_per_sec=12345.6 step_time_ms=85.2 mfu=0.412
+"""Where metrics go: the `[metrics]` lines the job's MetricDefinitions parse (their names and format are
+`contract.metrics`), the metrics JSONL file, and a terminal progress bar; and the GPUs' peak FLOP/s for MFU.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 from pathlib import Path
 
-METRIC_NAMES = (
-    "step",
-    "epoch",
-    "train_loss",
-    "val_loss",
-    "lr",
-    "grad_norm",
-    "tokens_per_sec",
-    "samples_per_sec",
-    "step_time_ms",
-    "mfu",
-    "loss_scale",
-)
+from contract.container import METRICS_FILE
+from contract.metrics import format_metrics
 
 # Peak dense bf16/fp16 tensor-core FLOP/s per GPU, from the vendors' data sheets (SXM parts).
 PEAK_FLOPS = {
@@ -46,38 +32,13 @@ def peak_flops(device_name: str) -> float | None:
     return None
 
 
-def _format_value(name: str, value: float | int) -> str:
-    if isinstance(value, bool):
-        value = int(value)
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value):
-        return "nan"
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    if name == "lr" or (value != 0 and abs(value) < 1e-3):
-        return f"{value:.4g}"
-    if name in ("train_loss", "val_loss", "grad_norm", "mfu", "epoch"):
-        return f"{value:.4f}"
-    return f"{value:.1f}"
-
-
-def format_metrics(record: dict) -> str:
-    """`[metrics] name=value ...` in METRIC_NAMES order; unknown names are a programming error."""
-    unknown = set(record) - set(METRIC_NAMES)
-    if unknown:
-        raise ValueError(f"unknown metric names {sorted(unknown)}; allowed: {METRIC_NAMES}")
-    parts = [f"{name}={_format_value(name, record[name])}" for name in METRIC_NAMES if record.get(name) is not None]
-    return "[metrics] " + " ".join(parts)
-
-
 class MetricsLogger:
     """Prints metric lines on stdout and appends the same records to metrics.jsonl (rank 0 only)."""
 
     def __init__(self, output_dir: str | Path, enabled: bool, total_steps: int) -> None:
         self.enabled = enabled
         self.total_steps = total_steps
-        self.path = Path(output_dir) / "metrics.jsonl"
+        self.path = Path(output_dir) / METRICS_FILE
         self.tty = enabled and sys.stderr.isatty()
         if enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)

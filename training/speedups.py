@@ -9,7 +9,7 @@ from __future__ import annotations
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
-from training.config import ConfigError
+from contract.errors import ConfigError
 
 
 def apply_activation_checkpointing(model: nn.Module) -> None:

@@ -16,7 +16,8 @@ if not __package__:
     if _here.name == "training" and (_here / "__init__.py").exists():
         sys.path.insert(0, str(_here.parent))
 
-from training.config import ConfigError, parse_args  # noqa: E402
+from contract.errors import ConfigError  # noqa: E402
+from training.config import parse_args  # noqa: E402
 from training.distributed import StopFlag, setup, teardown  # noqa: E402
 
 

@@ -164,12 +164,12 @@ def test_without_platform_file_and_without_region(offline):
 def test_default_execution_names_are_valid_and_readable():
     from datetime import datetime
 
-    from cli.main import _EXECUTION_NAME, default_execution_name
+    from cli.submit import EXECUTION_NAME, default_execution_name
 
     when = datetime(2026, 11, 21, 8, 30, 5, tzinfo=UTC)
     assert default_execution_name("gpt-1b-fsdp", when) == "gpt-1b-fsdp-20261121T083005Z"
     long_name = default_execution_name("x" * 100, when)
-    assert len(long_name) == 80 and _EXECUTION_NAME.fullmatch(long_name)
+    assert len(long_name) == 80 and EXECUTION_NAME.fullmatch(long_name)
 
 
 def test_help_texts(offline):

@@ -7,7 +7,7 @@ import io
 import pytest
 from rich.console import Console
 
-from cli.platform_summary import cost_drivers, load_templates, print_summary
+from tools.deploy_summary import cost_drivers, load_templates, print_summary
 
 
 def test_cost_drivers_of_the_default_platform(cdk_out):

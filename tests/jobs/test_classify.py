@@ -6,8 +6,14 @@ import json
 
 import pytest
 
-from jobs import classify as c
-from jobs.classify import classify_api_error, classify_description, classify_failure, parse_cause, to_epoch
+from jobs.classify import (
+    Category,
+    classify_api_error,
+    classify_description,
+    classify_failure,
+    parse_cause,
+    to_epoch,
+)
 
 CAPACITY_REASON = ("CapacityError: Unable to provision requested ML compute capacity. "
                    "Please retry using a different ML instance type.")
@@ -22,31 +28,31 @@ def job(status="Failed", secondary="Failed", reason=None, **extra) -> dict:
 
 
 @pytest.mark.parametrize(("description", "category"), [
-    (job(reason=CAPACITY_REASON), c.CAPACITY),
-    (job(reason="InsufficientCapacityError: not enough capacity"), c.CAPACITY),
-    (job("Stopped", "Stopped", reason="Training job exceeded MaxPendingTimeInSeconds"), c.CAPACITY),
+    (job(reason=CAPACITY_REASON), Category.CAPACITY),
+    (job(reason="InsufficientCapacityError: not enough capacity"), Category.CAPACITY),
+    (job("Stopped", "Stopped", reason="Training job exceeded MaxPendingTimeInSeconds"), Category.CAPACITY),
     (job("Failed", "Failed", reason="", SecondaryStatusTransitions=[
         {"Status": "Starting", "StartTime": "2026-11-21T08:00:00Z", "EndTime": "2026-11-21T08:00:10Z"},
         {"Status": "Pending", "StartTime": "2026-11-21T08:00:10Z", "EndTime": "2026-11-21T09:30:00Z"}]),
-     c.CAPACITY),
-    (job("Stopped", "Interrupted"), c.SPOT_INTERRUPTION),
-    (job("Failed", "Interrupted", reason="Spot interruption"), c.SPOT_INTERRUPTION),
-    (job("Stopped", "MaxWaitTimeExceeded"), c.SPOT_INTERRUPTION),
-    (job(reason="InternalServerError: We encountered an internal error. Please try again."), c.INTERNAL),
+     Category.CAPACITY),
+    (job("Stopped", "Interrupted"), Category.SPOT_INTERRUPTION),
+    (job("Failed", "Interrupted", reason="Spot interruption"), Category.SPOT_INTERRUPTION),
+    (job("Stopped", "MaxWaitTimeExceeded"), Category.SPOT_INTERRUPTION),
+    (job(reason="InternalServerError: We encountered an internal error. Please try again."), Category.INTERNAL),
     (job(reason="AlgorithmError: ExecuteUserScriptError: Command \"/opt/conda/bin/python3 train.py\""),
-     c.USER_ERROR),
-    (job(reason="ClientError: Data download failed: NoSuchKey"), c.USER_ERROR),
-    (job(reason="ClientError: Please ensure the S3 path exists"), c.USER_ERROR),
-    (job("Stopped", "Stopped"), c.USER_STOP),
-    (job("Stopped", "MaxRuntimeExceeded"), c.MAX_RUNTIME),
-    (job(reason="Something nobody has seen before"), c.UNKNOWN),
+     Category.USER_ERROR),
+    (job(reason="ClientError: Data download failed: NoSuchKey"), Category.USER_ERROR),
+    (job(reason="ClientError: Please ensure the S3 path exists"), Category.USER_ERROR),
+    (job("Stopped", "Stopped"), Category.USER_STOP),
+    (job("Stopped", "MaxRuntimeExceeded"), Category.MAX_RUNTIME),
+    (job(reason="Something nobody has seen before"), Category.UNKNOWN),
     # the user's own error, whatever its message says
-    (job(reason="AlgorithmError: RuntimeError: CUDA error: an internal error occurred; capacity 0"), c.USER_ERROR),
-    (job(reason="ClientError: Rate exceeded while reading my dataset"), c.USER_ERROR),
+    (job(reason="AlgorithmError: RuntimeError: CUDA error: an internal error occurred; capacity 0"), Category.USER_ERROR),
+    (job(reason="ClientError: Rate exceeded while reading my dataset"), Category.USER_ERROR),
     # SageMaker's statuses outrank the text: the reclaimed script exited non-zero
-    (job("Failed", "Interrupted", reason="AlgorithmError: killed by SIGTERM"), c.SPOT_INTERRUPTION),
-    (job("Stopped", "MaxRuntimeExceeded", reason="AlgorithmError: exit 143"), c.MAX_RUNTIME),
-    (job("Stopped", "Stopped", reason="AlgorithmError: exit 143"), c.USER_STOP),
+    (job("Failed", "Interrupted", reason="AlgorithmError: killed by SIGTERM"), Category.SPOT_INTERRUPTION),
+    (job("Stopped", "MaxRuntimeExceeded", reason="AlgorithmError: exit 143"), Category.MAX_RUNTIME),
+    (job("Stopped", "Stopped", reason="AlgorithmError: exit 143"), Category.USER_STOP),
 ])
 def test_descriptions(description, category):
     assert classify_description(description).category == category
@@ -59,18 +65,18 @@ def test_the_reason_keeps_the_failure_reason():
 
 @pytest.mark.parametrize(("error", "message", "category"), [
     ("SageMaker.ResourceLimitExceededException", "The account-level service limit 'ml.p4d.24xlarge for "
-     "training job usage' is 0 Instances", c.QUOTA),
+     "training job usage' is 0 Instances", Category.QUOTA),
     ("SageMaker.AmazonSageMakerException", "... (Service: AmazonSageMaker; Status Code: 400; Error Code: "
-     "ResourceLimitExceeded; Request ID: 1)", c.QUOTA),
+     "ResourceLimitExceeded; Request ID: 1)", Category.QUOTA),
     ("SageMaker.AmazonSageMakerException", "Rate exceeded (Service: AmazonSageMaker; Status Code: 400; "
-     "Error Code: ThrottlingException)", c.THROTTLING),
-    ("SageMaker.ThrottlingException", "Rate exceeded", c.THROTTLING),
+     "Error Code: ThrottlingException)", Category.THROTTLING),
+    ("SageMaker.ThrottlingException", "Rate exceeded", Category.THROTTLING),
     ("SageMaker.AmazonSageMakerException", "Internal error (Status Code: 500; Error Code: InternalFailure)",
-     c.INTERNAL),
+     Category.INTERNAL),
     ("SageMaker.AmazonSageMakerException", "Error Code: ValidationException; Training job names must be unique",
-     c.USER_ERROR),
-    ("States.Timeout", "", c.UNKNOWN),
-    ("Lambda.Unknown", "boom", c.UNKNOWN),
+     Category.USER_ERROR),
+    ("States.Timeout", "", Category.UNKNOWN),
+    ("Lambda.Unknown", "boom", Category.UNKNOWN),
 ])
 def test_api_errors(error, message, category):
     f = classify_api_error(error, message)
@@ -80,7 +86,7 @@ def test_api_errors(error, message, category):
 def test_a_json_description_in_the_cause():
     failure, described = classify_failure({"Error": "States.TaskFailed",
                                            "Cause": json.dumps(job(reason=CAPACITY_REASON))})
-    assert failure.category == c.CAPACITY and described["TrainingJobStatus"] == "Failed"
+    assert failure.category == Category.CAPACITY and described["TrainingJobStatus"] == "Failed"
 
 
 def test_a_plain_message_falls_back_to_describe():
@@ -91,11 +97,11 @@ def test_a_plain_message_falls_back_to_describe():
         return job("Stopped", "Interrupted")
 
     failure, described = classify_failure({"Error": "States.TaskFailed", "Cause": "Training job failed"}, describe)
-    assert failure.category == c.SPOT_INTERRUPTION and calls == [1] and described["SecondaryStatus"] == "Interrupted"
+    assert failure.category == Category.SPOT_INTERRUPTION and calls == [1] and described["SecondaryStatus"] == "Interrupted"
     # no job (creation failed): classified from the message
     failure, described = classify_failure({"Error": "States.TaskFailed", "Cause": "InternalServerError"},
                                           lambda: None)
-    assert failure.category == c.INTERNAL and described is None
+    assert failure.category == Category.INTERNAL and described is None
 
 
 def test_api_errors_do_not_call_describe():
@@ -103,7 +109,7 @@ def test_api_errors_do_not_call_describe():
         raise AssertionError("a job that was never created cannot be described")
 
     failure, _ = classify_failure({"Error": "SageMaker.ResourceLimitExceededException", "Cause": "limit"}, describe)
-    assert failure.category == c.QUOTA
+    assert failure.category == Category.QUOTA
 
 
 def test_cause_shapes():
@@ -113,13 +119,13 @@ def test_cause_shapes():
     assert parse_cause(json.dumps({"errorMessage": "x", "errorType": "Y"})) is None
     failure, _ = classify_failure({"Error": "SageMaker.AmazonSageMakerException", "Cause": json.dumps(
         {"errorMessage": "Rate exceeded", "errorType": "ThrottlingException"})})
-    assert failure.category == c.THROTTLING
+    assert failure.category == Category.THROTTLING
     # a description wrapped in a message
     failure, _ = classify_failure({"Error": "States.TaskFailed",
                                    "Cause": "Training job failed: " + json.dumps(job("Stopped", "Stopped"))})
-    assert failure.category == c.USER_STOP
+    assert failure.category == Category.USER_STOP
     failure, _ = classify_failure({})
-    assert failure.category == c.UNKNOWN
+    assert failure.category == Category.UNKNOWN
 
 
 def test_timestamps_in_every_shape():
@@ -130,3 +136,17 @@ def test_timestamps_in_every_shape():
                   datetime(2026, 11, 21, 8, 0, tzinfo=UTC), str(t)):
         assert to_epoch(value) == pytest.approx(t), value
     assert to_epoch(None) is None and to_epoch("yesterday") is None
+
+
+def test_one_rule_table_reads_job_descriptions_and_api_errors_alike():
+    from jobs.classify import RULES, Source
+
+    # the same words mean the same category wherever SageMaker puts them
+    for text, category in (("InsufficientCapacityError: none left", Category.CAPACITY),
+                           ("TooManyRequestsException", Category.THROTTLING),
+                           ("ServiceQuotaExceeded for ml.p5.48xlarge", Category.QUOTA),
+                           ("InternalFailure", Category.INTERNAL)):
+        assert classify_description(job(reason=text)).category == category, text
+        assert classify_api_error("SageMaker.AmazonSageMakerException", text).category == category, text
+    assert all(rule.sources and set(rule.sources) <= set(Source) for rule in RULES)
+    assert {rule.category for rule in RULES} == set(Category)

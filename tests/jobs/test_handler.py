@@ -171,6 +171,35 @@ def test_decide_describes_the_job_when_the_cause_is_a_plain_message(platform_env
     assert state["decision"]["category"] == "internal"
 
 
+def _jobs_imports(path) -> set[str]:
+    """The jobs modules one file imports, lazily or not."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("jobs.")}
+        elif isinstance(node, ast.ImportFrom) and node.module == "jobs":
+            found |= {f"jobs.{a.name}" for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("jobs."):
+            found.add(node.module)
+    return found
+
+
+def test_jobs_modules_import_each_other_without_cycles():
+    graph = {f"jobs.{p.stem}": _jobs_imports(p) for p in (ROOT / "jobs").glob("*.py") if p.stem != "__init__"}
+    done: set[str] = set()
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        assert module not in path, f"import cycle: {' -> '.join((*path, module))}"
+        if module in done:
+            return
+        for imported in graph.get(module, ()):
+            visit(imported, (*path, module))
+        done.add(module)
+
+    for module in graph:
+        visit(module, ())
+
+
 def test_jobs_imports_nothing_of_the_project_and_only_the_standard_library():
     jobs_dir = ROOT / "jobs"
     allowed_third_party = {"boto3", "botocore"}  # only inside handler.describe_training_job
@@ -184,7 +213,7 @@ def test_jobs_imports_nothing_of_the_project_and_only_the_standard_library():
                 assert top in stdlib or top in ("jobs", "contract") or top in allowed_third_party and path.name == "handler.py", \
                     f"{path.name} imports {name}"
     # and importing the handler loads no boto3 (cold start, and the Lambda needs no bundled dependencies)
-    code = ("import sys, jobs.handler, jobs.render, jobs.request, jobs.policy, jobs.planner; "
+    code = ("import sys, jobs.handler, jobs.render, jobs.request, jobs.policy, jobs.planner, jobs.reference; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('boto3', 'botocore', 'cli', 'training', 'stacks', 'platform_constructs')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from jobs import classify as c
 from jobs import run as runs
-from jobs.classify import Failure
+from jobs.classify import Category, Failure
 from jobs.policy import backoff, decide
 from jobs.render import render_create_training_job
 from jobs.request import parse_request
@@ -31,9 +30,9 @@ def step(req, run, platform, category, now=T0, job_started=True):
     runs.finish_attempt(run, now=now, job=None, failure=failure)
     d = decide(req, run, failure, now)
     if d.action == "retry":
-        create = render_create_training_job(req, platform, run_id=run["run_id"], attempt=run["attempt"] + 1,
+        create = render_create_training_job(req, platform, run_id=run.run_id, attempt=run.attempt + 1,
                                             instance_type=d.instance_type, spot=d.spot)
-        runs.start_attempt(run, create, attempt=run["attempt"] + 1, now=now + d.wait_seconds)
+        runs.start_attempt(run, create, attempt=run.attempt + 1, now=now + d.wait_seconds)
     return d
 
 
@@ -43,72 +42,72 @@ def test_backoff_doubles_and_caps():
 
 def test_capacity_walks_the_fallbacks_with_backoff(platform):
     req, run = make(platform, retry={"capacity_wait_seconds": 10, "capacity_wait_max_seconds": 30})
-    decisions = [step(req, run, platform, c.CAPACITY) for _ in range(4)]
+    decisions = [step(req, run, platform, Category.CAPACITY) for _ in range(4)]
     assert [d.action for d in decisions] == ["retry"] * 4
     assert [d.wait_seconds for d in decisions] == [10, 20, 30, 30]
     assert [d.instance_type for d in decisions] == ["ml.p4de.24xlarge", "ml.p5.48xlarge", "ml.p4d.24xlarge",
                                                     "ml.p4de.24xlarge"]
-    assert [a["instance_type"] for a in run["attempts"]] == [
+    assert [a.instance_type for a in run.attempts] == [
         "ml.p4d.24xlarge", "ml.p4de.24xlarge", "ml.p5.48xlarge", "ml.p4d.24xlarge", "ml.p4de.24xlarge"]
     assert "then ml.p4de.24xlarge" in decisions[0].reason
 
 
 def test_capacity_without_fallbacks_retries_the_same_type(platform):
     req, run = make(platform, instance={"type": "ml.p5.48xlarge"})
-    d = step(req, run, platform, c.CAPACITY)
+    d = step(req, run, platform, Category.CAPACITY)
     assert (d.action, d.instance_type, d.wait_seconds) == ("retry", "ml.p5.48xlarge", 300)
 
 
 def test_interruptions_then_on_demand(platform):
     req, run = make(platform, spot=True, retry={"interruptions_before_on_demand": 2, "interruption_wait_seconds": 0})
-    d1, d2, d3 = (step(req, run, platform, c.SPOT_INTERRUPTION) for _ in range(3))
+    d1, d2, d3 = (step(req, run, platform, Category.SPOT_INTERRUPTION) for _ in range(3))
     assert (d1.spot, d2.spot, d3.spot) == (True, False, False)
-    assert [a["spot"] for a in run["attempts"]] == [True, True, False, False]
+    assert [a.spot for a in run.attempts] == [True, True, False, False]
     assert d1.instance_type == "ml.p4d.24xlarge", "an interruption keeps the instance type"
     assert "on demand after 2 interruptions" in d2.reason
     never = make(platform, spot=True, retry={"interruptions_before_on_demand": None})
-    assert all(step(*never, platform, c.SPOT_INTERRUPTION).spot for _ in range(5))
+    assert all(step(*never, platform, Category.SPOT_INTERRUPTION).spot for _ in range(5))
 
 
 def test_quota_and_throttling_are_bounded(platform):
     req, run = make(platform, retry={"api_error_wait_seconds": 1, "api_error_wait_max_seconds": 3,
                                      "api_error_max_retries": 3, "max_attempts": 30})
-    ds = [step(req, run, platform, cat, job_started=False) for cat in (c.QUOTA, c.THROTTLING, c.QUOTA, c.QUOTA)]
+    ds = [step(req, run, platform, cat, job_started=False) for cat in (Category.QUOTA, Category.THROTTLING, Category.QUOTA, Category.QUOTA)]
     assert [d.action for d in ds] == ["retry", "retry", "retry", "fail"]
     assert [d.wait_seconds for d in ds[:3]] == [1, 2, 3]
     assert "persisted (4 times in a row)" in ds[3].reason
     # a job that actually started resets the streak
     req, run = make(platform, retry={"api_error_max_retries": 1, "api_error_wait_seconds": 1})
-    assert step(req, run, platform, c.QUOTA, job_started=False).action == "retry"
-    assert step(req, run, platform, c.INTERNAL).action == "retry"
-    assert step(req, run, platform, c.QUOTA, job_started=False).action == "retry"
-    assert run["attempts"][0]["status"] == "NotCreated" and run["attempts"][0]["lost_seconds"] == 0
+    assert step(req, run, platform, Category.QUOTA, job_started=False).action == "retry"
+    assert step(req, run, platform, Category.INTERNAL).action == "retry"
+    assert step(req, run, platform, Category.QUOTA, job_started=False).action == "retry"
+    assert run.attempts[0].status == "NotCreated" and run.attempts[0].lost_seconds == 0
 
 
 def test_internal_errors_retry_a_few_times(platform):
     req, run = make(platform, retry={"internal_error_max_retries": 2, "internal_error_wait_seconds": 5})
-    ds = [step(req, run, platform, c.INTERNAL) for _ in range(3)]
+    ds = [step(req, run, platform, Category.INTERNAL) for _ in range(3)]
     assert [(d.action, d.wait_seconds) for d in ds] == [("retry", 5), ("retry", 5), ("fail", 0)]
 
 
-@pytest.mark.parametrize("category", [c.USER_ERROR, c.USER_STOP, c.MAX_RUNTIME, c.UNKNOWN])
+@pytest.mark.parametrize("category", [Category.USER_ERROR, Category.USER_STOP, Category.MAX_RUNTIME, Category.UNKNOWN])
 def test_no_retry_for_the_users_own_failures(platform, category):
     req, run = make(platform)
     d = step(req, run, platform, category)
     assert (d.action, d.category, d.wait_seconds) == ("fail", category, 0)
-    assert len(run["attempts"]) == 1
+    assert len(run.attempts) == 1
 
 
 def test_attempts_exhausted(platform):
     req, run = make(platform, retry={"max_attempts": 3, "capacity_wait_seconds": 0})
-    ds = [step(req, run, platform, c.CAPACITY) for _ in range(3)]
+    ds = [step(req, run, platform, Category.CAPACITY) for _ in range(3)]
     assert [d.action for d in ds] == ["retry", "retry", "fail"]
     assert ds[-1].reason.startswith("attempts exhausted (3 of 3)")
-    assert len(run["attempts"]) == 3
+    assert len(run.attempts) == 3
 
 
 def test_total_time_exhausted(platform):
     req, run = make(platform, max_runtime_hours=1, retry={"max_total_hours": 2, "capacity_wait_seconds": 600})
-    assert step(req, run, platform, c.CAPACITY, now=T0 + 3600).action == "retry"
-    d = step(req, run, platform, c.CAPACITY, now=T0 + 2 * 3600 - 60)
+    assert step(req, run, platform, Category.CAPACITY, now=T0 + 3600).action == "retry"
+    d = step(req, run, platform, Category.CAPACITY, now=T0 + 2 * 3600 - 60)
     assert d.action == "fail" and d.reason.startswith("time budget exhausted")

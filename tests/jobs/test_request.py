@@ -190,12 +190,12 @@ def test_cross_field_rules(overrides, path, fragment):
 
 
 def test_hyperparameter_count_includes_the_platforms_own(monkeypatch):
-    import jobs.request
+    import jobs.hyperparameter_rules as rules
 
     many = {f"k{i}": 1 for i in range(90)}
     assert set(problems_of(request(hyperparameters=many))) == {f"hyperparameters.k{i}" for i in range(90)}
     # were the training package to accept that many keys, the API's limit would still hold
-    monkeypatch.setattr(jobs.request, "TRAINING_HYPERPARAMETERS", jobs.request.TRAINING_HYPERPARAMETERS | set(many))
+    monkeypatch.setattr(rules, "SETTABLE_HYPERPARAMETERS", rules.SETTABLE_HYPERPARAMETERS | set(many))
     found = problems_of(request(hyperparameters=many))
     assert set(found) == {"hyperparameters"}
     assert "would send 101, over CreateTrainingJob's limit of 100" in found["hyperparameters"]
@@ -257,3 +257,22 @@ def test_model_and_size_are_checked():
         "model_size": "gpt has no preset '125M'; did you mean '125m'? presets: tiny, small, 125m, 350m, 1b, 7b"}
     assert "package.module:factory" in problems_of(request(model="bert"))["model"]
     assert parse_request(request(model="my_pkg.models:build", model_size="whatever")).model == "my_pkg.models:build"
+
+
+def test_hyperparameters_follow_the_training_packages_set_by():
+    assert problems_of(request(hyperparameters={"model-size": "1b"})) == {
+        "hyperparameters.model-size": "is set by the platform; use the request field 'model_size'"}
+    assert problems_of(request(hyperparameters={"mp_parameters": {}})) == {
+        "hyperparameters.mp_parameters": "is set by the platform; remove it"}
+    # user hyperparameters and the container's paths are accepted, as trainctl local uses them
+    accepted = parse_request(request(hyperparameters={"lr": 0.001, "checkpoint_dir": "/tmp/ckpt", "max-steps": 5}))
+    assert accepted.hyperparameters == {"lr": 0.001, "checkpoint_dir": "/tmp/ckpt", "max-steps": 5}
+
+
+def test_model_presets_are_the_contracts():
+    from contract.models import PRESETS
+
+    for model, presets in PRESETS.items():
+        for size in presets:
+            assert parse_request(request(model=model, model_size=size)).model_size == size
+    assert "presets: tiny, base, large, huge" in problems_of(request(model="vit", model_size="small"))["model_size"]

@@ -9,7 +9,7 @@ import pytest
 
 import training.config as training_config
 from jobs.render import new_run_id, render_create_training_job
-from jobs.request import SCRIPT_HYPERPARAMETERS, TRAINING_HYPERPARAMETERS, parse_request
+from jobs.request import parse_request
 
 from .conftest import REQUEST_EXAMPLES
 
@@ -30,11 +30,6 @@ def toolkit_args(hyperparameters: dict[str, str]) -> list[str]:
             text = str(value)
         args += [f"--{key}", text]
     return args
-
-
-def test_jobs_knows_the_training_packages_hyperparameters():
-    assert training_config.ACCEPTED_HYPERPARAMETERS == TRAINING_HYPERPARAMETERS
-    assert set(SCRIPT_HYPERPARAMETERS) <= TRAINING_HYPERPARAMETERS
 
 
 @pytest.mark.parametrize("path", REQUEST_EXAMPLES, ids=lambda p: p.name)
@@ -58,11 +53,3 @@ def test_smp_parameters_parse_in_the_training_config(parallel, platform):
     create = render_create_training_job(req, platform, run_id="smp-1", attempt=1)
     cfg = training_config.parse_args(toolkit_args(create["HyperParameters"]), env={})
     assert cfg.mp_parameters == {"tensor_parallel_degree": 1, **parallel}
-
-
-def test_jobs_knows_the_training_packages_model_presets():
-    from jobs.request import MODEL_PRESETS
-    from training.models import PRESETS
-
-    assert {model: set(presets) for model, presets in PRESETS.items()} == \
-        {model: set(presets) for model, presets in MODEL_PRESETS.items()}

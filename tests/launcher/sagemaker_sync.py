@@ -8,7 +8,7 @@ metrics, artifacts), so that every reader (the poller, the decide Lambda, trainc
 
 How failures surface, and how sure we are:
 - A job that ends Failed or Stopped fails the task with Error `States.TaskFailed` and Cause = the
-  DescribeTrainingJob output as JSON (REFERENCE.md; the exact shape is unverified: timestamps here are epoch
+  DescribeTrainingJob output as JSON (docs/REFERENCE.md; the exact shape is unverified: timestamps here are epoch
   milliseconds, as Step Functions renders them in other SageMaker task outputs).
 - A job that ends Completed returns the DescribeTrainingJob output (ResultPath `$.job`).
 - An API error at CreateTrainingJob fails the task with Error `SageMaker.<Exception>`: the AWS Java SDK's

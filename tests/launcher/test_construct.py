@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from stacks.launcher_stack import smallest_gpu_count
+from platform_constructs.monitoring import smallest_gpu_count
 from tests.conftest import ROOT
 
 # Actions that support no resource-level permissions, so `"Resource": "*"` is the only form they take.
@@ -137,8 +137,12 @@ def test_lambdas_run_only_the_jobs_package(launcher_template, cdk_out: Path):
         assert "KmsKeyId" in log_group and "RetentionInDays" in log_group
         asset = cdk_out / f"asset.{props['Code']['S3Key'].removesuffix('.zip')}"
         shipped = sorted(str(p.relative_to(asset)) for p in asset.rglob("*") if p.is_file())
+        # jobs/ and the shared facts it reads (contract/), nothing else.
         expected = sorted(
-            str(p.relative_to(ROOT)) for p in (ROOT / "jobs").rglob("*.py") if "__pycache__" not in p.parts
+            str(p.relative_to(ROOT))
+            for package in ("jobs", "contract")
+            for p in (ROOT / package).rglob("*.py")
+            if "__pycache__" not in p.parts
         )
         assert shipped == expected
 
@@ -253,6 +257,13 @@ def test_every_acknowledgement_names_a_resource_and_a_reason(cdk_out: Path):
     }
     assert acknowledged
     job_prefix = "arn:<AWS::Partition>:sagemaker:<AWS::Region>:<AWS::AccountId>:training-job/mltrain-*"
+    # The engineers' managed policy: the launcher's executions, the training log group, the platform's parameters.
+    engineers = {
+        job_prefix,
+        "arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:mltrain-job-launcher:*",
+        "arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws/sagemaker/TrainingJobs:*",
+        "arn:<AWS::Partition>:ssm:<AWS::Region>:<AWS::AccountId>:parameter/mltrain/*",
+    }
     for (path, rule), reason in acknowledged.items():
         assert "/JobLauncher/" in path, (path, rule)
         assert len(reason) >= 40, (rule, reason)
@@ -262,9 +273,26 @@ def test_every_acknowledgement_names_a_resource_and_a_reason(cdk_out: Path):
             finding = re.fullmatch(r".*AwsSolutions-IAM5\[(Action|Resource)::(.+)\]", rule)
             assert finding, rule
             kind, value = finding.groups()
-            if kind == "Resource":
+            if kind == "Resource" and "/EngineersPolicy" in path:
+                assert value in engineers, rule
+            elif kind == "Resource":
                 assert value in ("*", job_prefix) or re.fullmatch(
                     r"<JobLauncher\w+Function\w+\.Arn>:\*", value
                 ), rule
             else:
                 assert value == "kms:GenerateDataKey*", rule
+
+
+def test_engineers_policy_is_published_and_holds_only_the_trainctl_actions(launcher_template):
+    policies = resources(launcher_template, "AWS::IAM::ManagedPolicy")
+    (policy_id,) = policies
+    props = policies[policy_id]["Properties"]
+    assert props["ManagedPolicyName"] == "mltrain-engineers"
+    assert launcher_template["Outputs"]["EngineersPolicyArn"]["Value"] == {"Ref": policy_id}
+    granted = {a for s in props["PolicyDocument"]["Statement"] for a in actions(s)}
+    assert granted == {
+        "states:StartExecution", "states:ListExecutions", "states:DescribeExecution",
+        "states:GetExecutionHistory", "states:StopExecution", "sagemaker:DescribeTrainingJob",
+        "sagemaker:StopTrainingJob", "logs:DescribeLogStreams", "logs:FilterLogEvents", "ssm:GetParameter",
+    }
+    assert all(s["Resource"] != "*" for s in props["PolicyDocument"]["Statement"])

@@ -94,3 +94,86 @@ def test_monitoring_checks_its_thresholds():
             "Metrics": Match.any_value(),
         },
     )
+
+
+def _role_statements(stack: Stack, role: iam.Role) -> list[dict]:
+    template = Template.from_stack(stack).to_json()
+    role_ref = {"Ref": stack.get_logical_id(role.node.default_child)}
+    return [
+        s
+        for p in template["Resources"].values()
+        if p["Type"] == "AWS::IAM::Policy" and role_ref in p["Properties"]["Roles"]
+        for s in p["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def _granted(stack: Stack, statements: list[dict]) -> set[tuple[str, str]]:
+    """(action, resource) pairs, the resource resolved to a readable string."""
+    machine = stack.resolve(stack.get_logical_id(
+        next(c for c in stack.node.find_all() if c.node.path.endswith("JobLauncher/StateMachine/Resource"))))
+
+    def readable(resource) -> str:
+        if resource == {"Ref": machine}:
+            return "state-machine"
+        parts = resource["Fn::Join"][1]
+        return "".join(p if isinstance(p, str) else "<ref>" for p in parts).removeprefix("arn:<ref>:")
+
+    pairs = set()
+    for s in statements:
+        acts = [s["Action"]] if isinstance(s["Action"], str) else s["Action"]
+        res = s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]]
+        pairs |= {(a, readable(r)) for a in acts for r in res}
+    return pairs
+
+
+def test_grant_submit_gives_exactly_submit_and_stop():
+    stack, launcher = launcher_stack()
+    role = iam.Role(stack, "Engineer", assumed_by=iam.AccountRootPrincipal())
+    launcher.grant_submit(role)
+    assert _granted(stack, _role_statements(stack, role)) == {
+        ("states:StartExecution", "state-machine"),
+        ("states:StopExecution", "states:<ref>:<ref>:execution:mltrain-job-launcher:*"),
+        ("sagemaker:StopTrainingJob", "sagemaker:<ref>:<ref>:training-job/mltrain-*"),
+        ("ssm:GetParameter", "ssm:<ref>:<ref>:parameter/mltrain/*"),
+    }
+
+
+def test_grant_observe_gives_exactly_status_list_and_logs():
+    stack, launcher = launcher_stack()
+    role = iam.Role(stack, "Engineer", assumed_by=iam.AccountRootPrincipal())
+    launcher.grant_observe(role)
+    executions = "states:<ref>:<ref>:execution:mltrain-job-launcher:*"
+    logs = "logs:<ref>:<ref>:log-group:/aws/sagemaker/TrainingJobs:*"
+    assert _granted(stack, _role_statements(stack, role)) == {
+        ("states:ListExecutions", "state-machine"),
+        ("states:DescribeExecution", executions),
+        ("states:GetExecutionHistory", executions),
+        ("sagemaker:DescribeTrainingJob", "sagemaker:<ref>:<ref>:training-job/mltrain-*"),
+        ("logs:DescribeLogStreams", logs),
+        ("logs:FilterLogEvents", logs),
+        ("ssm:GetParameter", "ssm:<ref>:<ref>:parameter/mltrain/*"),
+    }
+
+
+def test_engineers_policy_is_both_grants():
+    stack, launcher = launcher_stack()
+    policy = launcher.add_engineers_policy()
+    role = iam.Role(stack, "Engineer", assumed_by=iam.AccountRootPrincipal())
+    launcher.grant_submit(role)
+    launcher.grant_observe(role)
+    template = Template.from_stack(stack).to_json()
+    document = template["Resources"][stack.get_logical_id(policy.node.default_child)]["Properties"]
+    assert document["ManagedPolicyName"] == "mltrain-engineers"
+    assert _granted(stack, document["PolicyDocument"]["Statement"]) == _granted(stack, _role_statements(stack, role))
+
+
+def test_lambda_reserved_concurrency_is_checked():
+    with pytest.raises(ValueError, match="lambda_reserved_concurrency"):
+        launcher_stack(lambda_reserved_concurrency=0)
+
+
+def test_monitoring_takes_gpus_or_instance_types_not_both():
+    stack, launcher = launcher_stack()
+    with pytest.raises(ValueError, match="gpus_per_host or instance_types"):
+        LauncherMonitoring(stack, "M", name_prefix="mltrain", state_machine=launcher.state_machine,
+                           topic=launcher.topic, gpus_per_host=8, instance_types=["ml.p5.48xlarge"])

@@ -8,14 +8,10 @@ import re
 import pytest
 
 from cli.local import decode_hyperparameters, script_args
-from training.config import (
-    ACCEPTED_HYPERPARAMETERS,
-    ConfigError,
-    TrainConfig,
-    parse_args,
-    parse_mp_parameters,
-)
-from training.metrics import METRIC_NAMES, format_metrics
+from contract.errors import ConfigError
+from contract.hyperparameters import TrainConfig
+from contract.metrics import METRIC_NAMES, format_metrics
+from training.config import ACCEPTED_HYPERPARAMETERS, parse_args, parse_mp_parameters
 from training.train import main
 
 ENV = {"SM_MODEL_DIR": "/m", "SM_OUTPUT_DATA_DIR": "/o", "SM_CHANNEL_TRAIN": "/data/train"}

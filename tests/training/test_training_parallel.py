@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.training.helpers import ADAMW, SGD, config, max_diff, weights
-from training.checkpoint import why_invalid
+from training.checkpoint import read_checkpoint, why_invalid
 from training.distributed import StopFlag, setup, teardown
 from training.loop import train
 
@@ -57,9 +57,9 @@ def test_resume_mid_epoch_is_bit_identical(two_rank_runs, strategy):
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)
     checkpoints = two_rank_runs / f"{strategy}_resumed" / "checkpoints"
     # The stop at step 3 wrote its checkpoint mid-epoch; the resumed run crossed into epoch 1 and finished.
-    state = torch.load(checkpoints / "step-3" / "trainer_state.pt", weights_only=False)
+    state = read_checkpoint(checkpoints / "step-3")
     assert (state["data"]["epoch"], state["data"]["batch"]) == (0, 3)
-    final = torch.load(checkpoints / "step-8" / "trainer_state.pt", weights_only=False)
+    final = read_checkpoint(checkpoints / "step-8")
     assert final["data"]["epoch"] == 1 and final["loop"]["status"] == "completed"
 
 

@@ -6,10 +6,11 @@ import os
 
 import torch
 
-from training import loop
+from training import job
 from training.config import from_environment, parse_args
 from training.distributed import StopFlag, setup, teardown
-from training.loop import META_INIT_MIN_PARAMS, train
+from training.job import META_INIT_MIN_PARAMS
+from training.loop import train
 
 
 def run_scenarios(rank: int, world: int, port: int, runs: list[tuple[dict, int | None]]) -> None:
@@ -21,7 +22,7 @@ def run_scenarios(rank: int, world: int, port: int, runs: list[tuple[dict, int |
         for overrides, stop_at in runs:
             overrides = dict(overrides)
             # Lets a tiny model take the large-model path: shard on the meta device, then initialize.
-            loop.META_INIT_MIN_PARAMS = overrides.pop("meta_init_min_params", META_INIT_MIN_PARAMS)
+            job.META_INIT_MIN_PARAMS = overrides.pop("meta_init_min_params", META_INIT_MIN_PARAMS)
             if "argv" in overrides:
                 cfg = parse_args(overrides["argv"], env=overrides.get("env", {}))
             else:

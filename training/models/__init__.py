@@ -18,11 +18,11 @@ import importlib
 import torch
 from torch import nn
 
-from training.config import ConfigError, TrainConfig
-from training.models.gpt import GPT, GPT_PRESETS
-from training.models.vit import VIT_PRESETS, ViT
-
-PRESETS = {"gpt": GPT_PRESETS, "vit": VIT_PRESETS}
+from contract.errors import ConfigError
+from contract.hyperparameters import TrainConfig
+from contract.models import PRESETS
+from training.models.gpt import GPT
+from training.models.vit import ViT
 
 
 def build_model(cfg: TrainConfig, data_meta: dict) -> nn.Module:

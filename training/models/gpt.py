@@ -3,32 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-@dataclass(frozen=True)
-class GPTConfig:
-    n_layer: int
-    n_head: int
-    d_model: int
-    seq_len: int
-    vocab_size: int
-    dropout: float = 0.0
-
-
-# Sizes people size platforms for. Parameter counts are for the preset's own vocabulary.
-GPT_PRESETS = {
-    "tiny": GPTConfig(n_layer=2, n_head=2, d_model=32, seq_len=32, vocab_size=256),  # tests: ~40k
-    "small": GPTConfig(n_layer=6, n_head=6, d_model=384, seq_len=256, vocab_size=256),  # ~10M, laptop demo
-    "125m": GPTConfig(n_layer=12, n_head=12, d_model=768, seq_len=1024, vocab_size=50304),
-    "350m": GPTConfig(n_layer=24, n_head=16, d_model=1024, seq_len=1024, vocab_size=50304),
-    "1b": GPTConfig(n_layer=16, n_head=16, d_model=2048, seq_len=2048, vocab_size=50304),  # ~1.0B
-    "7b": GPTConfig(n_layer=32, n_head=32, d_model=4096, seq_len=4096, vocab_size=32000),  # ~6.7B
-}
+from contract.models import GPTConfig
 
 
 class Attention(nn.Module):

@@ -2,38 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-@dataclass(frozen=True)
-class ViTConfig:
-    image_size: int
-    patch_size: int
-    channels: int
-    n_layer: int
-    n_head: int
-    d_model: int
-    num_classes: int
-    dropout: float = 0.0
-
-    @property
-    def num_patches(self) -> int:
-        return (self.image_size // self.patch_size) ** 2
-
-
-VIT_PRESETS = {
-    "tiny": ViTConfig(image_size=32, patch_size=8, channels=3, n_layer=2, n_head=2, d_model=32, num_classes=10),
-    "base": ViTConfig(image_size=224, patch_size=16, channels=3, n_layer=12, n_head=12, d_model=768,
-                      num_classes=1000),  # ViT-B/16, 86M
-    "large": ViTConfig(image_size=224, patch_size=16, channels=3, n_layer=24, n_head=16, d_model=1024,
-                       num_classes=1000),  # ViT-L/16, 304M
-    "huge": ViTConfig(image_size=224, patch_size=14, channels=3, n_layer=32, n_head=16, d_model=1280,
-                      num_classes=1000),  # ViT-H/14, 632M
-}
+from contract.models import ViTConfig
 
 
 class EncoderBlock(nn.Module):

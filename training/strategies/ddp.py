@@ -6,19 +6,18 @@ import contextlib
 
 import torch
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
 from torch.nn.parallel import DistributedDataParallel
 
-from training.config import TrainConfig
-from training.distributed import Dist
 from training.strategies import Parallelized
 
 
-def apply(model: nn.Module, cfg: TrainConfig, dist: Dist, param_dtype: torch.dtype) -> Parallelized:
-    model = model.to(dist.device)
-    ids = [dist.local_rank] if dist.device.type == "cuda" else None
-    ddp = DistributedDataParallel(model, device_ids=ids)
+def apply_ddp(model: nn.Module, mesh: DeviceMesh, device: torch.device) -> Parallelized:
+    model = model.to(device)
+    ids = [device.index] if device.type == "cuda" else None
+    ddp = DistributedDataParallel(model, device_ids=ids, process_group=mesh.get_group())
 
     def grad_sync(enabled: bool):
         return contextlib.nullcontext() if enabled else ddp.no_sync()
 
-    return Parallelized(model=ddp, sharded=False, grad_sync=grad_sync)
+    return Parallelized(model=ddp, grad_sync=grad_sync)

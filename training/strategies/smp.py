@@ -12,8 +12,8 @@ import functools
 import torch
 from torch import nn
 
-from training.config import ConfigError, TrainConfig
-from training.distributed import Dist
+from contract.errors import ConfigError
+from training.precision import Precision
 from training.strategies import Parallelized
 
 SMP_IMAGE = "658645717510.dkr.ecr.<region>.amazonaws.com/smdistributed-modelparallel:<torch>-gpu-<py>-<cuda>"
@@ -30,14 +30,15 @@ def import_smp():
     return tsm
 
 
-def apply(model: nn.Module, cfg: TrainConfig, dist: Dist, param_dtype: torch.dtype) -> Parallelized:
+def apply_smp(model: nn.Module, device: torch.device, precision: Precision, mp_parameters: dict) -> Parallelized:
+    """SMP builds its own device mesh from `mp_parameters` inside `tsm.init`, so none is passed in."""
     tsm = import_smp()
     from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision, ShardingStrategy
     from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
     # The launcher's mp_parameters (tensor_parallel_degree, hybrid_shard_degree, ...) configure SMP;
     # values given to the estimator/job take precedence over these inside tsm.init.
-    tsm.init(cfg.mp_parameters)
+    tsm.init(mp_parameters)
     model = tsm.transform(model)
     block_types = {type(b) for b in getattr(model, "blocks", [])}
     # SMP v2's docs: the FSDP call stays as it is; `hybrid_shard_degree` in the SMP config turns FULL_SHARD
@@ -45,12 +46,12 @@ def apply(model: nn.Module, cfg: TrainConfig, dist: Dist, param_dtype: torch.dty
     fsdp = FullyShardedDataParallel(
         model,
         auto_wrap_policy=functools.partial(transformer_auto_wrap_policy, transformer_layer_cls=block_types),
-        mixed_precision=MixedPrecision(param_dtype=param_dtype, reduce_dtype=torch.float32,
-                                       buffer_dtype=param_dtype),
+        mixed_precision=MixedPrecision(param_dtype=precision.param, reduce_dtype=precision.reduce,
+                                       buffer_dtype=precision.param),
         sharding_strategy=ShardingStrategy.FULL_SHARD,
-        device_id=dist.device,
+        device_id=device,
         use_orig_params=True,
-        param_init_fn=(lambda m: m.to_empty(device=dist.device, recurse=False))
+        param_init_fn=(lambda m: m.to_empty(device=device, recurse=False))
         if any(p.is_meta for p in model.parameters()) else None,
     )
 
@@ -59,4 +60,4 @@ def apply(model: nn.Module, cfg: TrainConfig, dist: Dist, param_dtype: torch.dty
 
         return contextlib.nullcontext() if enabled else fsdp.no_sync()
 
-    return Parallelized(model=fsdp, sharded=True, grad_sync=grad_sync, use_autocast=False)
+    return Parallelized(model=fsdp, grad_sync=grad_sync, use_autocast=False)

@@ -1,4 +1,4 @@
-"""`make demo`: the platform's main job on this machine, no AWS needed.
+"""`make demo` (python -m tools.demo): the platform's main job on this machine, no AWS needed.
 
 Prepares a real corpus (the byte tokens of Python's standard library), runs examples/local-fsdp.json with
 `trainctl local` (FSDP, 2 processes, gloo), sends SIGTERM mid-run as a Spot reclaim would, runs it again on the
@@ -28,7 +28,7 @@ INTERRUPT_AT_STEP = 70
 
 def run(console: Console, label: str, interrupt_at: int | None) -> tuple[int, list[dict[str, float]], float]:
     """Run `trainctl local` once, streaming its output; SIGTERM it after `interrupt_at` steps if given."""
-    cmd = [sys.executable, "-m", "cli.main", "local", str(REQUEST), "--nproc", "2", "--workdir", str(WORKDIR)]
+    cmd = [sys.executable, "-m", "cli", "local", str(REQUEST), "--nproc", "2", "--workdir", str(WORKDIR)]
     console.rule(f"[bold]{label}[/bold]: {' '.join(['trainctl', *cmd[3:]])}")
     started = time.time()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)

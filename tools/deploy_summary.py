@@ -1,5 +1,8 @@
-"""What `cdk deploy` would create, read from a synthesized cloud assembly: stacks, resources by type, and the
-monthly cost drivers of leaving the platform running (list prices, us-east-1, before any training job runs)."""
+"""`make synth`'s deploy summary (`python -m tools.deploy_summary cdk.out`).
+
+What `cdk deploy` would create, read from a synthesized cloud assembly: stacks, resources by type, and the
+monthly cost drivers of leaving the platform running (list prices, us-east-1, before any training job runs).
+"""
 
 from __future__ import annotations
 

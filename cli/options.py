@@ -1,0 +1,36 @@
+"""The arguments and options several trainctl commands share, spelled once so that they read alike."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+RequestArg = Annotated[Path, typer.Argument(metavar="REQUEST.json", help="The job request (JSON).",
+                                            show_default=False)]
+PlatformOpt = Annotated[Path | None, typer.Option(
+    "--platform", metavar="FILE",
+    help="Platform settings JSON (as the stack publishes it). Without it, read from the deployed stack "
+         "(SSM /<prefix>/platform-settings).")]
+PrefixOpt = Annotated[str, typer.Option(
+    "--prefix", envvar="TRAINCTL_PREFIX", help="The platform's name prefix (its SSM parameters live under it).")]
+RegionOpt = Annotated[str | None, typer.Option(
+    "--region", help="AWS region of the platform (default: AWS_REGION / your AWS config).")]
+StateMachineOpt = Annotated[str | None, typer.Option(
+    "--state-machine", metavar="ARN", help="State machine ARN (default: SSM /<prefix>/state-machine-arn).")]
+ExecutionArg = Annotated[str, typer.Argument(
+    metavar="EXECUTION", help="Execution name or ARN (names belong to the platform's state machine).")]
+IntervalOpt = Annotated[float, typer.Option("--interval", min=0.0, help="Seconds between polls.")]
+
+
+class ExecutionStatus(StrEnum):
+    """Step Functions' execution statuses: the choices of `trainctl list --status`."""
+
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    TIMED_OUT = "TIMED_OUT"
+    ABORTED = "ABORTED"
+    PENDING_REDRIVE = "PENDING_REDRIVE"

@@ -1,0 +1,81 @@
+"""`trainctl plan` and `trainctl render`: a request rendered into the CreateTrainingJob request SageMaker gets.
+
+Both run offline when the platform settings come from a file; otherwise they read the deployed stack's.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from cli.aws import Aws
+from cli.console import out
+from cli.errors import UserError
+from cli.request_file import LoadedRequest, load_request, validate_for_platform
+
+
+def render_for_platform(loaded: LoadedRequest, platform: Any, *, attempt: int, run_id: str | None,
+                        instance_type: str | None, on_demand: bool) -> dict[str, Any]:
+    """The CreateTrainingJob request of one attempt; a request the renderer refuses is a UserError."""
+    from contract.errors import RequestInvalid
+    from jobs.render import new_run_id, render_create_training_job
+
+    if instance_type is not None:
+        check_instance_override(loaded.request, platform, instance_type)
+    run_id = run_id or new_run_id(loaded.request.name, "trainctl-render")
+    try:
+        return render_create_training_job(loaded.request, platform, run_id=run_id, attempt=attempt,
+                                          instance_type=instance_type, spot=False if on_demand else None)
+    except RequestInvalid as exc:
+        raise UserError(f"cannot render {loaded.path}:\n  " + str(exc).replace("\n", "\n  ")) from None
+    except ValueError as exc:  # a --run-id that cannot make a SageMaker job name
+        raise UserError(str(exc), "use letters, digits and dashes in --run-id, e.g. my-run-0123abcd") from None
+
+
+def check_instance_override(request: Any, platform: Any, instance_type: str) -> None:
+    """--instance-type gets the checks the request's own types get (catalog, platform's allowed list)."""
+    from jobs.catalog import instance_types, lookup
+
+    if request.instance_groups:
+        raise UserError("--instance-type does not apply to a request with instance_groups")
+    if lookup(instance_type) is None:
+        close = difflib.get_close_matches(instance_type, instance_types(), n=1, cutoff=0.6)
+        raise UserError(f"--instance-type: unknown instance type {instance_type!r}"
+                        + (f"; did you mean {close[0]!r}?" if close else ""))
+    allowed = platform.allowed_instance_types
+    if allowed and instance_type not in allowed:
+        raise UserError(f"--instance-type: {instance_type} is not allowed on this platform",
+                        f"allowed: {', '.join(sorted(allowed))}")
+
+
+def _loaded_for_platform(request: Path, platform: Path | None, aws: Aws) -> tuple[LoadedRequest, Any]:
+    from cli.platform_source import load_platform
+
+    loaded = load_request(request)
+    settings = load_platform(platform, aws)
+    validate_for_platform(loaded, settings)
+    return loaded, settings
+
+
+def show_plan(request: Path, platform: Path | None, aws: Aws) -> None:
+    """`trainctl plan`: validate, render the first attempt, and print what would run."""
+    from cli.plan_view import plan_run_id, print_plan
+
+    loaded, settings = _loaded_for_platform(request, platform, aws)
+    create = render_for_platform(loaded, settings, attempt=1, run_id=plan_run_id(loaded.request.name),
+                                 instance_type=None, on_demand=False)
+    print_plan(out(), loaded.request, settings, create)
+
+
+def print_rendered(request: Path, platform: Path | None, aws: Aws, *, attempt: int, run_id: str | None,
+                   instance_type: str | None, on_demand: bool) -> None:
+    """`trainctl render`: the CreateTrainingJob request as JSON on stdout."""
+    loaded, settings = _loaded_for_platform(request, platform, aws)
+    create = render_for_platform(loaded, settings, attempt=attempt, run_id=run_id, instance_type=instance_type,
+                                 on_demand=on_demand)
+    # Plain print, not rich: the output is a document for other programs.
+    typer.echo(json.dumps(create, indent=2))

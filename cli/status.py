@@ -1,0 +1,44 @@
+"""`trainctl status` and `trainctl list`: what the launcher's executions are doing or did."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import typer
+
+from cli.aws import Aws
+from cli.console import out
+
+
+def show_status(aws: Aws, execution: str, state_machine: str | None, *, as_json: bool) -> None:
+    """One execution: status, attempts, latest metrics, result; as JSON for programs."""
+    from cli.executions import describe
+    from cli.views import print_execution
+
+    view = describe(aws, aws.execution_arn(execution, state_machine))
+    if as_json:
+        typer.echo(json.dumps(asdict(view), indent=2, default=str))
+    else:
+        print_execution(out(), aws, view)
+
+
+def list_executions(aws: Aws, statuses: list[str], limit: int, state_machine: str | None) -> None:
+    """The newest `limit` executions, of any status or only of `statuses`."""
+    from cli.views import executions_table
+
+    machine = aws.state_machine_arn(state_machine)
+    paginator = aws.client("stepfunctions").get_paginator("list_executions")
+    items: list[dict] = []
+    # ListExecutions filters by one status at a time: one listing per status wanted, merged by start time.
+    for wanted in statuses or [None]:
+        kwargs = {"stateMachineArn": machine, "PaginationConfig": {"MaxItems": limit}}
+        if wanted is not None:
+            kwargs["statusFilter"] = wanted
+        for page in paginator.paginate(**kwargs):
+            items.extend(page["executions"])
+    items.sort(key=lambda item: item["startDate"], reverse=True)
+    if not items:
+        out().print("no executions")
+        return
+    out().print(executions_table(items[:limit]))

@@ -1,0 +1,65 @@
+"""`trainctl submit`: validate a request here, then start the launcher state machine with it."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+from cli.aws import Aws, console_url
+from cli.console import out
+from cli.errors import UserError
+from cli.request_file import load_request, validate_for_platform
+
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+# Step Functions allows more (no whitespace or URL-reserved characters); this subset is safe in URLs,
+# CloudWatch and shells, and it is what the launcher's run ids are built from.
+EXECUTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
+
+
+def default_execution_name(request_name: str, now: datetime | None = None) -> str:
+    """`<request name>-<UTC time>`, within Step Functions' 80 characters of [A-Za-z0-9_-]."""
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+    base = _NAME_UNSAFE.sub("-", request_name).strip("-")[: 80 - len(stamp) - 1] or "job"
+    return f"{base}-{stamp}"
+
+
+def submit_request(request: Path, aws: Aws, *, name: str | None, platform: Path | None,
+                   state_machine: str | None, wait: bool, interval: float) -> int:
+    """Start an execution; with `wait`, follow it to its end. Returns the exit status (1: the run failed)."""
+    from botocore.exceptions import ClientError
+
+    from cli.platform_source import load_platform
+
+    loaded = load_request(request)
+    execution_name = name or default_execution_name(loaded.request.name)
+    if not EXECUTION_NAME.fullmatch(execution_name):
+        raise UserError(f"--name {execution_name!r} is not a valid execution name",
+                        "use 1-80 letters, digits, '-' and '_'")
+    validate_for_platform(loaded, load_platform(platform, aws))
+    machine = aws.state_machine_arn(state_machine)
+    try:
+        started = aws.client("stepfunctions").start_execution(
+            stateMachineArn=machine, name=execution_name, input=json.dumps(loaded.document))
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "ExecutionAlreadyExists":
+            raise UserError(f"an execution named {execution_name} already exists",
+                            "choose another --name") from None
+        raise
+    arn = started["executionArn"]
+    out().print(f"started [bold]{execution_name}[/]")
+    out().print(f"execution: {arn}")
+    out().print(f"console:   {console_url(arn)}")
+    return follow_to_the_end(aws, arn, interval) if wait else 0
+
+
+def follow_to_the_end(aws: Aws, arn: str, interval: float) -> int:
+    """Show the execution's progress until it ends, then its outcome; 0 when the run succeeded, else 1."""
+    from cli.progress import watch
+    from cli.views import print_outcome, succeeded
+
+    console = out()
+    view = watch(aws, arn, console=console, interval=interval)
+    print_outcome(console, view)
+    return 0 if succeeded(view) else 1

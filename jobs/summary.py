@@ -1,0 +1,66 @@
+"""What a run ends with: the execution's output (a summary of every attempt) and the notification's words."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from jobs.classify import Category
+from jobs.run import RunState
+
+
+def summary(run: RunState, *, job: dict[str, Any] | None, decision: dict[str, Any] | None,
+            now: float) -> dict[str, Any]:
+    """What the execution outputs and the notification says. `decision` is a "fail" decision's event, if any."""
+    attempts = run.attempts
+    succeeded = decision is None and bool(job) and job.get("TrainingJobStatus") == "Completed"
+    metrics = {m["MetricName"]: m["Value"] for m in (job or {}).get("FinalMetricDataList") or []}
+    lost_interruptions = sum(a.lost_seconds for a in attempts if a.category == Category.SPOT_INTERRUPTION)
+    billable = [a.billable_seconds for a in attempts if a.billable_seconds is not None]
+    return {
+        "run_id": run.run_id,
+        "request_name": run.request["name"],
+        "execution": run.execution.name,
+        "status": "Succeeded" if succeeded else "Failed",
+        "reason": "" if succeeded else (decision or {}).get("reason", "the run did not complete"),
+        "category": "" if succeeded else (decision or {}).get("category", Category.UNKNOWN.value),
+        "attempt_count": len(attempts),
+        "attempts": [asdict(a) for a in attempts],
+        "instance_types_tried": list(dict.fromkeys(a.instance_type for a in attempts)),
+        "interruptions": run.counts.spot_interruption,
+        "time_lost_to_interruptions_seconds": lost_interruptions,
+        "time_lost_seconds": sum(a.lost_seconds for a in attempts),
+        "waited_seconds": run.waited_seconds,
+        "billable_seconds": sum(billable) if billable else None,
+        "elapsed_seconds": int(max(now - run.started_epoch, 0)),
+        "final_metrics": metrics,
+        "model_artifacts": ((job or {}).get("ModelArtifacts") or {}).get("S3ModelArtifacts") if succeeded else None,
+        "checkpoint_s3_uri": run.checkpoint_s3_uri,
+    }
+
+
+def describe_in_words(s: dict[str, Any]) -> tuple[str, str]:
+    """(subject <= 100 characters, message) for the notification."""
+    n = s["attempt_count"]
+    if s["status"] == "Succeeded":
+        subject = f"Training run {s['request_name']} succeeded ({n} attempt{'s' if n != 1 else ''})"
+    else:
+        subject = f"Training run {s['request_name']} failed: {s['category'] or 'error'}"
+    if len(subject) > 100:
+        subject = subject[:97] + "..."
+    lines = [
+        f"Run {s['run_id']} (execution {s['execution']}): {s['status']}.",
+        *([f"Reason: {s['reason']}"] if s["reason"] else []),
+        f"Attempts: {n}; instance types tried: {', '.join(s['instance_types_tried']) or 'none'}; "
+        f"Spot interruptions: {s['interruptions']} ({s['time_lost_to_interruptions_seconds']} s lost).",
+    ]
+    for a in s["attempts"]:
+        spot = "Spot" if a["spot"] else "on demand"
+        tail = f" - {a['category']}: {a['reason']}" if a["category"] else ""
+        lines.append(f"  {a['attempt']}. {a['job_name']} on {a['instance_type']} ({spot}): {a['status']}{tail}")
+    if s["final_metrics"]:
+        lines.append("Final metrics: " + ", ".join(f"{k}={v:g}" for k, v in sorted(s["final_metrics"].items())))
+    if s["model_artifacts"]:
+        lines.append(f"Model: {s['model_artifacts']}")
+    lines.append(f"Checkpoints: {s['checkpoint_s3_uri']}")
+    return subject, "\n".join(lines)

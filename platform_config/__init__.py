@@ -1,0 +1,9 @@
+"""The platform configuration: every value a platform team changes, read from CDK context by app.py.
+
+Build-side only (app.py reads it and hands typed props to the stacks); the constructs never see it.
+"""
+
+from platform_config.loader import ConfigError, is_platform_key, load_config
+from platform_config.model import LOG_RETENTION_DAYS, PlatformConfig
+
+__all__ = ["LOG_RETENTION_DAYS", "ConfigError", "PlatformConfig", "is_platform_key", "load_config"]

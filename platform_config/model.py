@@ -1,0 +1,190 @@
+"""PlatformConfig: one field per cdk.json context key, its doc and its rules, read by contract.schema.
+
+Field rules that the schema engine words well enough use `min`/`max`; rules whose messages people (and the
+tests) rely on use `check` functions that return today's wording. `expects` (our own annotation) says what a
+value of the wrong type should have been: the loader turns the engine's "expected ..." into "must be ...".
+Rules that relate two keys live in loader.relation_problems.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from contract.schema import meta
+from jobs.platform import TrainingPlan
+
+# CloudWatch Logs accepts only these retention periods (days).
+LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557,
+                      2922, 3288, 3653)
+FSX_DEPLOYMENT_TYPES = ("PERSISTENT_2", "SCRATCH_2")
+FSX_THROUGHPUT_PER_TIB = (125, 250, 500, 1000)  # PERSISTENT_2, MB/s per TiB
+TRAINING_PLAN_ARN = re.compile(
+    r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:training-plan/[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+TRAINING_PLAN_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+INSTANCE_TYPE = re.compile(r"^ml\.[a-z0-9-]+\.[0-9]*x?large$|^ml\.[a-z0-9-]+\.[0-9]+xlarge$")
+NAME_PREFIX = re.compile(r"^[a-z][a-z0-9-]{1,18}[a-z0-9]$")
+AZ_NAME = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
+REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
+EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]{36}$")
+BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
+# Private IPs one EFA-enabled training instance may take (a p5.48xlarge has 32 EFA network cards).
+# AWS does not publish SageMaker's exact per-instance use: this is an upper bound, not a measurement.
+IPS_PER_EFA_INSTANCE = 32
+AWS_RESERVED_IPS_PER_SUBNET = 5
+
+Check = Callable[[Any], "str | None"]
+
+
+def _matches(pattern: re.Pattern[str], message: str) -> Check:
+    return lambda value: None if pattern.match(value) else message
+
+
+def _one_of(allowed: tuple[Any, ...], message: str) -> Check:
+    return lambda value: None if value in allowed else message
+
+
+def _between(lo: int, hi: int, message: str) -> Check:
+    return lambda value: None if lo <= value <= hi else message
+
+
+def _storage(gib: int) -> str | None:
+    return None if gib == 1200 or (gib > 0 and gib % 2400 == 0) else "must be 1200 or a multiple of 2400"
+
+
+def _cidr(text: str) -> str | None:
+    try:
+        net = ipaddress.ip_network(text)
+    except ValueError:
+        return "must be an IPv4 CIDR such as 10.80.0.0/16"
+    if net.version != 4 or not 16 <= net.prefixlen <= 24:
+        return "must be an IPv4 CIDR between /16 and /24, e.g. 10.80.0.0/16"
+    return None
+
+
+def _prefix(text: str) -> str | None:
+    if text.startswith("/") or not text.endswith("/") or " " in text:
+        return "must be an S3 key prefix ending in '/' with no leading '/', e.g. datasets/"
+    return None
+
+
+def _instance_types(types: tuple[str, ...]) -> str | None:
+    bad = [t for t in types if not INSTANCE_TYPE.match(t)]
+    if bad:
+        return f"entry {bad[0]!r}: must be a SageMaker instance type such as ml.p5.48xlarge"
+    return None if types else "must list at least one ml.* training instance type"
+
+
+def _versions(versions: tuple[str, ...]) -> str | None:
+    if versions and all(VERSION.match(v) for v in versions):
+        return None
+    return "must list one or more versions such as \"2.8.0\" (the first is the default)"
+
+
+def _tags(tags: dict[str, str]) -> str | None:
+    if len(tags) > 45:
+        return "must have at most 45 tags (CloudFormation adds its own, 50 in all)"
+    for k, v in tags.items():
+        if k.lower().startswith("aws:") or not 1 <= len(k) <= 128 or len(v) > 256:
+            return f"entry {k!r}: keys are 1-128 characters not starting with aws:, values up to 256"
+    return None
+
+
+def _plan_entries(plans: tuple[TrainingPlan, ...]) -> str | None:
+    """Each plan on its own; whether its region and instance type fit the platform is a relation."""
+    names = [p.name for p in plans]
+    for plan in plans:
+        where = f"entry {plan.name!r}"
+        if not TRAINING_PLAN_NAME.match(plan.name) or names.count(plan.name) > 1:
+            return f"{where}: name must be unique, 1-63 letters, digits or hyphens"
+        if not TRAINING_PLAN_ARN.match(plan.arn):
+            return (f"{where}: arn {plan.arn!r} is not a training plan ARN "
+                    "(arn:aws:sagemaker:<region>:<account>:training-plan/<name>)")
+        if plan.instance_count < 1:
+            return f"{where}: instance_count must be at least 1"
+    return None
+
+
+def _optional(check: Check) -> Check:
+    return lambda value: None if value is None else check(value)
+
+
+def _f(default: Any, doc: str, **rules: Any) -> Any:
+    """A field with a default (a factory for a map: dataclasses refuse a shared mutable default)."""
+    if isinstance(default, dict):
+        return field(default_factory=lambda: dict(default), metadata=meta(doc, **rules))
+    return field(default=default, metadata=meta(doc, **rules))
+
+
+_RETENTION = _one_of(LOG_RETENTION_DAYS, "must be one of CloudWatch Logs' periods: "
+                     + ", ".join(map(str, LOG_RETENTION_DAYS)))
+_WHOLE = "a whole number"
+_LIST = "a JSON list of strings (for -c, quote it: -c 'key=[\"a\",\"b\"]')"
+
+
+@dataclass(frozen=True)
+class PlatformConfig:
+    name_prefix: str = _f("mltrain", "Starts every bucket, role, job and parameter name", expects="a string",
+                          check=_matches(NAME_PREFIX, "must be 3-20 lowercase letters, digits or hyphens, "
+                                         "starting with a letter (it starts bucket and training job names)"))
+    region: str | None = _f(None, "Deploy region; null for an environment-agnostic synth", expects="a string or null",
+                            check=_optional(_matches(REGION, "must be a region name such as us-east-1, or null for "
+                                                     "an environment-agnostic synth")))
+    availability_zones: tuple[str, ...] = _f((), "AZ names (needs region); empty lets the CDK pick", expects=_LIST)
+    az_count: int = _f(2, "Availability zones with a training subnet", min=2, max=6, expects=_WHOLE)
+    vpc_cidr: str = _f("10.80.0.0/16", "The VPC's IPv4 block", expects="a string", check=_cidr)
+    nat_gateways: int = _f(1, "NAT gateways; 0 uses VPC interface endpoints only", min=0, expects=_WHOLE)
+    largest_cluster_instances: int = _f(16, "Largest training cluster; sizes the training subnets", min=1, max=256,
+                                        expects=_WHOLE)
+    flow_log_retention_days: int = _f(90, "VPC flow log retention (days)", check=_RETENTION, expects=_WHOLE)
+    log_retention_days: int = _f(365, "Launcher log retention (days)", check=_RETENTION, expects=_WHOLE)
+    fsx_enabled: bool = _f(True, "Create the FSx for Lustre dataset file system", expects="true or false")
+    fsx_storage_gib: int = _f(1200, "FSx capacity (GiB): 1200 or a multiple of 2400", check=_storage,
+                              expects=_WHOLE)
+    fsx_throughput_per_tib: int = _f(250, "FSx PERSISTENT_2 throughput (MB/s per TiB)", expects=_WHOLE,
+                                     check=_one_of(FSX_THROUGHPUT_PER_TIB, "must be 125, 250, 500 or 1000 "
+                                                   "(MB/s per TiB, PERSISTENT_2)"))
+    fsx_deployment_type: str = _f("PERSISTENT_2", "FSx deployment type (PERSISTENT_2 or SCRATCH_2)",
+                                  expects="a string", check=_one_of(FSX_DEPLOYMENT_TYPES,
+                                                                    "must be PERSISTENT_2 or SCRATCH_2"))
+    dataset_bucket_name: str | None = _f(None, "An existing dataset bucket; null creates one",
+                                         expects="a string or null", check=_optional(_matches(
+                                             BUCKET_NAME, "must be an S3 bucket name (3-63 lowercase letters, "
+                                             "digits, dots, hyphens) or null to create one")))
+    dataset_prefix: str = _f("datasets/", "Dataset key prefix (training jobs read only under it)",
+                             expects="a string", check=_prefix)
+    kms_key_arn: str | None = _f(None, "An existing KMS key; null creates one", expects="a string or null",
+                                 check=_optional(_matches(KMS_KEY_ARN, "must be a KMS key ARN (arn:aws:kms:<region>:"
+                                                          "<account>:key/<uuid>) or null to create one")))
+    allowed_instance_types: tuple[str, ...] = _f(
+        ("ml.p5.48xlarge", "ml.p4d.24xlarge", "ml.g5.12xlarge", "ml.g6e.12xlarge", "ml.c5.2xlarge"),
+        "Instance types a job may request", expects=_LIST, check=_instance_types)
+    training_plans: tuple[TrainingPlan, ...] = _f((), "SageMaker training plans jobs may run on",
+                                                  check=_plan_entries,
+                                                  expects="a JSON list of {name, arn, instance_type, instance_count}")
+    default_warm_pool_minutes: int = _f(0, "Warm pool kept after a job (minutes)", expects=_WHOLE, check=_between(
+        0, 360, "must be 0 to 360 (SageMaker keeps warm pools up to 21600 s)"))
+    notification_email: str | None = _f(None, "E-mail subscribed to run notifications", expects="a string or null",
+                                        check=_optional(_matches(EMAIL, "must be an e-mail address or null")))
+    pytorch_versions: tuple[str, ...] = _f(("2.8.0",), "PyTorch image versions (first is the default)",
+                                           expects=_LIST, check=_versions)
+    smp_versions: tuple[str, ...] = _f(("2.8.0",), "SMP image versions (first is the default)", expects=_LIST,
+                                       check=_versions)
+    retain_data: bool = _f(True, "Keep buckets, key, logs and file system when the stack is deleted",
+                           expects="true or false")
+    tags: dict[str, str] = _f({"project": "ml-training-platform"}, "Tags on every resource", check=_tags,
+                              expects='a JSON object of string values, e.g. {"team": "ml"}')
+
+    @property
+    def private_subnet_mask(self) -> int:
+        """The largest prefix length (smallest subnet) that fits the largest cluster's EFA interfaces."""
+        needed = self.largest_cluster_instances * IPS_PER_EFA_INSTANCE + AWS_RESERVED_IPS_PER_SUBNET
+        mask = 28
+        while mask > 16 and 2 ** (32 - mask) < needed:
+            mask -= 1
+        return mask

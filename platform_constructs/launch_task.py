@@ -1,0 +1,66 @@
+"""The Launch state: SageMaker createTrainingJob.sync in raw ASL, and the IAM the state machine needs for it."""
+
+from __future__ import annotations
+
+from aws_cdk import Aws, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from jobs.render import CREATE_REQUEST_KEYS
+
+# Step Functions creates and uses this EventBridge rule to learn when a `.sync` training job ends.
+SYNC_EVENTS_RULE = "StepFunctionsGetEventsForSageMakerTrainingJobsRule"
+
+
+class LaunchTrainingJob(sfn.CustomState):
+    """Creates the training job described at `$.create` and waits for it to end; the result goes to `$.job`.
+
+    The CDK's SageMakerCreateTrainingJob task cannot send CheckpointConfig, Spot, RetryStrategy,
+    InstanceGroups, TrainingPlanArn, FSx channels...: the integration is stated directly, so the CDK does
+    not know its permissions either. `grant_launch(role)` adds them: create, describe, stop and tag only jobs
+    named `training_job_arn_pattern`, pass only `execution_role` and only to SageMaker, the `.sync` events
+    rule, and grants on `encryption_key` for the job's encrypted volumes.
+    """
+
+    def __init__(self, scope: Construct, id: str, *, training_job_arn_pattern: str, execution_role: iam.IRole,
+                 encryption_key: kms.IKey) -> None:
+        super().__init__(scope, id, state_json={
+            "Type": "Task",
+            "Resource": f"arn:{Aws.PARTITION}:states:::sagemaker:createTrainingJob.sync",
+            "Parameters": {f"{key}.$": f"$.create.{key}" for key in CREATE_REQUEST_KEYS},
+            "ResultPath": "$.job",
+        })
+        self.training_job_arn_pattern = training_job_arn_pattern
+        self.execution_role = execution_role
+        self.encryption_key = encryption_key
+
+    def policy_statements(self) -> list[iam.PolicyStatement]:
+        events_rule = Stack.of(self).format_arn(service="events", resource="rule", resource_name=SYNC_EVENTS_RULE)
+        return [
+            # The actions of the policy Step Functions itself generates for createTrainingJob.sync (which grants
+            # ListTags on "*"), plus AddTags for the request's Tags, all scoped to the platform's job names.
+            iam.PolicyStatement(
+                sid="TrainingJobsUnderThePrefix",
+                actions=["sagemaker:CreateTrainingJob", "sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob",
+                         "sagemaker:AddTags", "sagemaker:ListTags"],
+                resources=[self.training_job_arn_pattern]),
+            iam.PolicyStatement(
+                sid="PassTheExecutionRoleToSageMaker", actions=["iam:PassRole"],
+                resources=[self.execution_role.role_arn],
+                conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}),
+            iam.PolicyStatement(
+                sid="SyncIntegrationEventsRule", actions=["events:PutTargets", "events:PutRule", "events:DescribeRule"],
+                resources=[events_rule]),
+            # SageMaker creates grants on the platform key for the job's encrypted volumes, for the caller.
+            iam.PolicyStatement(
+                sid="EncryptedTrainingVolumes", actions=["kms:CreateGrant", "kms:DescribeKey"],
+                resources=[self.encryption_key.key_arn],
+                conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}}),
+        ]
+
+    def grant_launch(self, role: iam.IRole) -> None:
+        """Everything the state machine's role needs to run this state."""
+        for statement in self.policy_statements():
+            role.add_to_principal_policy(statement)

@@ -1,0 +1,114 @@
+"""The job launcher's three Lambda functions (jobs.handler.prepare, decide, summarize) and their roles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aws_cdk import Duration, IgnoreMode, RemovalPolicy
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from platform_constructs.nag import acknowledge, nag_form
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# The Lambda code is the `jobs/` package and the `contract/` facts it reads, nothing else (standard library
+# + the runtime's boto3). Patterns are .dockerignore style, evaluated against the repository root: ignore
+# everything, re-include the two packages, then drop byte code and dot files.
+LAMBDA_CODE_EXCLUDE = ["*", "!jobs", "!jobs/**", "!contract", "!contract/**", "**/__pycache__", "**/*.pyc", "**/.*"]
+
+HANDLERS = ("prepare", "decide", "summarize")
+
+INLINE_POLICY_REASON = (
+    "The CDK's grants write this role's least-privilege statements into a policy attached to this role only "
+    "(its DefaultPolicy); a separately managed policy would hold the same statements."
+)
+
+
+class LauncherFunctions(Construct):
+    """One function per handler, each with its own role (no AWSLambdaBasicExecutionRole), an encrypted log
+    group, X-Ray tracing, and the platform settings (JSON) in PLATFORM_SETTINGS.
+
+    `decide` may describe the training jobs matching `training_job_arn_pattern` (a failure's Cause is not
+    always the job's description), nothing else.
+    """
+
+    def __init__(self, scope: Construct, id: str, *, name_prefix: str, settings_json: str,
+                 encryption_key: kms.IKey, training_job_arn_pattern: str,
+                 log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
+                 reserved_concurrency: int | None = None,
+                 removal_policy: RemovalPolicy = RemovalPolicy.RETAIN) -> None:
+        super().__init__(scope, id)
+        if reserved_concurrency is not None and reserved_concurrency < 1:
+            raise ValueError(f"lambda_reserved_concurrency={reserved_concurrency}: use 1 or more, or None to "
+                             "leave concurrency unreserved")
+        self.name_prefix = name_prefix
+        self.key = encryption_key
+        self.code = lambda_.Code.from_asset(str(REPO_ROOT), exclude=LAMBDA_CODE_EXCLUDE,
+                                            ignore_mode=IgnoreMode.DOCKER)
+        self.functions = {
+            name: self._function(name, settings_json, log_retention, reserved_concurrency, removal_policy)
+            for name in HANDLERS
+        }
+        self.functions["decide"].add_to_role_policy(iam.PolicyStatement(
+            actions=["sagemaker:DescribeTrainingJob"], resources=[training_job_arn_pattern]))
+        acknowledge(
+            self.functions["decide"].role,
+            f"AwsSolutions-IAM5[Resource::{nag_form(self, training_job_arn_pattern)}]",
+            f"DescribeTrainingJob is scoped to the platform's own jobs ({name_prefix}-*): job names are "
+            "generated per attempt, so a name prefix is the narrowest resource that fits.",
+        )
+
+    def __getitem__(self, name: str) -> lambda_.Function:
+        return self.functions[name]
+
+    def _function(self, name: str, settings_json: str, log_retention: logs.RetentionDays,
+                  reserved_concurrency: int | None, removal_policy: RemovalPolicy) -> lambda_.Function:
+        title = name.capitalize()
+        log_group = logs.LogGroup(self, f"{title}Logs", encryption_key=self.key, retention=log_retention,
+                                  removal_policy=removal_policy)
+        # A role per function, written out, instead of the AWSLambdaBasicExecutionRole managed policy.
+        role = iam.Role(self, f"{title}Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+                        description=f"{self.name_prefix} job launcher: the {name} function")
+        log_group.grant_write(role)
+        function = lambda_.Function(
+            self, f"{title}Function",
+            description=f"{self.name_prefix} job launcher: jobs.handler.{name}",
+            runtime=lambda_.Runtime.PYTHON_3_12,
+            architecture=lambda_.Architecture.ARM_64,
+            handler=f"jobs.handler.{name}",
+            code=self.code,
+            environment={"PLATFORM_SETTINGS": settings_json},
+            environment_encryption=self.key,
+            role=role,
+            log_group=log_group,
+            memory_size=256,
+            timeout=Duration.seconds(60),
+            tracing=lambda_.Tracing.ACTIVE,
+            reserved_concurrent_executions=reserved_concurrency,
+        )
+        self.key.grant_decrypt(role)
+        _acknowledge(role, function, reserved_concurrency)
+        return function
+
+
+def _acknowledge(role: iam.Role, function: lambda_.Function, reserved_concurrency: int | None) -> None:
+    acknowledge(role, "NIST.800.53.R5-IAMNoInlinePolicy", INLINE_POLICY_REASON)
+    acknowledge(role, "AwsSolutions-IAM5[Resource::*]",
+                "X-Ray PutTraceSegments/PutTelemetryRecords support no resource-level permissions.")
+    acknowledge(function, "NIST.800.53.R5-LambdaInsideVPC",
+                "The function reaches nothing inside the VPC (only decide calls an AWS API, SageMaker "
+                "DescribeTrainingJob); it handles job requests and job descriptions, never training data.")
+    acknowledge(function, "NIST.800.53.R5-LambdaDLQ",
+                "Invoked synchronously by Step Functions, which retries and catches its errors; a DLQ "
+                "applies only to asynchronous invocations.")
+    acknowledge(function, "AwsSolutions-L1",
+                "Python 3.12 is the runtime the jobs package is written and tested for (fixed contract).")
+    if reserved_concurrency is None:
+        acknowledge(function, "NIST.800.53.R5-LambdaConcurrency",
+                    "Each execution calls each function at most once at a time. Reserving concurrency "
+                    "would take from the account's unreserved pool (minimum 10) and fail deploys in "
+                    "new accounts; set lambda_reserved_concurrency to reserve it.")

@@ -1,0 +1,51 @@
+"""The run state the state machine carries: typed in the handlers, the same plain JSON between states."""
+
+from __future__ import annotations
+
+import json
+
+from jobs import run as runs
+from jobs.classify import Category, Failure
+from jobs.render import render_create_training_job
+from jobs.request import parse_request
+from jobs.run import RunState
+
+T0 = 1_800_000_000.0
+KEYS = ["run_id", "execution", "request", "started_at", "started_epoch", "attempt", "instance_type", "spot",
+        "checkpoint_s3_uri", "counts", "waited_seconds", "attempts"]
+ATTEMPT_KEYS = ["attempt", "job_name", "instance_type", "instance_count", "spot", "status", "secondary_status",
+                "category", "reason", "started_at", "ended_at", "training_seconds", "billable_seconds",
+                "lost_seconds"]
+
+
+def started(platform) -> tuple:
+    req = parse_request({"name": "gpt", "dataset": "s3://b-1/x", "spot": True,
+                         "instance": {"type": "ml.p4d.24xlarge", "fallbacks": ["ml.p4de.24xlarge"]}})
+    run = runs.new_run(req, run_id="gpt-1234abcd", execution={"name": "e"}, now=T0)
+    runs.start_attempt(run, render_create_training_job(req, platform, run_id="gpt-1234abcd", attempt=1),
+                       attempt=1, now=T0)
+    return req, run
+
+
+def test_the_json_shape_is_the_state_machines(platform):
+    _, run = started(platform)
+    data = json.loads(run.to_json())
+    assert list(data) == KEYS
+    assert data["execution"] == {"name": "e", "start_time": "2027-01-15T08:00:00Z"}
+    assert data["counts"] == {"capacity": 0, "spot_interruption": 0, "internal": 0, "quota": 0, "throttling": 0,
+                              "api_error_streak": 0}
+    assert list(data["attempts"][0]) == ATTEMPT_KEYS
+    assert data["attempts"][0]["status"] == "InProgress" and data["request"]["strategy"] == "ddp"
+    assert RunState.from_json(run.to_json()) == run
+
+
+def test_failures_are_counted_by_category_and_written_as_strings(platform):
+    _, run = started(platform)
+    runs.finish_attempt(run, now=T0 + 60, job=None, failure=Failure(Category.QUOTA, "quota", False))
+    assert (run.counts.quota, run.counts.api_error_streak, run.current.status) == (1, 1, "NotCreated")
+    data = json.loads(json.dumps(run.to_dict()))
+    assert data["attempts"][0]["category"] == "quota" and type(run.to_dict()["attempts"][0]["category"]) is str
+    assert RunState.from_dict(data) == run
+    # a failure the policy does not bound is not counted, and ends the API-error streak
+    run.counts.record(Category.USER_ERROR)
+    assert run.counts.api_error_streak == 0 and run.counts.of(Category.USER_ERROR) == 0

@@ -1,0 +1,141 @@
+"""The rooms import one way (docs/ARCHITECTURE.md, "Which way imports run") and no module imports itself back.
+
+Every import in every project module is read with `ast` (function-level imports too: a lazy import is still
+a dependency), mapped to its room, and checked against the allowed edges below. The same graph, module by
+module, must have no cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# room -> the project rooms it may import (besides itself). Keep in step with docs/ARCHITECTURE.md.
+ALLOWED = {
+    "contract": set(),
+    "bundles": set(),
+    "training": {"contract"},
+    "jobs": {"contract"},
+    "platform_config": {"contract", "jobs"},
+    "platform_constructs": {"contract", "jobs", "bundles"},
+    "stacks": {"contract", "jobs", "platform_config", "platform_constructs"},
+    "app": {"contract", "jobs", "platform_config", "platform_constructs", "stacks"},
+    "cli": {"contract", "jobs", "bundles"},
+    "tools": {"contract", "jobs", "cli"},
+    "bench": {"contract", "training"},
+}
+# Third-party packages a room may use; the runtime rooms are the strict ones.
+THIRD_PARTY = {
+    "contract": set(),
+    "jobs": {"boto3", "botocore"},
+    # smdistributed: SMDDP, present only in the SageMaker images that ship it (imported when asked for).
+    "training": {"torch", "numpy", "safetensors", "smdistributed"},
+}
+
+
+def project_modules() -> dict[str, Path]:
+    modules = {"app": ROOT / "app.py"}
+    for room in ALLOWED:
+        folder = ROOT / room
+        if folder.is_dir():
+            for path in folder.rglob("*.py"):
+                parts = path.relative_to(ROOT).with_suffix("").parts
+                name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+                modules[name] = path
+    return modules
+
+
+def imports_of(path: Path, module: str) -> set[str]:
+    found = set()
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative import: resolve against the package
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                stem = ".".join([*base, node.module] if node.module else base)
+            else:
+                stem = node.module or ""
+            found.add(stem)
+            found.update(f"{stem}.{a.name}" for a in node.names)
+    return found
+
+
+MODULES = project_modules()
+ROOMS = set(ALLOWED)
+
+
+def room_of(name: str) -> str:
+    return name.split(".")[0]
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_run_the_documented_way(module):
+    room = room_of(module)
+    stdlib = set(sys.stdlib_module_names)
+    wrong = []
+    for name in sorted(imports_of(MODULES[module], module)):
+        top = room_of(name)
+        if top == room or top == "__future__":
+            continue
+        if top in ROOMS:
+            if top not in ALLOWED[room]:
+                wrong.append(f"{name} (room {top!r})")
+        elif room in THIRD_PARTY and top not in stdlib and top not in THIRD_PARTY[room]:
+            wrong.append(f"{name} (third-party)")
+    assert not wrong, f"{module} imports against docs/ARCHITECTURE.md: {', '.join(wrong)}"
+
+
+def _module_graph() -> dict[str, set[str]]:
+    graph = {}
+    for module, path in MODULES.items():
+        targets = set()
+        for name in imports_of(path, module):
+            # `from pkg import sub` names a module; `from pkg.mod import func` names the module pkg.mod.
+            while name and name not in MODULES:
+                name = name.rpartition(".")[0]
+            if name and name != module and not module.startswith(name + "."):
+                targets.add(name)
+        graph[module] = targets
+    return graph
+
+
+def test_no_import_cycles():
+    graph = _module_graph()
+    # A package's __init__ importing its own submodules is how Python packages work, not a cycle of concerns.
+    for module, targets in graph.items():
+        graph[module] = {t for t in targets if not t.startswith(module + ".")}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_checker_sees_a_wrong_import(tmp_path):
+    """The check above could fail: a training module importing jobs is caught."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("from jobs.request import parse_request\nimport boto3\n")
+    names = imports_of(bad, "training.bad")
+    assert "jobs.request" in names and "boto3" in names
+    assert "jobs" not in ALLOWED["training"] and "boto3" not in THIRD_PARTY["training"]

@@ -1,0 +1,72 @@
+"""The SageMaker container as this package reads it: hosts, GPUs, channels and folders (SM_* variables).
+
+Every variable name and default path comes from `contract.container`; this is the one module that reads them.
+"""
+
+from __future__ import annotations
+
+import json
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+
+from contract import container as sm
+from contract.errors import ConfigError
+from contract.hyperparameters import TrainConfig
+
+# The marker file a channel may hold to ask for generated data (`trainctl local`'s smoke tests).
+SYNTHETIC_MARKER = "synthetic"  # TODO(contract): the renderer and `trainctl local` could name it from there
+
+
+@dataclass(frozen=True)
+class Container:
+    """Where this process runs, from the SageMaker container's variables (defaults: one local host)."""
+
+    hosts: tuple[str, ...]
+    current_host: str
+    num_gpus: int
+
+
+def container(env: typing.Mapping[str, str]) -> Container:
+    try:
+        hosts = tuple(json.loads(env.get(sm.ENV_HOSTS, '["localhost"]')))
+        num_gpus = int(env.get(sm.ENV_NUM_GPUS, "0") or 0)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"{sm.ENV_HOSTS} / {sm.ENV_NUM_GPUS} are malformed ({e}): they are set by the SageMaker "
+                          "container") from None
+    current = env.get(sm.ENV_CURRENT_HOST, hosts[0] if hosts else "localhost")
+    return Container(hosts=hosts, current_host=current, num_gpus=num_gpus)
+
+
+def path_defaults(env: typing.Mapping[str, str]) -> dict[str, str]:
+    """The path hyperparameters as the container sets them; a channel that is absent is left out."""
+    paths = {
+        "checkpoint_dir": env.get(sm.ENV_CHECKPOINT_DIR, sm.CHECKPOINT_DIR),
+        "model_dir": env.get(sm.ENV_MODEL_DIR, sm.MODEL_DIR),
+        "output_data_dir": env.get(sm.ENV_OUTPUT_DATA_DIR, sm.OUTPUT_DATA_DIR),
+        "train_dir": env.get(sm.channel_variable(sm.TRAIN_CHANNEL), ""),
+        "validation_dir": env.get(sm.channel_variable(sm.VALIDATION_CHANNEL), ""),
+    }
+    return {name: value for name, value in paths.items() if value}
+
+
+def data_mode(cfg: TrainConfig) -> str:
+    """`synthetic` or `channels`: a channel that holds a file named `synthetic` asks for generated data."""
+    variable = sm.channel_variable(sm.TRAIN_CHANNEL)
+    if cfg.data == "channels" and not cfg.train_dir:
+        raise ConfigError(f"data=channels but there is no train channel ({variable}): "
+                          f"add a '{sm.TRAIN_CHANNEL}' input channel")
+    if cfg.data != "auto":
+        return cfg.data
+    if not cfg.train_dir:
+        raise ConfigError(
+            f"no train channel ({variable} is not set): add a '{sm.TRAIN_CHANNEL}' input channel, "
+            "or set the hyperparameter data=synthetic for a smoke test"
+        )
+    if (Path(cfg.train_dir) / SYNTHETIC_MARKER).exists():
+        return "synthetic"
+    return "channels"
+
+
+def status_path(cfg: TrainConfig) -> Path:
+    return Path(cfg.output_data_dir) / sm.STATUS_FILE

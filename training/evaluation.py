@@ -1,0 +1,58 @@
+"""Evaluation on the validation channel, and early stopping on its loss."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as torch_dist
+
+from contract.hyperparameters import TrainConfig
+from training.data import validation_indices
+from training.distributed import Dist
+from training.metrics import MetricsLogger
+from training.state import LoopState
+from training.step import TrainStep
+
+
+class Evaluator:
+    def __init__(self, step: TrainStep, val_set, cfg: TrainConfig, dist: Dist, global_batch: int) -> None:
+        self.step, self.val_set, self.dist, self.global_batch = step, val_set, dist, global_batch
+        self.interval, self.batches, self.micro = cfg.eval_interval, cfg.eval_batches, cfg.micro_batch_size
+        self.patience = cfg.early_stopping_patience
+        if self.interval and val_set is None and dist.is_main:
+            print("[train] no validation channel: evaluation and early stopping are off", flush=True)
+
+    def due(self, step: int) -> bool:
+        return bool(self.interval) and self.val_set is not None and step % self.interval == 0
+
+    def run(self, state: LoopState, logger: MetricsLogger) -> None:
+        """Evaluate, log val_loss, and stop the run early when it has not improved for `patience` evaluations."""
+        val_loss = self.evaluate()
+        logger.log({"step": state.step, "val_loss": val_loss})
+        if val_loss < state.best_val_loss:
+            state.best_val_loss, state.bad_evals = val_loss, 0
+            return
+        state.bad_evals += 1
+        if self.patience and state.bad_evals >= self.patience:
+            state.status = "early_stopped"
+            if self.dist.is_main:
+                print(f"[train] early stopping at step {state.step}: val_loss has not improved on "
+                      f"{state.best_val_loss:.4f} for {state.bad_evals} evaluations", flush=True)
+
+    def evaluate(self) -> float:
+        """Mean validation loss over the same `eval_batches` global batches every time, across all ranks."""
+        dist, model = self.dist, self.step.model
+        model.eval()
+        total = torch.zeros(2, device=dist.device)
+        with torch.no_grad():
+            for idx in validation_indices(len(self.val_set), self.global_batch, dist.rank, dist.world_size,
+                                          self.batches):
+                for i in range(0, len(idx), self.micro):
+                    x, y = (t.to(dist.device) for t in self.val_set.batch(idx[i : i + self.micro]))
+                    count = torch.tensor(float(len(x)), device=dist.device)
+                    total += torch.stack([self.step.loss(x, y) * len(x), count])
+        if torch_dist.is_initialized():
+            torch_dist.all_reduce(total)
+        model.train()
+        return (total[0] / total[1]).item() if total[1] > 0 else math.nan

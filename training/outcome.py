@@ -1,0 +1,35 @@
+"""How a run ended: the exported model (unless stopped), the status file, and the `Result` tests read."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from contract.hyperparameters import TrainConfig
+from training.distributed import Dist
+from training.environment import status_path
+from training.export import save_model
+from training.state import LoopState
+
+
+@dataclass
+class Result:
+    status: str  # completed | early_stopped | stopped
+    step: int
+    best_val_loss: float
+    model_path: Path | None = None
+
+
+def finish(cfg: TrainConfig, dist: Dist, model, export_config: dict, state: LoopState) -> Result:
+    """Export the model (not when stopped: the run is not done) and write the status file. Collective."""
+    model_path = None
+    if state.status != "stopped":
+        model_path = save_model(model, dist, cfg.model_dir, {**export_config, "step": state.step})
+    if dist.is_main:
+        path = status_path(cfg)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        summary = {"status": state.status, "step": state.step, "best_val_loss": state.best_val_loss}
+        path.write_text(json.dumps(summary) + "\n")
+        print(f"[train] {state.status} at step {state.step}", flush=True)
+    return Result(state.status, state.step, state.best_val_loss, model_path)
