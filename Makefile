@@ -23,13 +23,16 @@ setup: $(VENV)/.installed node_modules/.installed
 demo: setup
 	$(BIN)/python -m tools.demo
 
+# The whole suite on the pinned torch, then the training and `trainctl local` tests again on the torch of every
+# framework image the platform offers (cdk.json pytorch_versions; a venv each, made once).
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n 2
+	$(BIN)/python -m tools.image_torch -- -n 2
 
 synth: setup
 	PATH="$(CURDIR)/$(BIN):$(CURDIR)/node_modules/.bin:$$PATH" cdk synth --quiet
 	$(BIN)/python -m tools.deploy_summary cdk.out
 
 clean:
-	rm -rf $(VENV) node_modules cdk.out .demo
+	rm -rf $(VENV) .venv-torch-* node_modules cdk.out .demo

@@ -191,13 +191,22 @@ def _launch_command(hps: dict[str, Any], entry: str, nproc: int, log_dir: Path) 
     if hps.get("sagemaker_torch_distributed_enabled") is False or hps.get("strategy") == "single":
         return [sys.executable, entry]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(nproc),
-           "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
-           "--shutdown_timeout", str(TORCHRUN_SHUTDOWN_SECONDS)]
+           "--master_addr", "127.0.0.1", "--master_port", str(_free_port())]
+    if _torchrun_has_shutdown_timeout():
+        cmd += ["--shutdown_timeout", str(TORCHRUN_SHUTDOWN_SECONDS)]
     if not sys.stderr.isatty():
         # Not a terminal (CI, a pipe): keep each worker's output under output/logs as well. In a terminal the
         # workers write to it directly, so rank 0 can draw its progress bar.
         cmd += ["--log_dir", str(log_dir), "--tee", "3"]
     return [*cmd, entry]
+
+
+def _torchrun_has_shutdown_timeout() -> bool:
+    """torchrun from torch 2.12 takes --shutdown_timeout; older ones reject it ("unrecognized arguments") and
+    wait a fixed 30 s after forwarding a signal. Asked of torchrun's own parser, not of the version string."""
+    from torch.distributed.run import get_args_parser
+
+    return any("--shutdown_timeout" in action.option_strings for action in get_args_parser()._actions)
 
 
 def run_local(create_request: dict, *, workdir: Path, nproc: int | None = None,

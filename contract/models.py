@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class GPTConfig:
-    """A GPT-style decoder: pre-norm blocks, causal attention, GELU MLP of 4 x d_model, tied embeddings."""
+    """A GPT-style decoder: pre-norm blocks, causal attention, GELU MLP of 4 x d_model, a separate output head."""
 
     n_layer: int
     n_head: int

@@ -16,7 +16,8 @@ from typing import Any
 
 from contract.errors import Problem
 from contract.schema import coerce_text, parse_value
-from platform_config.model import AZ_NAME, IPS_PER_EFA_INSTANCE, PlatformConfig
+from platform_config.model import AZ_NAME, PlatformConfig
+from platform_constructs.network import IPS_PER_EFA_INSTANCE
 
 _FIELDS = {f.name: f for f in dataclasses.fields(PlatformConfig)}
 _HINTS = typing.get_type_hints(PlatformConfig)

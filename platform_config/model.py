@@ -16,10 +16,9 @@ from typing import Any
 
 from contract.schema import meta
 from jobs.platform import TrainingPlan
+from platform_constructs.network import training_subnet_mask
+from platform_constructs.retention import RETENTION_PERIODS as LOG_RETENTION_DAYS
 
-# CloudWatch Logs accepts only these retention periods (days).
-LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557,
-                      2922, 3288, 3653)
 FSX_DEPLOYMENT_TYPES = ("PERSISTENT_2", "SCRATCH_2")
 FSX_THROUGHPUT_PER_TIB = (125, 250, 500, 1000)  # PERSISTENT_2, MB/s per TiB
 TRAINING_PLAN_ARN = re.compile(
@@ -33,10 +32,6 @@ EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[0-9a-f-]{36}$")
 BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 VERSION = re.compile(r"^\d+\.\d+(\.\d+)?$")
-# Private IPs one EFA-enabled training instance may take (a p5.48xlarge has 32 EFA network cards).
-# AWS does not publish SageMaker's exact per-instance use: this is an upper bound, not a measurement.
-IPS_PER_EFA_INSTANCE = 32
-AWS_RESERVED_IPS_PER_SUBNET = 5
 
 Check = Callable[[Any], "str | None"]
 
@@ -183,8 +178,4 @@ class PlatformConfig:
     @property
     def private_subnet_mask(self) -> int:
         """The largest prefix length (smallest subnet) that fits the largest cluster's EFA interfaces."""
-        needed = self.largest_cluster_instances * IPS_PER_EFA_INSTANCE + AWS_RESERVED_IPS_PER_SUBNET
-        mask = 28
-        while mask > 16 and 2 ** (32 - mask) < needed:
-            mask -= 1
-        return mask
+        return training_subnet_mask(self.largest_cluster_instances)

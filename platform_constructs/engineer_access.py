@@ -9,18 +9,28 @@ It reads no CloudWatch metrics and calls no GetLogEvents, so neither is granted.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import jsii
 from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Node
 
 from contract.container import LOG_GROUP
 from platform_constructs.nag import acknowledge, nag_form
 
-if TYPE_CHECKING:
-    from platform_constructs.launcher import JobLauncher
+
+class JobLauncher(Protocol):
+    """What these grants read from platform_constructs.launcher.JobLauncher (named here, not imported: the
+    launcher imports this module)."""
+
+    node: Node
+    name_prefix: str
+    state_machine: sfn.StateMachine
+    state_machine_name: str
+    training_job_arn_pattern: str
 
 _TRAINING_LOGS_ID = "TrainingJobLogs"
 

@@ -65,10 +65,7 @@ class JobLauncher(Construct):
         self.training_job_arn_pattern = stack.format_arn(
             service="sagemaker", resource="training-job", resource_name=f"{name_prefix}-*"
         )
-        self.topic = sns.Topic(self, "Notifications", topic_name=f"{name_prefix}-training-notifications",
-                               display_name=f"{name_prefix} training jobs", master_key=key, enforce_ssl=True)
-        if notification_email:
-            self.topic.add_subscription(subscriptions.EmailSubscription(notification_email))
+        self.topic = self._topic(notification_email)
 
         document = settings.to_dict() if isinstance(settings, PlatformSettings) else dict(settings)
         # Id "Default": the functions keep the logical ids they had as direct children of the launcher.
@@ -79,15 +76,10 @@ class JobLauncher(Construct):
             removal_policy=removal_policy)
         self.functions = self.lambdas.functions
 
-        self.log_group = logs.LogGroup(
-            self,
-            "ExecutionLogs",
-            # The vendedlogs prefix keeps the log group's resource policy small (Step Functions' advice).
-            log_group_name=f"/aws/vendedlogs/states/{name_prefix}-job-launcher",
-            encryption_key=key,
-            retention=log_retention,
-            removal_policy=removal_policy,
-        )
+        # The vendedlogs prefix keeps the log group's resource policy small (Step Functions' advice).
+        self.log_group = logs.LogGroup(self, "ExecutionLogs", log_group_name=f"/aws/vendedlogs/states/"
+                                       f"{self.state_machine_name}", encryption_key=key, retention=log_retention,
+                                       removal_policy=removal_policy)
         launch = LaunchTrainingJob(self, "Launch", training_job_arn_pattern=self.training_job_arn_pattern,
                                    execution_role=execution_role, encryption_key=key)
         self.definition = LauncherDefinition(self, "Definition", functions=self.functions, launch=launch,
@@ -105,6 +97,13 @@ class JobLauncher(Construct):
         launch.grant_launch(self.state_machine.role)
         key.grant(self.state_machine.role, "kms:Decrypt", "kms:GenerateDataKey*")
         self._acknowledge_state_machine_role()
+
+    def _topic(self, notification_email: str | None) -> sns.Topic:
+        topic = sns.Topic(self, "Notifications", topic_name=f"{self.name_prefix}-training-notifications",
+                          display_name=f"{self.name_prefix} training jobs", master_key=self.key, enforce_ssl=True)
+        if notification_email:
+            topic.add_subscription(subscriptions.EmailSubscription(notification_email))
+        return topic
 
     # ------------------------------------------------------------------------------- engineers' access
 

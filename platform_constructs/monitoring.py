@@ -19,6 +19,7 @@ from jobs.catalog import lookup
 # The instance metrics are SageMaker's own names, not the training package's.
 GPU_UTILIZATION = "GPUUtilization"
 GPU_MEMORY_UTILIZATION = "GPUMemoryUtilization"
+PERIOD = Duration.minutes(5)
 
 
 def job_metric(name: str) -> str:
@@ -43,8 +44,8 @@ class LauncherMonitoring(Construct):
 
     GPUUtilization is the sum over a host's GPUs (0 to 100 x GPUs), so the low-utilization threshold is
     `low_gpu_utilization_percent x gpus_per_host`; with mixed instance types pass the smallest GPU count, so
-    that a fully busy small host never alarms, or pass `instance_types` (the allowed ones) to have it derived. The alarm watches the least busy host of any running
-    training job in the account (a Metrics Insights query: job names change per attempt, so no static
+    that a fully busy small host never alarms, or pass `instance_types` (the allowed ones) to have it derived.
+    The alarm watches the least busy host of any running training job in the account (a Metrics Insights query: job names change per attempt, so no static
     dimension fits). Low utilization for a sustained period usually means the job is waiting on IO.
     """
 
@@ -62,90 +63,72 @@ class LauncherMonitoring(Construct):
         low_gpu_utilization_minutes: int = 30,
     ) -> None:
         super().__init__(scope, id)
-        if gpus_per_host is not None and instance_types is not None:
-            raise ValueError("pass gpus_per_host or instance_types, not both (instance_types derives gpus_per_host)")
-        if gpus_per_host is None:
-            gpus_per_host = 8 if instance_types is None else smallest_gpu_count(instance_types)
-        if not 0 < low_gpu_utilization_percent <= 100:
-            raise ValueError(
-                f"low_gpu_utilization_percent={low_gpu_utilization_percent}: use a value in (0, 100]"
-            )
-        if gpus_per_host < 1:
-            raise ValueError(
-                f"gpus_per_host={gpus_per_host}: use the GPU count of the platform's instances (>= 1)"
-            )
-        if low_gpu_utilization_minutes < 5 or low_gpu_utilization_minutes % 5:
-            raise ValueError(
-                f"low_gpu_utilization_minutes={low_gpu_utilization_minutes}: use a multiple of 5"
-            )
+        gpus_per_host = _check(gpus_per_host, instance_types, low_gpu_utilization_percent,
+                               low_gpu_utilization_minutes)
+        self.threshold = low_gpu_utilization_percent * gpus_per_host
+        self.failed_executions_alarm = self._failed_executions_alarm(name_prefix, state_machine)
+        self.low_gpu_utilization_alarm = self._low_gpu_alarm(name_prefix, gpus_per_host,
+                                                             low_gpu_utilization_percent, low_gpu_utilization_minutes)
         action = actions.SnsAction(topic)
-        period = Duration.minutes(5)
+        for alarm in (self.failed_executions_alarm, self.low_gpu_utilization_alarm):
+            alarm.add_alarm_action(action)
+            alarm.add_ok_action(action)
+        self.dashboard = self._dashboard(name_prefix, state_machine)
 
-        self.failed_executions_alarm = cloudwatch.Alarm(
+    def _failed_executions_alarm(self, name_prefix: str, state_machine: sfn.IStateMachine) -> cloudwatch.Alarm:
+        return cloudwatch.Alarm(
             self,
             "FailedExecutions",
             alarm_name=f"{name_prefix}-job-launcher-failed-executions",
             alarm_description="A training run ended in failure (the execution's error names the category, "
             "its cause the reason; the notification carries the summary).",
-            metric=state_machine.metric_failed(period=period, statistic="Sum"),
+            metric=state_machine.metric_failed(period=PERIOD, statistic="Sum"),
             threshold=1,
             evaluation_periods=1,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
 
+    def _low_gpu_alarm(self, name_prefix: str, gpus_per_host: int, percent: float, minutes: int) -> cloudwatch.Alarm:
         least_busy_host = cloudwatch.MathExpression(
             expression=(
                 f'SELECT AVG({GPU_UTILIZATION}) FROM SCHEMA("{METRIC_NAMESPACE}", Host) '
                 "GROUP BY Host ORDER BY AVG() ASC LIMIT 1"
             ),
             label="GPU utilization of the least busy host (sum over its GPUs)",
-            period=period,
+            period=PERIOD,
         )
-        periods = low_gpu_utilization_minutes // 5
-        threshold = low_gpu_utilization_percent * gpus_per_host
-        self.low_gpu_utilization_alarm = cloudwatch.Alarm(
+        periods = minutes // 5
+        return cloudwatch.Alarm(
             self,
             "LowGpuUtilization",
             alarm_name=f"{name_prefix}-training-low-gpu-utilization",
             alarm_description=(
-                f"A training host averaged below {low_gpu_utilization_percent:g}% GPU utilization per GPU "
-                f"(assuming {gpus_per_host} GPUs per host) for {low_gpu_utilization_minutes} minutes: "
+                f"A training host averaged below {percent:g}% GPU utilization per GPU "
+                f"(assuming {gpus_per_host} GPUs per host) for {minutes} minutes: "
                 "the job is "
                 "probably IO-bound (data loading, checkpoint writes) or stuck."
             ),
             metric=least_busy_host,
-            threshold=threshold,
+            threshold=self.threshold,
             evaluation_periods=periods,
             datapoints_to_alarm=periods,
             comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
             # No training job running means no data, which is not a problem.
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
-        for alarm in (self.failed_executions_alarm, self.low_gpu_utilization_alarm):
-            alarm.add_alarm_action(action)
-            alarm.add_ok_action(action)
 
-        def search(metric: str, dimension: str, stat: str = "Average") -> cloudwatch.MathExpression:
-            return cloudwatch.MathExpression(
-                expression=(
-                    f"SEARCH('{{{METRIC_NAMESPACE},{dimension}}} MetricName=\"{metric}\"', "
-                    f"'{stat}', 300)"
-                ),
-                label="",
-                period=period,
-            )
-
-        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"{name_prefix}-training")
-        self.dashboard.add_widgets(
+    def _dashboard(self, name_prefix: str, state_machine: sfn.IStateMachine) -> cloudwatch.Dashboard:
+        dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"{name_prefix}-training")
+        dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title="Launcher executions",
                 left=[
-                    state_machine.metric_started(period=period, statistic="Sum", label="started"),
-                    state_machine.metric_succeeded(period=period, statistic="Sum", label="succeeded"),
-                    state_machine.metric_failed(period=period, statistic="Sum", label="failed"),
-                    state_machine.metric_aborted(period=period, statistic="Sum", label="aborted"),
-                    state_machine.metric_timed_out(period=period, statistic="Sum", label="timed out"),
+                    state_machine.metric_started(period=PERIOD, statistic="Sum", label="started"),
+                    state_machine.metric_succeeded(period=PERIOD, statistic="Sum", label="succeeded"),
+                    state_machine.metric_failed(period=PERIOD, statistic="Sum", label="failed"),
+                    state_machine.metric_aborted(period=PERIOD, statistic="Sum", label="aborted"),
+                    state_machine.metric_timed_out(period=PERIOD, statistic="Sum", label="timed out"),
                 ],
                 width=12,
             ),
@@ -155,28 +138,52 @@ class LauncherMonitoring(Construct):
                 width=12,
             ),
         )
-        self.dashboard.add_widgets(
+        dashboard.add_widgets(
             cloudwatch.GraphWidget(
-                title=f"GPU utilization per host (sum over its GPUs; alarm below {threshold:g})",
-                left=[search(GPU_UTILIZATION, "Host")],
-                left_annotations=[cloudwatch.HorizontalAnnotation(value=threshold, label="alarm threshold")],
+                title=f"GPU utilization per host (sum over its GPUs; alarm below {self.threshold:g})",
+                left=[_search(GPU_UTILIZATION, "Host")],
+                left_annotations=[cloudwatch.HorizontalAnnotation(value=self.threshold, label="alarm threshold")],
                 width=12,
             ),
             cloudwatch.GraphWidget(
                 title="GPU memory utilization per host",
-                left=[search(GPU_MEMORY_UTILIZATION, "Host")],
+                left=[_search(GPU_MEMORY_UTILIZATION, "Host")],
                 width=12,
             ),
         )
-        self.dashboard.add_widgets(
+        dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title="Training throughput (tokens/s, from the [metrics] log lines)",
-                left=[search(job_metric("tokens_per_sec"), "TrainingJobName")],
+                left=[_search(job_metric("tokens_per_sec"), "TrainingJobName")],
                 width=12,
             ),
             cloudwatch.GraphWidget(
                 title="Training loss",
-                left=[search(job_metric("train_loss"), "TrainingJobName")],
+                left=[_search(job_metric("train_loss"), "TrainingJobName")],
                 width=12,
             ),
         )
+        return dashboard
+
+
+def _search(metric: str, dimension: str, stat: str = "Average") -> cloudwatch.MathExpression:
+    return cloudwatch.MathExpression(
+        expression=f"SEARCH('{{{METRIC_NAMESPACE},{dimension}}} MetricName=\"{metric}\"', '{stat}', 300)",
+        label="",
+        period=PERIOD,
+    )
+
+
+def _check(gpus_per_host: int | None, instance_types: Sequence[str] | None, percent: float, minutes: int) -> int:
+    """The GPU count the threshold assumes; each bad prop raises naming itself and what to use."""
+    if gpus_per_host is not None and instance_types is not None:
+        raise ValueError("pass gpus_per_host or instance_types, not both (instance_types derives gpus_per_host)")
+    if gpus_per_host is None:
+        gpus_per_host = 8 if instance_types is None else smallest_gpu_count(instance_types)
+    if not 0 < percent <= 100:
+        raise ValueError(f"low_gpu_utilization_percent={percent}: use a value in (0, 100]")
+    if gpus_per_host < 1:
+        raise ValueError(f"gpus_per_host={gpus_per_host}: use the GPU count of the platform's instances (>= 1)")
+    if minutes < 5 or minutes % 5:
+        raise ValueError(f"low_gpu_utilization_minutes={minutes}: use a multiple of 5")
+    return gpus_per_host

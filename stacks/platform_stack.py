@@ -6,7 +6,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_fsx as fsx
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ssm as ssm
@@ -16,7 +19,7 @@ from jobs.platform import FsxSettings, PlatformSettings, TrainingPlan
 from platform_constructs.buckets import AccessLogBucket, SecureBucket
 from platform_constructs.dataset_fs import DatasetFileSystem
 from platform_constructs.encryption import PlatformKey
-from platform_constructs.images import ImageTable
+from platform_constructs.images import ImageMapping, ImageTable
 from platform_constructs.network import TrainingNetwork
 from platform_constructs.roles import ExecutionRole
 from platform_constructs.source_bundle import TrainingSourceBundle
@@ -95,8 +98,22 @@ class PlatformStack(cdk.Stack):
             fsx_settings = FsxSettings(file_system_id=dataset_fs.file_system.file_system_id,
                                        mount_name=dataset_fs.file_system.mount_name,
                                        linked_path=dataset_fs.linked_path)
-        settings = PlatformSettings(
-            name_prefix=name_prefix,
+        settings = self._settings(role=role, subnets=subnets, net=net, key=key, buckets=(checkpoints, outputs, datasets),
+                                  source=source, images=images, image_mapping=image_mapping, fsx_settings=fsx_settings,
+                                  jobs=jobs)
+        self.resources = PlatformResources(
+            key=key, checkpoint_bucket=checkpoints, output_bucket=outputs, dataset_bucket=datasets,
+            execution_role=role, settings=settings)
+        self._publish(settings)
+
+    def _settings(self, *, role: iam.IRole, subnets: list[ec2.ISubnet], net: TrainingNetwork, key: kms.IKey,
+                  buckets: tuple[s3.IBucket, s3.IBucket, s3.IBucket], source: TrainingSourceBundle,
+                  images: ImageTable, image_mapping: ImageMapping, fsx_settings: FsxSettings | None,
+                  jobs: JobDefaults) -> PlatformSettings:
+        """The platform settings document: values are tokens the deploy resolves."""
+        checkpoints, outputs, datasets = buckets
+        return PlatformSettings(
+            name_prefix=self.name_prefix,
             region=cdk.Aws.REGION,
             execution_role_arn=role.role_arn,
             subnet_ids=[s.subnet_id for s in subnets],
@@ -114,10 +131,6 @@ class PlatformStack(cdk.Stack):
             training_plans={plan.name: plan for plan in jobs.training_plans},
             default_warm_pool_minutes=jobs.default_warm_pool_minutes,
         )
-        self.resources = PlatformResources(
-            key=key, checkpoint_bucket=checkpoints, output_bucket=outputs, dataset_bucket=datasets,
-            execution_role=role, settings=settings)
-        self._publish(settings)
 
     def _publish(self, settings: PlatformSettings) -> None:
         """Stack outputs for people, SSM parameters under /<prefix>/ for trainctl and the launcher."""

@@ -21,7 +21,8 @@ ALLOWED = {
     "bundles": set(),
     "training": {"contract"},
     "jobs": {"contract"},
-    "platform_config": {"contract", "jobs"},
+    # The config checks values against the constructs' own facts (retention periods, EFA subnet sizing).
+    "platform_config": {"contract", "jobs", "platform_constructs"},
     "platform_constructs": {"contract", "jobs", "bundles"},
     "stacks": {"contract", "jobs", "platform_config", "platform_constructs"},
     "app": {"contract", "jobs", "platform_config", "platform_constructs", "stacks"},

@@ -15,7 +15,7 @@ from contract.errors import ConfigError
 from contract.hyperparameters import TrainConfig
 
 # The marker file a channel may hold to ask for generated data (`trainctl local`'s smoke tests).
-SYNTHETIC_MARKER = "synthetic"  # TODO(contract): the renderer and `trainctl local` could name it from there
+SYNTHETIC_MARKER = "synthetic"  # a file of this name in the train channel asks for generated data
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from platform_config import LOG_RETENTION_DAYS, ConfigError, PlatformConfig, load_config
-from platform_constructs.retention import RETENTION_PERIODS
+from platform_config import ConfigError, PlatformConfig, load_config
 from tests.conftest import ROOT, cdk_synth
 
 
@@ -102,11 +101,6 @@ def test_readme_documents_every_config_key():
     from dataclasses import fields
     missing = [f.name for f in fields(PlatformConfig) if f"| `{f.name}` |" not in readme]
     assert not missing, f"README's configuration table lacks {missing}"
-
-
-def test_config_and_constructs_agree_on_the_retention_periods():
-    # platform_config may not import platform_constructs (the constructs take RetentionDays): two copies, one fact.
-    assert LOG_RETENTION_DAYS == RETENTION_PERIODS
 
 
 def test_one_problem_per_bad_key_even_for_several_bad_entries():

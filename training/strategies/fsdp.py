@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -27,6 +28,8 @@ def apply_fsdp(model: nn.Module, mesh: DeviceMesh, device: torch.device, precisi
         fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
     # The root keeps its parameters unsharded after forward: backward needs them at once.
     fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=False)
+    if not averages_on_reduce_scatter(mesh, device):
+        force_sum_reductions(model)
 
     @contextlib.contextmanager
     def grad_sync(enabled: bool):
@@ -37,3 +40,27 @@ def apply_fsdp(model: nn.Module, mesh: DeviceMesh, device: torch.device, precisi
             model.set_requires_gradient_sync(True)
 
     return Parallelized(model=model, grad_sync=grad_sync, use_autocast=False)
+
+
+def averages_on_reduce_scatter(mesh: DeviceMesh, device: torch.device) -> bool:
+    """Does this process group's reduce-scatter honour ReduceOp.AVG? FSDP2 reduces fp32/bf16 gradients with it.
+
+    Found by probing, not by version: on gloo, torch 2.8's reduce-scatter treats AVG as a sum, so FSDP2's
+    gradients came out world-size times too large (2 CPU ranks trained differently from one process with the
+    doubled batch; NCCL and newer torch average correctly).
+    """
+    group = mesh.get_group()
+    world = dist.get_world_size(group)
+    out = torch.zeros(1, device=device)
+    dist.reduce_scatter_tensor(out, torch.ones(world, device=device), op=dist.ReduceOp.AVG, group=group)
+    return bool(out.item() == 1.0)
+
+
+def force_sum_reductions(model: nn.Module) -> None:
+    """Make every FSDP unit reduce with SUM and divide by the world size itself (FSDP's own fallback path).
+
+    The setting is per FSDP unit (each block has its own parameter group), so it is set on every one.
+    """
+    for module in model.modules():
+        if hasattr(module, "set_force_sum_reduction_for_comms"):
+            module.set_force_sum_reduction_for_comms(True)
