@@ -28,12 +28,20 @@ class Strategy(enum.StrEnum):
 
     SINGLE = "single"
     DDP = "ddp"
-    FSDP = "fsdp"
+    FSDP = "fsdp"  # FSDP2 over every rank
+    HSDP = "hsdp"  # FSDP2 sharded within a group (a node), replicated across groups
+    TP = "tp"  # tensor parallel (with FSDP2 on the data dimension)
+    PP = "pp"  # pipeline parallel (with FSDP2 on the data dimension)
+    HYBRID = "hybrid"  # pipeline x tensor x data (3D)
     SMP = "smp"  # SageMaker model parallel v2, only inside its own image
     AUTO = "auto"
 
 
-TRAINING_STRATEGIES = tuple(s.value for s in Strategy if s is not Strategy.AUTO)
+# What the training package runs today; a request may ask for these or `auto`. (hsdp, tp, pp and hybrid join
+# when their strategy modules exist.)
+TRAINING_STRATEGIES = ("single", "ddp", "fsdp", "smp")
+REQUEST_STRATEGIES = (*TRAINING_STRATEGIES, Strategy.AUTO.value)
+PIPELINE_SCHEDULES = ("1f1b", "interleaved_1f1b", "gpipe")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 OPTIMIZERS = ("adamw", "sgd")
 DATA_MODES = ("auto", "channels", "synthetic")
@@ -118,6 +126,21 @@ class TrainConfig:
     keep_checkpoints: int = field(default=3, metadata=_hp("complete checkpoints kept (0 is taken as 1)", min=0))
     async_checkpoint: bool = field(default=False, metadata=_hp("save checkpoints in the background"))
     seed: int = field(default=1234, metadata=_hp("seed of initialization, data order and dropout"))
+    # Torch-native model parallelism (hsdp, tp, pp, hybrid): set by the launcher from the request's `parallel`.
+    tp_degree: int = field(default=1, metadata=_hp("ranks a layer's tensors are split over", "platform", min=1))
+    pp_degree: int = field(default=1, metadata=_hp("pipeline stages", "platform", min=1))
+    dp_shard: int = field(default=0, metadata=_hp(
+        "ranks parameters are sharded over (0: all data-parallel ranks; hsdp: the GPUs of one node)",
+        "platform", min=0))
+    pp_microbatches: int | None = field(default=None, metadata=_hp(
+        "micro-batches per pipeline step (null: 2 x stages)", "platform", min=1))
+    pp_schedule: str = field(default="1f1b", metadata=_hp(
+        "pipeline schedule", "platform", choices=PIPELINE_SCHEDULES))
+    # Failures the package reports itself (one line in contract.container.FAILURE_FILE).
+    nonfinite_patience: int = field(default=3, metadata=_hp(
+        "consecutive steps the loss or gradient norm may be NaN/Inf before the job fails", min=1))
+    checkpoint_minutes: float = field(default=0.0, metadata=_hp(
+        "also checkpoint when this many minutes passed since the last one; 0 = steps only", min=0))
     # SageMaker model parallel (smp strategy): JSON object or the toolkit's k=v,k=v form.
     mp_parameters: dict[str, Any] = field(default_factory=dict, metadata=_hp(
         "SMP v2 configuration (smp strategy)", "platform", keys=SmpParameters))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from contract.hyperparameters import Strategy
+from contract.hyperparameters import PIPELINE_SCHEDULES, REQUEST_STRATEGIES, Strategy
 from contract.metrics import MAX_METRIC_DEFINITIONS, METRIC_NAMES
 from contract.models import preset_names
 from contract.schema import meta, to_jsonable
@@ -67,7 +67,12 @@ class Parallelism:
         "pipeline stages; SMP v2 has no pipeline parallelism, so only 1 runs today", min=1))
     context_parallel_degree: int = field(default=1, metadata=meta("GPUs a sequence is split over (smp)", min=1))
     hybrid_shard_degree: int = field(default=0, metadata=meta(
-        "GPUs parameters are sharded over (smp; 0 = all data-parallel GPUs)", min=0))
+        "GPUs parameters are sharded over (smp, hsdp; 0 = all data-parallel GPUs, for hsdp the GPUs of one node)",
+        min=0))
+    pipeline_microbatches: int | None = field(default=None, metadata=meta(
+        "micro-batches per pipeline step (pp, hybrid; at least the stage count; null: 2 x stages)", min=1))
+    pipeline_schedule: str = field(default="1f1b", metadata=meta(
+        "pipeline schedule (pp, hybrid)", choices=PIPELINE_SCHEDULES))
 
 
 @dataclass(frozen=True)
@@ -113,7 +118,8 @@ class JobRequest:
     instance: InstanceConfig | None = field(default=None, metadata=meta(
         "instance type, count, fallbacks, volume (required unless instance_groups is given)"))
     strategy: Strategy = field(default=Strategy.DDP, metadata=meta(
-        "parallelism: single, ddp, fsdp, smp (SageMaker model parallel v2), auto (planner picks)"))
+        "parallelism: single, ddp, fsdp, smp (SageMaker model parallel v2), auto (planner picks)",
+        choices=REQUEST_STRATEGIES))
     model: str = field(default="gpt", metadata=meta("gpt, vit, or `package.module:factory`"))
     model_size: str = field(default="small", metadata=meta(
         f"model preset: {', '.join(preset_names('gpt'))} (gpt)..."))

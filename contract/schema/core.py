@@ -90,7 +90,7 @@ def parse_value(tp: Any, value: Any, path: str, problems: list[Problem], rules: 
     if origin is dict:
         return _parse_object(typing.get_args(tp)[1], value, path, problems, rules)
     if is_enum(tp):
-        return _parse_enum(tp, value, path, problems)
+        return _parse_enum(tp, value, path, problems, tuple(rules.get("choices") or ()))
     value = _parse_scalar(tp, value, path, problems, rules)
     if value is None:
         return None
@@ -168,9 +168,11 @@ def _parse_scalar(tp: Any, value: Any, path: str, problems: list[Problem], rules
     return value
 
 
-def _parse_enum(tp: type[enum.Enum], value: Any, path: str, problems: list[Problem]) -> Any:
-    allowed = [m.value for m in tp]
-    if isinstance(value, tp):
+def _parse_enum(tp: type[enum.Enum], value: Any, path: str, problems: list[Problem],
+                choices: tuple[Any, ...] = ()) -> Any:
+    """A member of `tp` by its value; `choices` narrows the members a field accepts."""
+    allowed = list(choices) or [m.value for m in tp]
+    if isinstance(value, tp) and value.value in allowed:
         return value
     if value in allowed and not isinstance(value, bool):
         return tp(value)
@@ -303,6 +305,7 @@ def reference_rows(cls: type, prefix: str = "") -> list[tuple[str, str, str, str
         rules = [f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
                  for k, v in f.metadata.items() if k in ("min", "max")]
         choices = f.metadata.get("choices") or enum_values(unwrap_optional(tp)[0])
+        choices = [getattr(c, "value", c) for c in choices]
         if choices:
             rules.append("one of " + ", ".join(map(str, choices)))
         if rules:

@@ -57,7 +57,7 @@ def _value_schema(tp: Any, rules: dict[str, Any]) -> dict[str, Any]:
             out["additionalProperties"] = {"type": "string"}
         out.update(_bounds(rules, "minProperties", "maxProperties"))
     elif is_enum(tp):
-        out = {"type": "string", "enum": list(enum_values(tp))}
+        out = {"type": "string", "enum": [getattr(c, "value", c) for c in rules.get("choices") or enum_values(tp)]}
     else:
         json_type = {str: "string", int: "integer", float: "number", bool: "boolean"}.get(tp)
         out = {"type": json_type} if json_type else {}
