@@ -38,6 +38,7 @@ from jobs.request_fields import (
     check_tags,
     dataset_kind,
 )
+from jobs.sizing import ModelShape, Sizing
 
 INPUT_MODES = ("File", "FastFile", "FSx")
 
@@ -164,6 +165,10 @@ class JobRequest:
         "extra metric definitions on top of the training package's own",
         max=MAX_METRIC_DEFINITIONS - len(METRIC_NAMES)))
     retry: RetryPolicy = field(default_factory=RetryPolicy, metadata=meta("the state machine's retry policy"))
+    model_shape: ModelShape | None = field(default=None, metadata=meta(
+        "the planner's view of a model without a preset (presets fill it in themselves)"))
+    sizing: Sizing | None = field(default=None, metadata=meta(
+        "what the planner sizes the run for: data, epochs, deadline, budget, GPUs"))
 
     # ---- derived facts the renderer and the policy share ----
 

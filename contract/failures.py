@@ -1,0 +1,36 @@
+"""How the training package reports a failure it understands, so the launcher reads it right.
+
+On an error it knows, the package writes ONE line to contract.container.FAILURE_FILE and exits non-zero;
+SageMaker turns that file into the job's FailureReason (after "AlgorithmError: "). The line is
+    [training:<code>] <message naming the field, the value and the fix>
+and the launcher's failure rule table (jobs.classify) matches the code.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+
+
+class FailureCode(enum.StrEnum):
+    CONFIG_INVALID = "config_invalid"  # a hyperparameter or the environment is wrong: fix the request
+    DATA_MISSING = "data_missing"  # a channel the run needs is absent or empty
+    OUT_OF_MEMORY = "out_of_memory"  # CUDA out of memory: the message names the micro-batch and what to lower
+    NON_FINITE = "non_finite"  # loss or gradient norm NaN/Inf for `nonfinite_patience` steps in a row
+    CHECKPOINT_UNREADABLE = "checkpoint_unreadable"  # the newest checkpoint cannot be read or does not fit
+
+
+LINE = re.compile(r"\[training:(?P<code>[a-z_]+)\] (?P<message>.*)")
+
+
+def failure_line(code: FailureCode, message: str) -> str:
+    """The one line the package writes; newlines in `message` are folded (FailureReason is one line)."""
+    return f"[training:{code.value}] {' '.join(message.split())}"
+
+
+def parse_failure_line(text: str) -> tuple[FailureCode, str] | None:
+    """The code and message of a failure line anywhere in `text` (e.g. a FailureReason), or None."""
+    match = LINE.search(text)
+    if not match or match.group("code") not in {c.value for c in FailureCode}:
+        return None
+    return FailureCode(match.group("code")), match.group("message")
