@@ -34,8 +34,9 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from training.checkpoint_staging import PinnedStager, state_bytes, torch_stager_available
 from training.config import TrainConfig
 from training.distributed import Dist
-from training.loop import build_optimizer, resolve_precision
 from training.models import build_model, count_params, materialize
+from training.optim import build_optimizer
+from training.precision import resolve_precision
 from training.strategies import apply_strategy
 
 
@@ -68,10 +69,11 @@ def main(argv: list[str] | None = None) -> None:
     dist = Dist(rank=0, world_size=1, local_rank=0, device=device)
     cfg = TrainConfig(model=args.model, model_size=args.size, micro_batch_size=1, precision="auto",
                       strategy=args.strategy, max_steps=10, warmup_steps=0, data="synthetic")
-    dtype = resolve_precision(cfg, device)
+    dtype = resolve_precision(cfg.precision, device)
     model = build_model(cfg, {})
     materialize(model, device, cfg.seed)
     par = apply_strategy(model, cfg, dist, dtype)
+    dtype = dtype.param
     model = par.model
     optimizer = build_optimizer(model, cfg)
 
@@ -181,6 +183,8 @@ def main(argv: list[str] | None = None) -> None:
         except Exception as e:
             print(f"  close: {type(e).__name__}: {e}")
 
+    rows += manager_rows(cfg, dist, model, optimizer, root, device)
+
     # The steady-state pinned checkpoint must hold exactly the model's weights.
     back = {"model": {k: torch.zeros_like(v) for k, v in model_sd.items()}}
     dcp.load(back, checkpoint_id=str(root / "pinned-own"))
@@ -201,6 +205,28 @@ def main(argv: list[str] | None = None) -> None:
     shutil.rmtree(root, ignore_errors=True)
     if torch_dist.is_initialized():
         torch_dist.destroy_process_group()
+
+
+def manager_rows(cfg, dist, model, optimizer, root: Path, device) -> list:
+    """The package's own path: CheckpointManager with async_checkpoint (PinnedStager inside), two saves:
+    stall = save() returning to the loop, total = until wait() wrote the completion marker."""
+    import dataclasses
+
+    from training.checkpoint import CheckpointManager
+    from training.state import ModelState, OptimizerState
+
+    mcfg = dataclasses.replace(cfg, checkpoint_dir=str(root / "manager"), async_checkpoint=True, keep_checkpoints=1)
+    manager = CheckpointManager(mcfg, dist, {"model": ModelState(model), "optim": OptimizerState(model, optimizer)})
+    rows = []
+    for step, label in ((1, "manager async 1st"), (2, "manager async")):
+        sync(device)
+        t = time.perf_counter()
+        manager.save(step)
+        stall = time.perf_counter() - t
+        manager.wait()
+        rows.append((label, stall, time.perf_counter() - t))
+    manager.save_final(2)
+    return rows
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Same model (same init), same batch, same optimizer settings, timed side by side in one run, step by
 step alternating, so that drift (clocks, other processes) hits both alike. Prints both step times, the package's
-overhead, tokens/s and MFU (GPU peak from training.metrics.PEAK_FLOPS; on a CPU MFU is n/a).
+overhead, tokens/s and honest MFU (training.meter.honest_flops_per_sample; GPU peak from training.metrics.PEAK_FLOPS; on a CPU MFU is n/a).
 
     # CPU, seconds:
     python -m bench.step_overhead
@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from contract.hyperparameters import TrainConfig
 from training.distributed import Dist
+from training.meter import honest_flops_per_sample
 from training.metrics import peak_flops
 from training.models import build_model, count_params, materialize
 from training.optim import build_optimizer, build_scheduler
@@ -125,7 +126,9 @@ def main(argv: list[str] | None = None) -> None:  # ~65 lines: arguments, the tw
 
     model = par.model
     tokens_per_step = args.batch * args.seq_len
-    flops = model.flops_per_sample() * args.batch
+    # Honest: no FLOPs for embedding lookups, output projection counted, attention as torchtitan (meter.py).
+    flops = honest_flops_per_sample(model, args.seq_len) * args.batch
+    model_flops = model.flops_per_sample() * args.batch * args.seq_len / model.c.seq_len  # the preset's own count
     peak = peak_flops(torch.cuda.get_device_name()) if device.type == "cuda" else None
     name = torch.cuda.get_device_name() if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
 
@@ -139,6 +142,9 @@ def main(argv: list[str] | None = None) -> None:  # ~65 lines: arguments, the tw
     print(f"{'':<18}{'best ms':>10}{'median ms':>11}{'tokens/s':>12}  MFU")
     for label, t, med in (("training package", t_pkg, med_pkg), ("hand-written loop", t_plain, med_plain)):
         print(f"{label:<18}{t * 1000:>10.1f}{med * 1000:>11.1f}{tokens_per_step / t:>12.1f}  {mfu(t)}")
+    if peak is not None:
+        print(f"MFU convention: honest (6 x non-embedding params + 12 x layers x width x seq per token); the "
+              f"model's flops_per_sample would say {model_flops / t_pkg / peak:.1%} for the package step")
     print(f"package overhead: {(t_pkg / t_plain - 1):+.1%} best-of-{args.steps}, "
           f"{(med_pkg / med_plain - 1):+.1%} median (alternating steps)")
 

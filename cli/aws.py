@@ -7,6 +7,7 @@ needs to know is the prefix (default `mltrain`, or env TRAINCTL_PREFIX) and the 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,20 +24,50 @@ DEFAULT_PREFIX = "mltrain"
 _CONFIG = Config(retries={"mode": "adaptive", "max_attempts": 8}, user_agent_extra="trainctl")
 
 
+def resolve_region(option: str | None, platform_region: str | None = None) -> str | None:
+    """The region every AWS command uses: --region, then the --platform file's (submit), then AWS_REGION.
+
+    None leaves it to boto3, which reads AWS_DEFAULT_REGION, then the profile's config file. boto3 itself
+    ignores AWS_REGION (only the AWS SDKs of other languages and the CLI v2 read it), yet it is what most
+    people set, so trainctl reads it here. An empty value counts as unset, as the SDKs treat it.
+    """
+    return option or platform_region or os.environ.get("AWS_REGION") or None
+
+
 @dataclass
 class Aws:
-    """One boto3 session and its clients, created on first use (no AWS call until a command needs one)."""
+    """One boto3 session and its clients, created on first use (no AWS call until a command needs one).
+
+    `region` is the --region option (None when not given); `platform_region` is the region written in a
+    --platform file, which `submit` starts the execution in unless --region says otherwise.
+    """
 
     region: str | None = None
     prefix: str = DEFAULT_PREFIX
+    platform_region: str | None = None
     _session: Any = None
     _clients: dict[str, Any] = field(default_factory=dict)
 
     @property
     def session(self) -> boto3.Session:
         if self._session is None:
-            self._session = boto3.Session(region_name=self.region)
+            self._session = boto3.Session(region_name=resolve_region(self.region, self.platform_region))
         return self._session
+
+    def use_platform_region(self, region: str, where: str) -> str | None:
+        """Take the region of a platform-settings file; returns a note for the user when another source
+        disagrees with it (--region wins over the file; the file wins over the environment)."""
+        if self._session is not None:
+            raise RuntimeError("use_platform_region must come before the first AWS client")
+        if self.region:
+            return (f"--region {self.region} differs from the region of {where} ({region}); using {self.region}"
+                    if self.region != region else None)
+        self.platform_region = region
+        environment = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        if environment and environment != region:
+            return (f"using region {region} from {where}, not {environment} from the environment "
+                    "(pass --region to choose another)")
+        return None
 
     def client(self, service: str) -> Any:
         if service not in self._clients:

@@ -13,9 +13,12 @@ SM_* environment, and starts `torchrun` (gloo on CPU, NCCL when there are GPUs):
       output/data/                SM_OUTPUT_DATA_DIR: metrics.jsonl, training_status.json
       output/logs/                each worker's stdout and stderr (torchrun --log-dir; when not in a terminal)
 
-Running it again with the same workdir resumes from the checkpoints there. SIGINT/SIGTERM are forwarded
-once, as SIGTERM (SageMaker's stop signal); the workers checkpoint and exit, and the run counts as a
-success (0) when they recorded a clean stop, even though torchrun itself exits non-zero after a signal.
+Running it again with the same workdir resumes from the checkpoints there. SIGINT/SIGTERM become a SIGTERM
+to each worker (SageMaker's stop signal), never to torchrun: torchrun (in a session of its own, so Ctrl-C
+does not reach it) would give its workers a fixed 30 s before torch 2.12 and then kill them mid-save, and
+print its SignalException. The workers checkpoint and exit 0, then torchrun exits 0. A second signal kills
+the run. A failure the training package knows (a line in output/failure, contract.failures) is printed as
+that one line and the run exits 2; torchrun's own ChildFailedError traceback is not shown.
 This module imports nothing of `jobs`: it takes the rendered dict.
 """
 
@@ -29,17 +32,29 @@ import socket
 import subprocess
 import sys
 import tarfile
-import time
 from pathlib import Path
 from typing import Any
 
 from bundles.sourcedir import build_archive_bytes
 from contract.container import (
     ENV_CHECKPOINT_DIR,
-    STATUS_FILE,
+    FAILURE_FILE,
     TORCHRUN_SHUTDOWN_SECONDS,
     channel_variable,
 )
+from contract.failures import parse_failure_line
+
+# torchrun, minus the traceback it prints when a worker fails (the worker's own error is what to read).
+_TORCHRUN = """import sys
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.run import main
+try:
+    main()
+except ChildFailedError:
+    sys.exit(1)
+"""
+# A worker not yet started when the stop came still gets it: look again this often.
+_STOP_RESEND_SECONDS = 0.5
 
 HOST = "algo-1"
 
@@ -190,7 +205,7 @@ def _launch_command(hps: dict[str, Any], entry: str, nproc: int, log_dir: Path) 
     """The entry script run as the toolkit would: torchrun, or a plain process when torchrun is off."""
     if hps.get("sagemaker_torch_distributed_enabled") is False or hps.get("strategy") == "single":
         return [sys.executable, entry]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(nproc),
+    cmd = [sys.executable, "-c", _TORCHRUN, "--nnodes", "1", "--nproc_per_node", str(nproc),
            "--master_addr", "127.0.0.1", "--master_port", str(_free_port())]
     if _torchrun_has_shutdown_timeout():
         cmd += ["--shutdown_timeout", str(TORCHRUN_SHUTDOWN_SECONDS)]
@@ -211,37 +226,91 @@ def _torchrun_has_shutdown_timeout() -> bool:
 
 def run_local(create_request: dict, *, workdir: Path, nproc: int | None = None,
               data_dirs: dict[str, Path] | None = None, extra_env: dict | None = None) -> int:
-    """Run the request here; return the exit code (0 also for a clean stop on SIGINT/SIGTERM)."""
+    """Run the request here; return the exit code (0 also for a clean stop on SIGINT/SIGTERM; 2 with one
+    line on stderr for a failure the training package recognised)."""
     hps = decode_hyperparameters(create_request.get("HyperParameters") or {})
     distributed = not (hps.get("sagemaker_torch_distributed_enabled") is False or hps.get("strategy") == "single")
     nproc = (nproc or _gpu_count() or 1) if distributed else 1
     cmd, env, workdir = prepare_layout(create_request, Path(workdir), nproc, data_dirs, extra_env)
-    status_file = workdir / "output" / "data" / STATUS_FILE
-    started = time.time()
+    failure = workdir / "output" / Path(FAILURE_FILE).name
+    failure.unlink(missing_ok=True)  # an earlier run's: the package writes the file only if it is absent
+    entry = next(a for a in cmd if a.endswith(".py"))  # the entry script: what each worker runs
     proc = subprocess.Popen(cmd, cwd=workdir / "code", env=env, start_new_session=True)
-    signals: list[int] = []
+    code = _wait_stopping_workers(proc, entry, launcher=distributed)
+    line = failure.read_text().strip() if failure.exists() else ""
+    if code != 0 and parse_failure_line(line):
+        print(f"error: {line}", file=sys.stderr, flush=True)
+        return 2
+    return code
 
-    def forward(signum, frame) -> None:
+
+def _wait_stopping_workers(proc: subprocess.Popen, entry: str, *, launcher: bool) -> int:
+    """Wait for the run; the first SIGINT/SIGTERM asks every worker to stop (SIGTERM), the second kills."""
+    signals: list[int] = []
+    signalled: set[int] = set()
+
+    def on_signal(signum, frame) -> None:
         signals.append(signum)
         if len(signals) == 1:
-            print(f"\n[local] stopping: SIGTERM sent to the run, waiting for its checkpoint "
-                  f"(up to {TORCHRUN_SHUTDOWN_SECONDS} s; signal again to kill)", file=sys.stderr, flush=True)
-            proc.send_signal(signal.SIGTERM)
+            print("\n[local] stopping: SIGTERM sent to the workers, waiting for their checkpoint "
+                  "(signal again to kill)", file=sys.stderr, flush=True)
+            if not launcher:
+                proc.send_signal(signal.SIGTERM)
         else:
             os.killpg(proc.pid, signal.SIGKILL)
 
     previous = {}
     try:
         for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, forward)
+            previous[sig] = signal.signal(sig, on_signal)
     except ValueError:  # not the main thread: no forwarding, the caller owns the signals
         previous = {}
     try:
-        code = proc.wait()
+        while True:
+            try:
+                return proc.wait(timeout=_STOP_RESEND_SECONDS)
+            except subprocess.TimeoutExpired:
+                if signals and launcher:
+                    _signal_workers(proc.pid, entry, signalled)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    stopped_cleanly = (code != 0 and signals and status_file.exists()
-                       and status_file.stat().st_mtime >= started
-                       and json.loads(status_file.read_text()).get("status") == "stopped")
-    return 0 if stopped_cleanly else code
+
+
+def _signal_workers(launcher_pid: int, entry: str, already: set[int]) -> None:
+    """SIGTERM each of torchrun's workers (its children running `entry`) not signalled yet."""
+    for pid in _children(launcher_pid):
+        if pid in already or entry not in _command_line(pid):
+            continue
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+        already.add(pid)
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children: /proc on Linux, `pgrep -P` elsewhere (macOS)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+        return [int(p) for p in found.split()]
+    children = []
+    for stat in proc.glob("[0-9]*/stat"):
+        try:  # the parent pid follows the command name's last ')'
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                children.append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return children
+
+
+def _command_line(pid: int) -> str:
+    path = Path(f"/proc/{pid}/cmdline")
+    if path.parent.parent.is_dir():
+        try:
+            return path.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            return ""
+    found = subprocess.run(["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True)
+    return found.stdout

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -58,6 +59,10 @@ def run_request_locally(loaded: LoadedRequest, *, workdir: Path | None, nproc: i
     """Render, then run. `run_local` defaults to cli.local.run_local (imported here, not at the top: it
     brings torch, which the other commands do not need)."""
     create = render_for_local(loaded)
+    strategy = json.loads((create.get("HyperParameters") or {}).get("strategy", '""'))
+    if strategy == "single" and nproc is not None and nproc > 1:
+        raise UserError(f"--nproc {nproc} with strategy 'single': that strategy runs one process",
+                        "drop --nproc, or set the request's strategy to ddp or fsdp")
     channels = data_channels(data) or request_channels(create)
     for name, path in (channels or {}).items():
         if not path.is_dir():
@@ -68,11 +73,27 @@ def run_request_locally(loaded: LoadedRequest, *, workdir: Path | None, nproc: i
     if run_local is None:
         from cli.local import run_local
     workdir = workdir or DEFAULT_WORKDIR_ROOT / loaded.request.name
-    workdir.mkdir(parents=True, exist_ok=True)
+    _check_workdir(workdir)
     try:
         return run_local(create, workdir=workdir, nproc=nproc, data_dirs=channels)
     except LocalRunError as exc:  # e.g. a channel on S3 or FSx with no local folder given
         raise UserError(str(exc), "pass --data DIR with the dataset's local copy") from None
+
+
+def _check_workdir(workdir: Path) -> None:
+    """The workdir and the folders the run writes must be folders (a rerun resumes from checkpoints/)."""
+    for path in (workdir, workdir / "checkpoints"):
+        if path.exists() and not path.is_dir():
+            raise UserError(f"--workdir {workdir}: {path} is a file, not a folder",
+                            "pass another --workdir, or remove the file")
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--workdir {workdir}: cannot create it ({exc.strerror})", "pass another --workdir") from None
+    checkpoints = workdir / "checkpoints"
+    if checkpoints.is_dir() and not os.access(checkpoints, os.R_OK | os.X_OK):
+        raise UserError(f"the checkpoint folder {checkpoints} cannot be read",
+                        "fix its permissions, or pass another --workdir")
 
 
 def run_local_command(request: Path, *, nproc: int | None, workdir: Path | None, data: Path | None) -> int:

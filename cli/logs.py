@@ -34,21 +34,34 @@ def job_streams(aws: Aws, job_name: str) -> list[str]:
     return sorted(names)
 
 
-def _events(aws: Aws, streams: list[str], start_ms: int | None) -> Iterator[dict[str, Any]]:
-    client = aws.client("logs")
+def _events(aws: Aws, streams: list[str], start_ms: int | None,
+            filter_pattern: str | None = None) -> Iterator[dict[str, Any]]:
+    """Every event of these streams since `start_ms`. boto3's paginator follows nextToken to the end:
+    FilterLogEvents may answer a page with no events but a token (it searched part of the group and ran
+    out of time), and the lines after such a page are still to come."""
+    paginator = aws.client("logs").get_paginator("filter_log_events")
     # FilterLogEvents takes at most 100 stream names per call; a job has one stream per host.
     for i in range(0, len(streams), 100):
         kwargs: dict[str, Any] = {"logGroupName": LOG_GROUP, "logStreamNames": streams[i : i + 100],
                                   "interleaved": True}
         if start_ms is not None:
             kwargs["startTime"] = start_ms
-        while True:
-            page = client.filter_log_events(**kwargs)
+        if filter_pattern is not None:
+            kwargs["filterPattern"] = filter_pattern
+        for page in paginator.paginate(**kwargs):
             yield from page["events"]
-            token = page.get("nextToken")
-            if not token or not page["events"]:
-                break
-            kwargs["nextToken"] = token
+
+
+def metric_records(aws: Aws, job_name: str) -> list[dict[str, float]]:
+    """The job's `[metrics]` records in the order they were logged, read from its log lines as its
+    MetricDefinitions read them (contract.metrics). The lines carry the step; CloudWatch's metric series
+    would carry only the time, at one-minute resolution. Only rank 0 prints them, so no host repeats one."""
+    from contract.metrics import LINE_PREFIX, parse_metric_line
+
+    # A quoted term: unquoted, `[...]` would be a space-delimited pattern.
+    events = _events(aws, job_streams(aws, job_name), None, filter_pattern=f'"{LINE_PREFIX}"')
+    records = (parse_metric_line(e["message"]) for e in sorted(events, key=lambda e: e["timestamp"]))
+    return [values for values in records if "step" in values]
 
 
 def format_event(job_name: str, event: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ This module only wires the commands: each one's work is a function in the module
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -22,6 +23,10 @@ from cli import local_runner, logs, render, schema, status, stop, submit
 from cli.aws import DEFAULT_PREFIX, Aws
 from cli.errors import user_errors
 from cli.options import (
+    DEPLOYED,
+    LOCAL,
+    OFFLINE,
+    ChartOpt,
     ExecutionArg,
     ExecutionStatus,
     IntervalOpt,
@@ -46,7 +51,7 @@ app = typer.Typer(
 # ---- offline: plan, render, schema ---------------------------------------------------------------------
 
 
-@app.command("plan")
+@app.command("plan", rich_help_panel=OFFLINE)
 @user_errors
 def plan_command(request: RequestArg, platform: PlatformOpt = None, prefix: PrefixOpt = DEFAULT_PREFIX,
                  region: RegionOpt = None) -> None:
@@ -57,7 +62,7 @@ def plan_command(request: RequestArg, platform: PlatformOpt = None, prefix: Pref
     render.show_plan(request, platform, Aws(region=region, prefix=prefix))
 
 
-@app.command("render")
+@app.command("render", rich_help_panel=OFFLINE)
 @user_errors
 def render_command(
     request: RequestArg,
@@ -80,7 +85,7 @@ def render_command(
                           instance_type=instance_type, on_demand=on_demand)
 
 
-@app.command("schema")
+@app.command("schema", rich_help_panel=OFFLINE)
 @user_errors
 def schema_command() -> None:
     """Print the job request's JSON Schema (draft 2020-12), for editors and request generators.
@@ -93,7 +98,7 @@ def schema_command() -> None:
 # ---- the deployed platform ---------------------------------------------------------------------------
 
 
-@app.command("submit")
+@app.command("submit", rich_help_panel=DEPLOYED)
 @user_errors
 def submit_command(
     request: RequestArg,
@@ -117,20 +122,22 @@ def submit_command(
                                            interval=interval))
 
 
-@app.command("status")
+@app.command("status", rich_help_panel=DEPLOYED)
 @user_errors
 def status_command(
     execution: ExecutionArg,
     as_json: Annotated[bool, typer.Option("--json", help="Print the execution as JSON.")] = False,
+    chart: ChartOpt = None,
     state_machine: StateMachineOpt = None,
     prefix: PrefixOpt = DEFAULT_PREFIX,
     region: RegionOpt = None,
 ) -> None:
     """Show an execution: status, attempts (job, instance, Spot, outcome), latest metrics, result."""
-    status.show_status(Aws(region=region, prefix=prefix), execution, state_machine, as_json=as_json)
+    status.show_status(Aws(region=region, prefix=prefix), execution, state_machine, as_json=as_json,
+                       chart=chart)
 
 
-@app.command("list")
+@app.command("list", rich_help_panel=DEPLOYED)
 @user_errors
 def list_command(
     status_: Annotated[list[ExecutionStatus] | None, typer.Option(
@@ -145,7 +152,7 @@ def list_command(
                            state_machine)
 
 
-@app.command("stop")
+@app.command("stop", rich_help_panel=DEPLOYED)
 @user_errors
 def stop_command(
     execution: ExecutionArg,
@@ -157,7 +164,7 @@ def stop_command(
     stop.stop_execution(Aws(region=region, prefix=prefix), execution, state_machine)
 
 
-@app.command("logs", help=f"Print a training job's CloudWatch logs ({LOG_GROUP}), or every attempt's of an "
+@app.command("logs", rich_help_panel=DEPLOYED, help=f"Print a training job's CloudWatch logs ({LOG_GROUP}), or every attempt's of an "
                           "execution.")
 @user_errors
 def logs_command(
@@ -181,7 +188,7 @@ def logs_command(
 # ---- this machine --------------------------------------------------------------------------------------
 
 
-@app.command("local")
+@app.command("local", rich_help_panel=LOCAL)
 @user_errors
 def local_command(
     request: RequestArg,
@@ -192,9 +199,20 @@ def local_command(
     data: Annotated[Path | None, typer.Option(
         "--data", metavar="DIR", help="Dataset folder: DIR/train and DIR/validation when present, else DIR as "
                                       "the train channel.")] = None,
+    chart: ChartOpt = None,
 ) -> None:
     """Run a request on this machine, as SageMaker would run it (torchrun; gloo on CPU)."""
-    raise typer.Exit(local_runner.run_local_command(request, nproc=nproc, workdir=workdir, data=data))
+    if chart is None:
+        raise typer.Exit(local_runner.run_local_command(request, nproc=nproc, workdir=workdir, data=data))
+    from cli.charts import chart_local_run, check_chart_option
+    from cli.request_file import load_request
+
+    check_chart_option(chart)  # before the run: a missing matplotlib is no reason to train for nothing
+    workdir = workdir or local_runner.DEFAULT_WORKDIR_ROOT / load_request(request).request.name
+    started = time.time()
+    code = local_runner.run_local_command(request, nproc=nproc, workdir=workdir, data=data)
+    chart_local_run(workdir, chart, started=started)
+    raise typer.Exit(code)
 
 
 if __name__ == "__main__":

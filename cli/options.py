@@ -17,13 +17,22 @@ PlatformOpt = Annotated[Path | None, typer.Option(
 PrefixOpt = Annotated[str, typer.Option(
     "--prefix", envvar="TRAINCTL_PREFIX", help="The platform's name prefix (its SSM parameters live under it).")]
 RegionOpt = Annotated[str | None, typer.Option(
-    "--region", help="AWS region of the platform (default: AWS_REGION / your AWS config).")]
+    "--region", help="AWS region of the platform (default: AWS_REGION, then AWS_DEFAULT_REGION, then your AWS config; "
+                     "submit --platform FILE: the file's region).")]
 StateMachineOpt = Annotated[str | None, typer.Option(
     "--state-machine", metavar="ARN", help="State machine ARN (default: SSM /<prefix>/state-machine-arn).")]
 ExecutionArg = Annotated[str, typer.Argument(
     metavar="EXECUTION", help="Execution name or ARN (names belong to the platform's state machine).")]
+# The help's command groups: what needs AWS access and what does not.
+OFFLINE = "Offline (no AWS access with --platform FILE)"
+DEPLOYED = "The deployed platform (AWS credentials and region)"
+LOCAL = "This machine"
 IntervalOpt = Annotated[float, typer.Option("--interval", min=0.0, help="Seconds between polls.")]
 
+ChartOpt = Annotated[Path | None, typer.Option(
+    "--chart", metavar="FILE.png",
+    help="Also draw loss, validation loss and throughput against steps, one line per attempt (or local run), to this "
+         "PNG (or .svg/.pdf). Needs matplotlib: pip install 'sagemaker-training-platform\\[chart]'.")]
 
 class ExecutionStatus(StrEnum):
     """Step Functions' execution statuses: the choices of `trainctl list --status`."""

@@ -143,10 +143,9 @@ def _shown(text: str) -> str:
 def plan_rows(request: Any, create: dict[str, Any]) -> list[tuple[str, str]]:
     strategy = _hp(create, "strategy")
     if request.strategy == "auto":
-        from jobs.planner import plan
+        from jobs.planner import plan_for_request
 
-        count = request.instance.count if request.instance else 1
-        chosen = plan(request.model, request.model_size, request.training_instance_type, count)
+        chosen = plan_for_request(request)
         strategy_text = f"auto -> {strategy} ({chosen.reason})"
     else:
         strategy_text = str(strategy)
@@ -189,3 +188,93 @@ def print_plan(console: Console, request: Any, platform: Any, create: dict[str, 
     console.print(table)
     console.print(f"[green]valid[/]: {escape(request.name)} renders a CreateTrainingJob request for "
                   f"{escape(platform.region)}; `trainctl render` prints it, `trainctl submit` starts it.")
+
+
+# ---- sizing: the planner's candidates (jobs.planning) -------------------------------------------------------
+
+
+def sizing_result(request: Any, platform: Any) -> Any:
+    """The planner's result; an input it cannot use is a UserError naming the field."""
+    from cli.errors import UserError
+    from jobs.planning import PlanInputError, plan_request
+
+    try:
+        return plan_request(request, platform)
+    except PlanInputError as exc:
+        raise UserError(f"cannot size {request.name}: {exc}") from None
+
+
+def _money(value: float | None) -> str:
+    return "-" if value is None else f"${value:,.0f}"
+
+
+def sizing_table(result: Any) -> Table:
+    table = Table(title="sizing (estimates: docs in jobs/planning)", title_justify="left")
+    for column in ("", "strategy", "degrees r/s/t/p", "instances", "GiB/GPU", "step s", "throughput", "eff",
+                   "hours", "cost", "ckpt min"):
+        table.add_column(column, overflow="fold")
+    rec = result.recommendation
+    for c in result.candidates:
+        d = c.to_dict()
+        mark = "*" if c is rec else ""
+        strategy = d["strategy"] + ("" if d["runnable"] else " (not in package)")
+        degrees = "/".join(str(v) for v in d["degrees"].values())
+        fit = f"{d['memory_per_gpu_gib']:.1f}" + ("" if d["fits"] else " (no fit)")
+        table.add_row(mark, strategy, degrees, f"{d['instance_count']} x {d['instance_type']} ({d['gpus']})", fit,
+                      f"{d['step_time_s']:.3g}", f"{d['throughput']:,.0f} {d['throughput_unit']}",
+                      f"{d['scaling_efficiency']:.0%}", f"{d['hours']:.2f}", _money(d["cost_usd"]),
+                      f"{d['checkpoint_minutes']:.0f}")
+    return table
+
+
+def print_sizing(console: Console, result: Any) -> None:
+    if result.recommendation is None:
+        console.print(f"[yellow]not sized[/]: {escape(result.reason)}")
+    else:
+        console.print(sizing_table(result))
+        console.print(f"[bold]recommendation[/] (*): {escape(result.reason)}")
+    for w in result.warnings:
+        console.print(f"[yellow]{w.code}[/]: {escape(w.message)}")
+
+
+def plan_json(result: Any) -> str:
+    return json.dumps(result.to_dict(), indent=2)
+
+
+def draw_chart(result: Any, path: Any) -> None:
+    """Hours and cost against GPU count for the recommendation's instance type, the recommendation marked."""
+    from cli.errors import UserError
+
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UserError("--chart needs matplotlib", "pip install 'sagemaker-training-platform[chart]' (or pip install matplotlib)") \
+            from None
+    rec = result.recommendation
+    if rec is None:
+        raise UserError("--chart: nothing was sized for this request (no GPU instance)")
+    same = sorted((c for c in result.candidates if c.instance_type == rec.instance_type and c.fits),
+                  key=lambda c: c.layout.gpus)
+    best_per_gpus = {}
+    for c in same:
+        if c.layout.gpus not in best_per_gpus or c.hours < best_per_gpus[c.layout.gpus].hours:
+            best_per_gpus[c.layout.gpus] = c
+    pts = sorted(best_per_gpus.values(), key=lambda c: c.layout.gpus)
+    fig, hours_ax = plt.subplots(figsize=(7, 4))
+    hours_ax.plot([c.layout.gpus for c in pts], [c.hours for c in pts], "o-", label="hours")
+    hours_ax.set_xscale("log", base=2)
+    hours_ax.set_xlabel(f"GPUs ({rec.instance_type})")
+    hours_ax.set_ylabel("hours")
+    cost_ax = hours_ax.twinx()
+    costs = [(c.layout.gpus, c.cost_usd) for c in pts if c.cost_usd is not None]
+    if costs:
+        cost_ax.plot(*zip(*costs, strict=True), "s--", color="tab:orange", label="cost (USD)")
+        cost_ax.set_ylabel("USD")
+    hours_ax.plot([rec.layout.gpus], [rec.hours], "r*", markersize=16, label="recommendation")
+    hours_ax.legend(loc="upper center")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

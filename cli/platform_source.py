@@ -29,8 +29,17 @@ def platform_from_file(path: Path) -> Any:
 
 
 def platform_from_stack(aws: Aws) -> Any:
+    from botocore.exceptions import NoCredentialsError, NoRegionError, PartialCredentialsError
+
     name = f"/{aws.prefix}/platform-settings"
-    text = aws.parameter("platform-settings")
+    try:
+        text = aws.parameter("platform-settings")
+    except (NoRegionError, NoCredentialsError, PartialCredentialsError) as exc:
+        # The first AWS call of plan and render, which a new user need not make at all.
+        what = "no AWS region configured" if isinstance(exc, NoRegionError) else "no AWS credentials found"
+        raise UserError(f"{what} to read the platform settings (SSM {name}) from the deployed stack",
+                        "pass --platform FILE (e.g. examples/platform-settings.json) to work offline; or set "
+                        "AWS_REGION or --region, and your credentials, to read the deployed ones") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import json.decoder
+import json.scanner
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,13 +32,71 @@ def read_json_object(path: Path, what: str) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"cannot read {what} file {path}: {exc}") from None
     try:
-        data = json.loads(text)
+        data = _StrictKeysDecoder().decode(text)
+    except DuplicateKey as exc:
+        raise UserError(f"{path}: line {exc.line}: key {json.dumps(exc.key)} appears twice in one object (first on line "
+                        f"{exc.first_line}); JSON would keep only the last value",
+                        f"remove one of the two {json.dumps(exc.key)} keys") from None
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}: not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}",
                         "check for a missing comma or quote, or a trailing comma") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: a {what} must be a JSON object, got {type(data).__name__}")
     return data
+
+
+class DuplicateKey(ValueError):
+    def __init__(self, key: str, line: int, first_line: int) -> None:
+        super().__init__(f"duplicate key {key!r} on line {line}")
+        self.key, self.line, self.first_line = key, line, first_line
+
+
+class _StrictKeysDecoder(json.JSONDecoder):
+    """json's decoder, refusing an object that names a key twice (json.loads would silently keep the last:
+    `"spot": true, ..., "spot": false` would launch on demand without a word).
+
+    object_pairs_hook alone would see the pairs but not where they are; the pure-Python scanner calls
+    `parse_object` with the object's position, so the error can name the line of each occurrence.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(object_pairs_hook=list)
+        self.parse_object = self._parse_object
+        self.scan_once = json.scanner.py_make_scanner(self)
+
+    def _parse_object(self, s_and_end: tuple[str, int], strict: bool, scan_once: Any, object_hook: Any,
+                      object_pairs_hook: Any, memo: Any = None) -> tuple[dict[str, Any], int]:
+        pairs, end = json.decoder.JSONObject(s_and_end, strict, scan_once, None, list, memo)
+        keys = [key for key, _ in pairs]
+        if len(set(keys)) != len(keys):
+            text, start = s_and_end
+            seen: dict[str, int] = {}
+            for key, position in _key_positions(text, start, strict, scan_once):
+                line = text.count("\n", 0, position) + 1
+                if key in seen:
+                    raise DuplicateKey(key, line, seen[key])
+                seen[key] = line
+        return dict(pairs), end
+
+
+def _key_positions(text: str, index: int, strict: bool, scan_once: Any) -> list[tuple[str, int]]:
+    """Each key of the (valid) object whose `{` is just before `index`, with the offset of its quote."""
+    found = []
+    index = _skip_space(text, index)
+    while text[index] == '"':
+        key, after = json.decoder.scanstring(text, index + 1, strict)
+        found.append((key, index))
+        value_start = _skip_space(text, _skip_space(text, after) + 1)  # past the colon
+        _, index = scan_once(text, value_start)
+        index = _skip_space(text, index)
+        if text[index] != ",":
+            break
+        index = _skip_space(text, index + 1)
+    return found
+
+
+def _skip_space(text: str, index: int) -> int:
+    return json.decoder.WHITESPACE.match(text, index).end()
 
 
 def load_request(path: Path) -> LoadedRequest:

@@ -7,9 +7,11 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rich.markup import escape
+
 from cli.aws import Aws, console_url
 from cli.console import out
-from cli.errors import UserError
+from cli.errors import UserError, stderr
 from cli.request_file import load_request, validate_for_platform
 
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
@@ -37,7 +39,12 @@ def submit_request(request: Path, aws: Aws, *, name: str | None, platform: Path 
     if not EXECUTION_NAME.fullmatch(execution_name):
         raise UserError(f"--name {execution_name!r} is not a valid execution name",
                         "use 1-80 letters, digits, '-' and '_'")
-    validate_for_platform(loaded, load_platform(platform, aws))
+    settings = load_platform(platform, aws)
+    validate_for_platform(loaded, settings)
+    if platform is not None:  # the file says where the platform is deployed: start the execution there
+        note = aws.use_platform_region(settings.region, str(platform))
+        if note:
+            stderr.print(f"[yellow]note:[/] {escape(note)}")
     machine = aws.state_machine_arn(state_machine)
     try:
         started = aws.client("stepfunctions").start_execution(

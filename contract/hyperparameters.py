@@ -39,7 +39,7 @@ class Strategy(enum.StrEnum):
 
 # What the training package runs today; a request may ask for these or `auto`. (hsdp, tp, pp and hybrid join
 # when their strategy modules exist.)
-TRAINING_STRATEGIES = ("single", "ddp", "fsdp", "smp")
+TRAINING_STRATEGIES = ("single", "ddp", "fsdp", "hsdp", "tp", "pp", "hybrid", "smp")
 REQUEST_STRATEGIES = (*TRAINING_STRATEGIES, Strategy.AUTO.value)
 PIPELINE_SCHEDULES = ("1f1b", "interleaved_1f1b", "gpipe")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")

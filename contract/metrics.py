@@ -26,6 +26,7 @@ METRIC_NAMES: tuple[str, ...] = (
     "step_time_ms",
     "mfu",
     "loss_scale",
+    "checkpoint_age_s",  # seconds since the newest complete checkpoint: the work a failure now would cost
 )
 
 LINE_PREFIX = "[metrics]"

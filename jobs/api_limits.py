@@ -18,6 +18,15 @@ MAX_RUNTIME_HOURS = 28 * 24
 MAX_PENDING_HOURS = (1800 / 3600, 2419200 / 3600)
 MAX_WARM_POOL_MINUTES = 21600 // 60
 MAX_INSTANCE_GROUPS = 5
+MAX_S3_URI = 1024  # S3Uri in the service model
+MAX_IMAGE_URI = 255  # TrainingImage
+MAX_METRIC_NAME = 255  # MetricDefinition.Name
+# A request is a small document: bound its nesting and size before anything walks it (Step Functions caps an
+# execution's input at 256 KiB anyway).
+MAX_REQUEST_DEPTH = 16
+MAX_REQUEST_BYTES = 256 * 1024
+# Steps between checkpoints: far above any run's step count, below a 32-bit int the toolkit may parse into.
+MAX_CHECKPOINT_INTERVAL = 10_000_000
 
 PLATFORM_ENVIRONMENT = {
     # The toolkit builds the torchrun command itself, so its --shutdown_timeout cannot be passed: torchrun reads

@@ -1,16 +1,82 @@
-"""The ML training instance types people use, with what the launcher needs to know about each.
+"""The ML training instance types people use, with what the launcher and the planner need to know about each.
 
-Figures come from AWS's published specifications: the "Accelerated computing" and "Compute/General
-purpose" pages of Amazon EC2 instance types (https://aws.amazon.com/ec2/instance-types/), the per-family
-pages (p4, p5, p6, g5, g6, g6e, trn1, trn2) and Amazon SageMaker AI pricing
-(https://aws.amazon.com/sagemaker/ai/pricing/), as of 2025. `local_nvme` follows the EC2 "Instance store
-volumes" list: on those types SageMaker mounts the instance store, and CreateTrainingJob rejects a
-VolumeKmsKeyId (the ResourceConfig API reference says so), so the renderer leaves it out there.
+Sources (every figure below cites one of these by its tag):
+  [ec2]    Amazon EC2 instance types, "Accelerated computing" and "Compute/General purpose" pages and the
+           per-family pages (https://aws.amazon.com/ec2/instance-types/p4/, /p5/, /g5/, /g6/, /g6e/, /p3/,
+           /trn1/): GPUs, vCPUs, memory, EFA, network bandwidth (Gbit/s per instance), instance store.
+  [smp]    Amazon SageMaker AI pricing, "Training" tab, US East (N. Virginia), on-demand $/hour
+           (https://aws.amazon.com/sagemaker/ai/pricing/), as read in 2024. AWS lowered P4 and P5 prices in
+           June 2025 (What's New, "up to 45% price reduction for P4 and P5"): re-check before budgeting.
+           None where the page lists no on-demand training price (p5e, p5en, p6: training plans only).
+  [spot]   SageMaker managed Spot training says "up to 90%" savings (docs: model-managed-spot-training.html);
+           the Spot Instance Advisor (https://aws.amazon.com/ec2/spot/instance-advisor/) lists GPU families at
+           50-70% savings and ">20%" monthly interruption frequency: we take 60% and 20%/instance/month.
+  [v100] [a100] [h100] [h200] [b200] [a10] [l4] [l40s] [t4]: NVIDIA data sheets (nvidia.com/en-us/data-center/
+           <gpu>/): dense (not 2:1 sparse) tensor-core bf16 (fp16 on V100/T4, which have no bf16) TFLOPS, memory
+           bandwidth GB/s, NVLink GB/s per GPU (both directions; a ring uses one, half of it).
+  [pcie]   PCI Express 4.0 x16: 32 GB/s each way (PCI-SIG); g5/g6/g6e GPUs talk over PCIe, without NVLink.
+`local_nvme` follows the EC2 "Instance store volumes" list: on those types SageMaker mounts the instance store,
+and CreateTrainingJob rejects a VolumeKmsKeyId (the ResourceConfig API reference says so), so the renderer
+leaves it out there. trn1/trn2 are listed (requests may name them) but marked not runnable: the training
+package runs on CUDA or CPU only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One accelerator's speeds: what the planner's time model divides by."""
+
+    peak_tflops: float  # dense tensor-core bf16 (fp16 where there is no bf16), per GPU
+    memory_gbps: float  # HBM/GDDR bandwidth, GB/s
+    link_gbps: float  # GPU-to-GPU inside the instance, GB/s one way (NVLink, or PCIe)
+    bf16: bool = True  # native bf16 (V100 and T4 have none: `precision: auto` then runs emulated)
+
+
+GPUS: dict[str, GpuSpec] = {
+    "V100": GpuSpec(125, 900, 150, bf16=False),  # [v100] SXM2: 125 fp16 TFLOPS, 900 GB/s, NVLink 300 GB/s
+    "A100": GpuSpec(312, 1555, 300),  # [a100] SXM4 40GB: 312 bf16 TFLOPS, 1,555 GB/s, NVLink 600 GB/s
+    "A100-80": GpuSpec(312, 2039, 300),  # [a100] SXM4 80GB: 2,039 GB/s
+    "H100": GpuSpec(989, 3350, 450),  # [h100] SXM5: 989 bf16 TFLOPS dense, 3.35 TB/s, NVLink 900 GB/s
+    "H200": GpuSpec(989, 4800, 450),  # [h200] SXM: 989 bf16 TFLOPS dense, 4.8 TB/s, NVLink 900 GB/s
+    "B200": GpuSpec(2250, 8000, 900),  # [b200] HGX B200: 2.25 PFLOPS bf16 dense per GPU, 8 TB/s, NVLink 1.8 TB/s
+    "A10G": GpuSpec(125, 600, 32),  # [a10] A10 (A10G is AWS's build): 125 bf16 TFLOPS dense, 600 GB/s; [pcie]
+    "L4": GpuSpec(121, 300, 32),  # [l4] 121 bf16 TFLOPS dense (242 sparse), 300 GB/s; [pcie]
+    "L40S": GpuSpec(362, 864, 32),  # [l40s] 362 bf16 TFLOPS dense (733 sparse), 864 GB/s; [pcie]
+    "T4": GpuSpec(65, 320, 32, bf16=False),  # [t4] 65 fp16 TFLOPS, 320 GB/s; [pcie]
+}
+
+# [ec2] network bandwidth per instance, Gbit/s ("up to N" sizes get N: burst, not sustained, so the planner
+# treats them as the slow types they are). EFA bandwidth is the same figure on EFA sizes.
+NETWORK_GBITS: dict[str, float] = {
+    "p3.2xlarge": 10, "p3.8xlarge": 10, "p3.16xlarge": 25, "p3dn.24xlarge": 100,
+    "p4d.24xlarge": 400, "p4de.24xlarge": 400, "p5.48xlarge": 3200, "p5e.48xlarge": 3200, "p5en.48xlarge": 3200,
+    "p6-b200.48xlarge": 3200,
+    "g4dn.xlarge": 25, "g4dn.2xlarge": 25, "g4dn.4xlarge": 25, "g4dn.8xlarge": 50, "g4dn.12xlarge": 50,
+    "g4dn.16xlarge": 50,
+    "g5.xlarge": 10, "g5.2xlarge": 10, "g5.4xlarge": 25, "g5.8xlarge": 25, "g5.12xlarge": 40, "g5.16xlarge": 25,
+    "g5.24xlarge": 50, "g5.48xlarge": 100,
+    "g6.xlarge": 10, "g6.2xlarge": 10, "g6.4xlarge": 25, "g6.8xlarge": 25, "g6.12xlarge": 40, "g6.16xlarge": 25,
+    "g6.24xlarge": 50, "g6.48xlarge": 100,
+    "g6e.xlarge": 20, "g6e.2xlarge": 20, "g6e.4xlarge": 20, "g6e.8xlarge": 25, "g6e.12xlarge": 100,
+    "g6e.16xlarge": 35, "g6e.24xlarge": 200, "g6e.48xlarge": 400,
+    "trn1.2xlarge": 12.5, "trn1.32xlarge": 800, "trn1n.32xlarge": 1600, "trn2.48xlarge": 3200,
+}
+
+# [smp] on-demand training $/hour in us-east-1 (None: no public on-demand training price to cite).
+PRICE_USD_HOUR: dict[str, float] = {
+    "p3.2xlarge": 3.825, "p3.8xlarge": 14.688, "p3.16xlarge": 28.152, "p3dn.24xlarge": 35.894,
+    "p4d.24xlarge": 37.688, "p5.48xlarge": 113.07,
+    "g4dn.xlarge": 0.736, "g4dn.2xlarge": 0.94, "g4dn.4xlarge": 1.505, "g4dn.8xlarge": 2.72,
+    "g4dn.12xlarge": 4.89, "g4dn.16xlarge": 5.44,
+    "g5.xlarge": 1.408, "g5.2xlarge": 1.515, "g5.4xlarge": 2.03, "g5.8xlarge": 3.06, "g5.12xlarge": 7.09,
+    "g5.16xlarge": 4.10, "g5.24xlarge": 10.18, "g5.48xlarge": 20.36,
+}
+SPOT_SAVINGS = 0.60  # [spot] typical saving of Spot over on demand for GPU families
+SPOT_INTERRUPTIONS_PER_INSTANCE_MONTH = 0.20  # [spot] the advisor's worst band, ">20%"
 
 
 @dataclass(frozen=True)
@@ -24,6 +90,8 @@ class InstanceSpec:
     memory_gib: int
     efa: bool  # Elastic Fabric Adapter available
     local_nvme: bool  # instance store volumes: no VolumeKmsKeyId
+    network_gbits: float = 0.0  # per instance, Gbit/s [ec2]
+    price_usd_hour: float | None = None  # SageMaker on-demand training, us-east-1 [smp]
 
     @property
     def accelerated(self) -> bool:
@@ -32,6 +100,19 @@ class InstanceSpec:
     @property
     def family(self) -> str:
         return self.instance_type.split(".")[1]
+
+    @property
+    def runnable(self) -> bool:
+        """Can the training package run here? It is CUDA or CPU PyTorch: not on Trainium (Neuron)."""
+        return self.kind != "neuron"
+
+    @property
+    def gpu(self) -> GpuSpec | None:
+        if self.kind != "gpu":
+            return None
+        key = f"{self.accelerator}-80" if self.accelerator == "A100" and self.accelerator_memory_gib == 80 else \
+            self.accelerator
+        return GPUS[key]
 
 
 def _family(kind, accelerator, memory_gib, efa_sizes, local_nvme, sizes):
@@ -47,6 +128,8 @@ def _family(kind, accelerator, memory_gib, efa_sizes, local_nvme, sizes):
             memory_gib=mem,
             efa=name.split(".")[1] in efa_sizes,
             local_nvme=local_nvme,
+            network_gbits=NETWORK_GBITS.get(name, 0.0),
+            price_usd_hour=PRICE_USD_HOUR.get(name),
         )
         for name, (acc, vcpus, mem) in sizes.items()
     ]

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from contract.failures import FailureCode, parse_failure_line
+
 
 class Category(enum.StrEnum):
     CAPACITY = "capacity"
@@ -26,6 +28,7 @@ class Category(enum.StrEnum):
     INTERNAL = "internal"
     QUOTA = "quota"
     THROTTLING = "throttling"
+    HARDWARE = "hardware"  # an unhealthy instance, a GPU memory error, a broken NCCL/EFA transport
     USER_ERROR = "user_error"
     USER_STOP = "user_stop"
     MAX_RUNTIME = "max_runtime"
@@ -54,6 +57,14 @@ API_ERROR = (Source.ERROR_CODE, Source.ERROR_MESSAGE)
 ANY_TEXT = JOB_TEXT + API_ERROR
 
 
+class Response(enum.StrEnum):
+    """What a rule asks of the retry policy (jobs.policy): the category's own retry, or giving up at once."""
+
+    RETRY = "retry"  # the category's policy: wait, maybe the next type, within its bounds
+    RETRY_CHECKED = "retry_checked"  # a new attempt with infra_check on, on the next type where there is one
+    FAIL = "fail"  # no attempt can succeed as things stand: the reason says what to change
+
+
 @dataclass(frozen=True)
 class Rule:
     pattern: str  # searched case-insensitively
@@ -61,7 +72,16 @@ class Rule:
     category: Category
     reason: str  # the summary's words; `{short}` is the failure's one-line text
     unless: str = ""  # a pattern that, found in any source, vetoes the rule
+    action: Response = Response.RETRY  # what the policy does with it (categories it never retries ignore it)
 
+
+# Hardware and transport faults, as SageMaker, CUDA and NCCL spell them (docs/REFERENCE.md; tests/jobs/
+# test_failure_texts.py cites a public thread for each).
+HARDWARE_PATTERN = (
+    r"Launched instance was unhealthy|uncorrectable ECC|ECC_UNCORRECTABLE|ECC error|GPU has fallen off the bus|"
+    r"\bXid\b|NCCL WARN NET/OFI|aws-ofi-nccl|ncclSystemError|ncclInternalError|NCCL error.{0,80}unhandled "
+    r"(?:system|cuda) error|\bEFA\b.{0,40}(?:error|fail)|libfabric|fi_\w+ failed|NCCL communicator was aborted|"
+    r"instance .{0,40}(?:failed|did not pass) .{0,20}health check")
 
 # Order matters: SageMaker's statuses outrank the text (a script killed by a Spot reclaim may still leave an
 # AlgorithmError behind), and a FailureReason starting with AlgorithmError or ClientError is the user's code
@@ -74,6 +94,13 @@ RULES: tuple[Rule, ...] = (
     Rule(r"/MaxRuntimeExceeded\b", (Source.STATUS,), Category.MAX_RUNTIME,
          "the attempt reached max_runtime_hours: {short}"),
     Rule(r"/Stopped\b", (Source.STATUS,), Category.USER_STOP, "stopped by a user: {short}", unless=r"MaxPendingTime"),
+    # The training package's own verdict (contract.failures), inside "AlgorithmError: ...": the user's to fix.
+    Rule(r"\[training:[a-z_]+\]", JOB_TEXT, Category.USER_ERROR, "the training package reported: {short}",
+         action=Response.FAIL),
+    # Broken hardware surfaces through the script (an AlgorithmError) or as a status message; a fresh instance
+    # cures it, a health check first keeps the next one from being as bad.
+    Rule(HARDWARE_PATTERN, JOB_TEXT, Category.HARDWARE, "hardware or network fault: {short}",
+         action=Response.RETRY_CHECKED),
     Rule(r"^(?-i:AlgorithmError|ClientError)\b", (Source.FAILURE_REASON,), Category.USER_ERROR,
          "the training code or its data failed: {short}"),
     Rule(r"spot (instance )?interrupt|reclaimed", JOB_TEXT, Category.SPOT_INTERRUPTION,
@@ -87,10 +114,17 @@ RULES: tuple[Rule, ...] = (
          "waited too long for capacity (Pending): {short}"),
     Rule(r"MaxRuntime", JOB_TEXT, Category.MAX_RUNTIME, "the attempt reached max_runtime_hours: {short}"),
     Rule(r"^Stopped/|/Stopped\b", (Source.STATUS,), Category.USER_STOP, "stopped by a user: {short}"),
+    # Quotas that waiting cannot fix: a limit of 0, a type the region does not offer, more than the limit.
+    Rule(r"service limit .{0,120}? is 0 Instances|not available in this region|not supported in this region",
+         ANY_TEXT, Category.QUOTA, "quota that no wait can satisfy: {short} (raise the quota in Service Quotas, "
+         "or choose an instance type the region offers)", action=Response.FAIL),
     Rule(r"ResourceLimitExceeded|ServiceQuota|account-level service limit", ANY_TEXT, Category.QUOTA,
          "quota (ResourceLimitExceeded): {short}"),
     Rule(r"Throttl|Rate exceeded|TooManyRequests|SlowDown", ANY_TEXT, Category.THROTTLING, "throttled: {short}"),
-    Rule(r"InternalServerError|Internal ?Failure|internal error|ServiceUnavailable|Status Code: 5\d\d", ANY_TEXT,
+    # HTTP 5xx in every spelling: the service's error codes, the Java SDK's "Status Code: 500", botocore's
+    # "An error occurred (500) ... Internal Server Error", 503 Service Unavailable.
+    Rule(r"InternalServerError|Internal ?Failure|internal error|Internal Server Error|Service ?Unavailable|"
+         r"Status Code: 5\d\d|\(5\d\d\)|\b50[0-4] (?:Internal|Service|Bad Gateway|Gateway)", ANY_TEXT,
          Category.INTERNAL, "SageMaker internal error: {short}"),
     Rule(r"ValidationException|No such file|not found|invalid", JOB_TEXT, Category.USER_ERROR,
          "the training code or its data failed: {short}"),
@@ -116,6 +150,36 @@ class Failure:
     category: Category
     reason: str  # one line, for the summary and the notification
     job_started: bool  # a job was created (so it has a name to describe, and billable time)
+    action: Response = Response.RETRY  # the rule's: jobs.policy gives up at once on FAIL
+
+
+# The account limit, usage and request of a ResourceLimitExceeded message: a request above the limit itself
+# can never fit, however long the run waits.
+_QUOTA_NUMBERS = re.compile(r"is (\d+) Instances?, with current utilization of (\d+) Instances? and a request "
+                            r"delta of (\d+) Instances?", re.IGNORECASE)
+# What to lower when the training package ran out of GPU memory.
+_OOM_HINT = ("lower hyperparameters.micro_batch_size (keep global_batch_size: grad_accum grows), turn on "
+             "hyperparameters.activation_checkpointing, or use strategy fsdp / more GPUs")
+
+
+def _failure(rule: Rule, short: str, evidence: dict[Source, str], job_started: bool) -> Failure:
+    """The failure a rule describes, with the words the user needs: the package's own line, what to raise."""
+    reason, action = rule.reason.format(short=short), rule.action
+    found = next((line for text in evidence.values() if (line := parse_failure_line(text or ""))), None)
+    if rule.category is Category.USER_ERROR and found is not None:
+        code, message = found
+        reason = f"the training package reported {code.value}: {message}"
+        if code is FailureCode.OUT_OF_MEMORY:
+            reason += f" ({_OOM_HINT})"
+    numbers = next((m for text in evidence.values() if (m := _QUOTA_NUMBERS.search(text or ""))), None)
+    if rule.category is Category.QUOTA and action is Response.RETRY and numbers:
+        limit, _, delta = (int(n) for n in numbers.groups())
+        if delta > limit:
+            action = Response.FAIL
+            reason = (f"quota that no wait can satisfy: the request needs {delta} instances and the account limit "
+                      f"is {limit}: {short} (raise the quota to at least {delta} in Service Quotas, or lower "
+                      "instance.count)")
+    return Failure(rule.category, reason, job_started, action)
 
 
 def parse_cause(cause: Any) -> dict[str, Any] | None:
@@ -150,16 +214,17 @@ def classify_description(job: dict[str, Any]) -> Failure:
     rule = first_rule(evidence)
     if rule is None:
         return Failure(Category.UNKNOWN, f"unrecognised failure ({status}/{secondary}): {short}", True)
-    return Failure(rule.category, rule.reason.format(short=short), True)
+    return _failure(rule, short, evidence, True)
 
 
 def classify_api_error(error: str, message: str) -> Failure:
     """Classify an error raised by CreateTrainingJob (or the .sync integration) itself."""
     short = _one_line(message) or error
-    rule = first_rule({Source.ERROR_CODE: error, Source.ERROR_MESSAGE: message})
+    evidence = {Source.ERROR_CODE: error, Source.ERROR_MESSAGE: message}
+    rule = first_rule(evidence)
     if rule is None:
         return Failure(Category.UNKNOWN, f"unrecognised error {error}: {short}", False)
-    return Failure(rule.category, rule.reason.format(short=short), False)
+    return _failure(rule, short, evidence, False)
 
 
 def classify_failure(failure: dict[str, Any], describe=None) -> tuple[Failure, dict[str, Any] | None]:

@@ -78,7 +78,9 @@ def decide(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     if decision.action is Action.RETRY:
         attempt = run.attempt + 1
         create = render_create_training_job(request, platform, run_id=run.run_id, attempt=attempt,
-                                            instance_type=decision.instance_type, spot=decision.spot)
+                                            instance_type=decision.instance_type, spot=decision.spot,
+                                            infra_check=decision.infra_check if decision.infra_check is not None
+                                            else create["InfraCheckConfig"]["EnableInfraCheck"])
         run.waited_seconds += decision.wait_seconds
         runs.start_attempt(run, create, attempt=attempt, now=now + decision.wait_seconds)
     return {"run": run.to_dict(), "create": create, "decision": decision.to_event()}

@@ -9,11 +9,14 @@ renderer (jobs.render).
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 from typing import Any
 
-from contract.hyperparameters import canonical_name, hyperparameter_fields
+from contract.errors import Problem
+from contract.hyperparameters import TrainConfig, canonical_name, hyperparameter_fields
+from contract.schema.core import field_types, parse_value
 from jobs.api_limits import MAX_HYPERPARAMETER_JSON
 
 # What a request's `hyperparameters` may set.
@@ -37,11 +40,30 @@ def platform_hyperparameter_count(smp: bool, groups: bool) -> int:
         + (len(GROUP_HYPERPARAMETERS) if groups else 0)
 
 
+# The training package's own description of each hyperparameter: its type and rules (range, choices, checks).
+_TYPES = field_types(TrainConfig)
+_RULES = {f.name: f.metadata for f in dataclasses.fields(TrainConfig)}
+
+
+def _value_problem(name: str, value: Any) -> str | None:
+    """What the training package would refuse in `value` (its type, range, choices; NaN and infinities)."""
+    if name not in _TYPES:  # settable, but not described (a test widening the settable set)
+        return None
+    problems: list[Problem] = []
+    parse_value(_TYPES[name], value, "", problems, dict(_RULES[name]))
+    return "; ".join(p.message for p in problems) or None
+
+
 def check_hyperparameters(values: dict[str, Any]) -> list[tuple[str, str]]:
     """(key, message) for every hyperparameter a request may not send as given."""
     found = []
     platform_set = LAUNCHER_HYPERPARAMETERS + SMP_HYPERPARAMETERS + GROUP_HYPERPARAMETERS
+    spellings: dict[str, str] = {}
     for key, value in values.items():
+        # `lr` and `--lr`, `model_size` and `model-size`: the toolkit and argparse read them as one key.
+        if (first := spellings.setdefault(canonical_name(key), key)) != key:
+            found.append((key, f"is the same hyperparameter as {first!r}; keep one spelling"))
+            continue
         # `model-size` reaches the training package as model_size: refuse it like model_size.
         name = canonical_name(key)
         if name in SCRIPT_HYPERPARAMETERS:
@@ -59,4 +81,6 @@ def check_hyperparameters(values: dict[str, Any]) -> list[tuple[str, str]]:
         elif len(json.dumps(value)) > MAX_HYPERPARAMETER_JSON:
             found.append((key, f"is longer than {MAX_HYPERPARAMETER_JSON} characters once JSON-encoded "
                                "(CreateTrainingJob's limit)"))
+        elif message := _value_problem(key.replace("-", "_"), value):
+            found.append((key, f"{message} (the training package's {key.replace('-', '_')})"))
     return found

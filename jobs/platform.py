@@ -94,6 +94,9 @@ class PlatformSettings:
         "training plans by name; an entry's name is its key"))
     default_warm_pool_minutes: int = field(default=0, metadata=meta(
         "warm pool of requests that set none, minutes", min=0))
+    # The execution role reads the dataset bucket only under this prefix (platform_constructs.roles).
+    dataset_prefix: str | None = field(default=None, metadata=meta(
+        "key prefix of the dataset bucket the training jobs may read (null: not published; not checked)"))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PlatformSettings:

@@ -5,6 +5,7 @@ naming every problem's field."""
 from __future__ import annotations
 
 from contract.errors import Problem, RequestInvalid
+from jobs.api_limits import PLATFORM_TAGS
 from jobs.images import image_problem
 from jobs.platform import PlatformSettings
 from jobs.request_fields import dataset_kind
@@ -17,6 +18,8 @@ def validate_for_platform(request: JobRequest, platform: PlatformSettings) -> No
     found += _instance_type_problems(request, platform)
     found += _training_plan_problems(request, platform)
     found += _dataset_problems(request, platform)
+    found += _readable_problems(request, platform)
+    found += _tag_problems(request, platform)
     if request.image is None and (problem := image_problem(request, platform)):
         found.append(Problem(*problem))
     if found:
@@ -56,6 +59,24 @@ def _training_plan_problems(request: JobRequest, platform: PlatformSettings) -> 
             found.append(Problem("instance.count", f"{request.instance.count} is more than training plan "
                                                    f"{plan.name!r} reserves ({plan.instance_count})"))
     return found
+
+
+def _readable_problems(request: JobRequest, platform: PlatformSettings) -> list[Problem]:
+    """S3 datasets the execution role can read: the dataset bucket, under dataset_prefix."""
+    if platform.dataset_prefix is None or is_local_platform(platform):
+        return []
+    readable = f"s3://{platform.dataset_bucket}/{platform.dataset_prefix.lstrip('/')}"
+    return [Problem(path, f"{uri!r} is outside what the training jobs may read; put the data under {readable}")
+            for path, uri in (("dataset", request.dataset), ("validation_dataset", request.validation_dataset))
+            if uri is not None and dataset_kind(uri) == "s3" and not (uri.rstrip("/") + "/").startswith(readable)]
+
+
+def _tag_problems(request: JobRequest, platform: PlatformSettings) -> list[Problem]:
+    """The platform's own tags (`<name_prefix>:run-id`, ...) are written by the launcher, never by a request."""
+    own = f"{platform.name_prefix}:".lower()
+    return [Problem(f"tags.{key}", f"keys starting with {own!r} are the platform's own (it writes "
+                                   f"{', '.join(own + t for t in PLATFORM_TAGS)}); rename the tag")
+            for key in request.tags if key.lower().startswith(own)]
 
 
 def _dataset_problems(request: JobRequest, platform: PlatformSettings) -> list[Problem]:

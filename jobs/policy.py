@@ -4,6 +4,10 @@
   the next instance type in [instance.type, *instance.fallbacks], cycling (the same type when there are none);
 - Spot interruption or MaxWaitTimeExceeded: new attempt after retry.interruption_wait_seconds; once
   retry.interruptions_before_on_demand interruptions have happened, the next attempts run on demand;
+- hardware or network fault (unhealthy instance, ECC, NCCL/EFA): at most retry.hardware_max_retries new attempts,
+  each with infra_check on, on the next instance type where there are fallbacks;
+- a rule whose action is FAIL (an impossible quota, the training package's own verdict): no retry, and the
+  reason says what to change;
 - SageMaker internal error: retry after retry.internal_error_wait_seconds, at most internal_error_max_retries;
 - quota (ResourceLimitExceeded) and throttling: wait (doubling from api_error_wait_seconds up to
   api_error_wait_max_seconds) and retry, at most api_error_max_retries in a row;
@@ -17,7 +21,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from jobs.classify import Category, Failure
+from jobs.classify import Category, Failure, Response
 from jobs.request_schema import JobRequest
 from jobs.run import RunState
 
@@ -45,6 +49,7 @@ class Decision:
     reason: str
     instance_type: str | None = None  # of the next attempt
     spot: bool | None = None
+    infra_check: bool | None = None  # of the next attempt (None: as the last one)
 
     def to_event(self) -> dict:
         """What the state machine reads: its Choice state matches `action` ("retry" or "fail")."""
@@ -64,18 +69,26 @@ def decide(request: JobRequest, run: RunState, failure: Failure, now: float) -> 
     attempt = run.attempt
     fail = lambda reason: Decision(Action.FAIL, 0, failure.category, reason)  # noqa: E731
 
+    if failure.action is Response.FAIL:
+        return fail(failure.reason)
     if failure.category in NO_RETRY:
         return fail(f"{failure.reason} ({_NO_RETRY_HINT[failure.category]})")
     if attempt >= retry.max_attempts:
         return fail(f"attempts exhausted ({attempt} of {retry.max_attempts}); last failure: {failure.reason}")
 
-    instance_type, spot = run.instance_type, run.spot
-    if failure.category == Category.CAPACITY:
+    instance_type, spot, infra_check = run.instance_type, run.spot, None
+    if failure.category == Category.HARDWARE:
+        # Counted from the attempts, so the run state's shape (and its counts) stays as the state machine knows it.
+        faults = sum(a.category == Category.HARDWARE.value for a in run.attempts)
+        if faults > retry.hardware_max_retries:
+            return fail(f"hardware faults persisted ({faults} times): {failure.reason}")
+        wait, infra_check = 0, True
+        instance_type = _next_type(request, instance_type)
+        what = f"then {instance_type} with infra_check on"
+    elif failure.category == Category.CAPACITY:
         wait = backoff(retry.capacity_wait_seconds, retry.capacity_wait_max_seconds, counts.capacity)
-        types = list(request.instance_types) or [instance_type]
-        index = (types.index(instance_type) + 1) % len(types) if instance_type in types else 0
-        instance_type = types[index]
-        what = f"then {instance_type}" if len(types) > 1 else f"then {instance_type} again"
+        instance_type = _next_type(request, instance_type)
+        what = f"then {instance_type}" if len(request.instance_types) > 1 else f"then {instance_type} again"
     elif failure.category == Category.SPOT_INTERRUPTION:
         wait = retry.interruption_wait_seconds
         limit = retry.interruptions_before_on_demand
@@ -101,4 +114,10 @@ def decide(request: JobRequest, run: RunState, failure: Failure, now: float) -> 
         return fail(f"time budget exhausted (retry.max_total_hours {request.effective_max_total_hours:g} h); "
                     f"last failure: {failure.reason}")
     reason = f"{failure.reason}; waiting {wait} s, {what} (attempt {attempt + 1} of {retry.max_attempts})"
-    return Decision(Action.RETRY, wait, failure.category, reason, instance_type, spot)
+    return Decision(Action.RETRY, wait, failure.category, reason, instance_type, spot, infra_check)
+
+
+def _next_type(request: JobRequest, instance_type: str) -> str:
+    """The next of [instance.type, *fallbacks] after `instance_type`, cycling; the same when there are none."""
+    types = list(request.instance_types) or [instance_type]
+    return types[(types.index(instance_type) + 1) % len(types)] if instance_type in types else types[0]

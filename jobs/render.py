@@ -97,6 +97,7 @@ def render_create_training_job(
     attempt: int,
     instance_type: str | None = None,
     spot: bool | None = None,
+    infra_check: bool | None = None,
 ) -> dict[str, Any]:
     """The botocore CreateTrainingJob kwargs for `attempt` (1-based) of run `run_id`.
 
@@ -124,7 +125,7 @@ def render_create_training_job(
         "CheckpointConfig": {"S3Uri": checkpoint_s3_uri(platform, run_id), "LocalPath": CHECKPOINT_DIR},
         "Environment": {**PLATFORM_ENVIRONMENT, **request.environment},
         "ProfilerConfig": _profiler(request, platform, run_id),
-        "InfraCheckConfig": {"EnableInfraCheck": request.infra_check},
+        "InfraCheckConfig": {"EnableInfraCheck": request.infra_check if infra_check is None else infra_check},
         "Tags": _tags(request, platform, run_id, attempt),
     }
     assert tuple(create) == CREATE_REQUEST_KEYS, "CREATE_REQUEST_KEYS and the renderer disagree"

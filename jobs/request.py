@@ -17,7 +17,7 @@ from typing import Any
 
 from contract.errors import Problem, RequestInvalid
 from contract.schema import json_schema, parse_dataclass
-from jobs.api_limits import PLATFORM_ENVIRONMENT
+from jobs.api_limits import MAX_REQUEST_BYTES, MAX_REQUEST_DEPTH, PLATFORM_ENVIRONMENT
 from jobs.platform_rules import validate_for_platform
 from jobs.request_fields import dataset_kind, fsx_path
 from jobs.request_rules import cross_field_problems
@@ -42,6 +42,8 @@ def parse_request(data: dict[str, Any]) -> JobRequest:
     """Validate a job request document; raise RequestInvalid naming every problem."""
     if not isinstance(data, dict):
         raise RequestInvalid([Problem("", f"a job request is a JSON object, got {type(data).__name__}")])
+    if problem := _shape_problem(data):
+        raise RequestInvalid([problem])
     problems: list[Problem] = []
     request = parse_dataclass(JobRequest, data, "", problems, elsewhere=_ELSEWHERE)
     if request is not None:
@@ -49,6 +51,28 @@ def parse_request(data: dict[str, Any]) -> JobRequest:
     if problems:
         raise RequestInvalid(problems)
     return request
+
+
+def _shape_problem(data: dict[str, Any]) -> Problem | None:
+    """Bound nesting and size before any code walks the document (recursion, json.dumps, the schema engine)."""
+    stack, seen = [(data, 1)], 0
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_REQUEST_DEPTH:
+            return Problem("", f"a job request nests at most {MAX_REQUEST_DEPTH} levels deep; flatten the deepest "
+                               "value (hyperparameters take JSON values, not deep structures)")
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        for child in children:
+            seen += 1
+            stack.append((child, depth + 1))
+        # A rough size: the strings and keys it holds (exact JSON size needs the encoder, which recurses).
+        seen += len(value) if isinstance(value, str) else 0
+        if isinstance(value, dict):
+            seen += sum(len(str(k)) for k in value)
+        if seen > MAX_REQUEST_BYTES:
+            return Problem("", f"a job request is at most {MAX_REQUEST_BYTES // 1024} KiB (Step Functions' limit "
+                               "on an execution's input); shorten it")
+    return None
 
 
 def request_json_schema() -> dict[str, Any]:

@@ -7,13 +7,22 @@ import difflib
 import re
 
 from jobs import catalog
-from jobs.api_limits import MAX_ENVIRONMENT_TEXT
+from jobs.api_limits import (
+    MAX_ENVIRONMENT_TEXT,
+    MAX_IMAGE_URI,
+    MAX_METRIC_NAME,
+    MAX_S3_URI,
+    PLATFORM_ENVIRONMENT,
+)
 
 NAME_MAX = 40  # leaves room for "<prefix>-" and "-<hash>-a<N>" inside SageMaker's 63 characters
 _NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9])*")
 _ENV_KEY = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _GROUP_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _S3_URI = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/.*)?")
+_IP_ADDRESS = re.compile(r"\d+\.\d+\.\d+\.\d+")
+# The service model's S3Uri pattern, and what S3 itself refuses in a bucket name.
+_S3_API = re.compile(r"(https|s3)://([^/]+)/?(.*)")
 
 
 def dataset_kind(uri: str) -> str:
@@ -44,10 +53,41 @@ def check_dataset(uri: str) -> str | None:
     if kind == "unknown":
         return (f"{uri!r} is not a dataset location; use s3://bucket/prefix/, fsx:/path/on/fsx, "
                 "or a local folder (./data, /abs/path) for trainctl local")
-    if kind == "s3" and not _S3_URI.fullmatch(uri):
-        return f"{uri!r} is not a valid S3 URI (s3://bucket/prefix/)"
+    if kind == "s3":
+        return _s3_problem(uri)
     if kind == "fsx" and not fsx_path(uri):
         return "an fsx: dataset needs a path, e.g. fsx:/datasets/c4"
+    if kind == "fsx" and ".." in fsx_path(uri).split("/"):
+        return f"{uri!r} climbs out of its folder with '..'; name the folder under the file system root"
+    if kind == "fsx" and (len(fsx_path(uri)) > 4096 or any(ord(c) < 32 for c in uri)):
+        return f"{uri[:60]!r}...: use a path of at most 4096 printable characters"
+    return None
+
+
+def _s3_problem(uri: str) -> str | None:
+    if not _S3_URI.fullmatch(uri) or any(ord(c) < 32 or ord(c) == 127 for c in uri):
+        return f"{uri[:80]!r} is not a valid S3 URI (s3://bucket/prefix/)"
+    if len(uri) > MAX_S3_URI:
+        return f"is {len(uri)} characters; CreateTrainingJob takes S3 URIs of at most {MAX_S3_URI}"
+    bucket, _, key = uri[len("s3://"):].partition("/")
+    if ".." in bucket or ".-" in bucket or "-." in bucket or _IP_ADDRESS.fullmatch(bucket) \
+            or bucket.startswith("xn--") or bucket.endswith("-s3alias"):
+        return f"{bucket!r} is not a valid bucket name (no '..', '.-', '-.', IP addresses, xn-- or -s3alias)"
+    if "//" in key:
+        # SageMaker refuses such keys at download time: "has an illegal char sub-sequence '//' in it".
+        return f"{uri[:80]!r} has '//' in its key, which SageMaker refuses; remove the empty path segment"
+    return None
+
+
+def check_image(uri: str) -> str | None:
+    if len(uri) > MAX_IMAGE_URI or any(c.isspace() for c in uri):
+        return f"an image URI has at most {MAX_IMAGE_URI} characters and no spaces (CreateTrainingJob's TrainingImage)"
+    return None
+
+
+def check_metric_name(name: str) -> str | None:
+    if len(name) > MAX_METRIC_NAME or not re.fullmatch(r".+", name):
+        return f"a metric name has 1-{MAX_METRIC_NAME} characters on one line"
     return None
 
 
@@ -60,7 +100,8 @@ def check_instance_type(instance_type: str) -> str | None:
 
 
 def check_instance_types(types: tuple[str, ...]) -> list[tuple[int, str]]:
-    return [(i, msg) for i, t in enumerate(types) if (msg := check_instance_type(t))]
+    # Items the engine already refused (null, a number) arrive as None: their problem is reported once.
+    return [(i, msg) for i, t in enumerate(types) if isinstance(t, str) and (msg := check_instance_type(t))]
 
 
 def check_group_name(name: str) -> str | None:
@@ -70,10 +111,13 @@ def check_group_name(name: str) -> str | None:
 def check_environment(env: dict[str, str]) -> list[tuple[str, str]]:
     found = []
     for key, value in env.items():
-        if not _ENV_KEY.fullmatch(key) or len(key) > MAX_ENVIRONMENT_TEXT:
+        if key in PLATFORM_ENVIRONMENT:
+            found.append((key, f"is set by the platform ({key}={PLATFORM_ENVIRONMENT[key]}); remove it"))
+        elif not _ENV_KEY.fullmatch(key) or len(key) > MAX_ENVIRONMENT_TEXT:
             found.append((key, f"names must match [a-zA-Z_][a-zA-Z0-9_]* (at most {MAX_ENVIRONMENT_TEXT} characters)"))
-        elif len(value) > MAX_ENVIRONMENT_TEXT:
-            found.append((key, f"values must be at most {MAX_ENVIRONMENT_TEXT} characters"))
+        elif len(value) > MAX_ENVIRONMENT_TEXT or not _env_text(value):
+            found.append((key, f"values must be at most {MAX_ENVIRONMENT_TEXT} characters, with no control "
+                               "characters"))
     return found
 
 
@@ -90,5 +134,13 @@ def check_tags(tags: dict[str, str]) -> list[tuple[str, str]]:
 
 
 def _tag_text(text: str) -> bool:
-    # The API's pattern is [\p{L}\p{Z}\p{N}_.:/=+\-@]*: letters, separators (spaces), numbers.
-    return all(ch.isalnum() or ch.isspace() or ch in "_.:/=+-@" for ch in text)
+    # The API's pattern is [\p{L}\p{Z}\p{N}_.:/=+\-@]*: letters, separators (spaces), numbers. Python's
+    # isspace() also takes tabs and newlines, which are not separators: only \p{Z} (space-like) counts.
+    return all(ch.isalnum() or ch in "_.:/=+-@" or (ch.isspace() and ch.isprintable()) or ch == " "
+               for ch in text)
+
+
+def _env_text(text: str) -> bool:
+    # The service model's pattern for Environment values is [\S\s]*, but a control character in a variable
+    # breaks the container's env file; tabs are fine.
+    return all(ch == "\t" or ord(ch) >= 32 for ch in text)

@@ -17,6 +17,7 @@ from contract.models import preset_names
 from contract.schema import meta, to_jsonable
 from jobs import catalog
 from jobs.api_limits import (
+    MAX_CHECKPOINT_INTERVAL,
     MAX_ENVIRONMENT,
     MAX_INSTANCE_GROUPS,
     MAX_PENDING_HOURS,
@@ -32,8 +33,10 @@ from jobs.request_fields import (
     check_dataset,
     check_environment,
     check_group_name,
+    check_image,
     check_instance_type,
     check_instance_types,
+    check_metric_name,
     check_name,
     check_tags,
     dataset_kind,
@@ -78,7 +81,7 @@ class Parallelism:
 
 @dataclass(frozen=True)
 class MetricSpec:
-    name: str = field(metadata=meta("CloudWatch metric name"))
+    name: str = field(metadata=meta("CloudWatch metric name", check=check_metric_name))
     regex: str = field(metadata=meta("regex with one group that captures the value from the log"))
 
 
@@ -100,6 +103,9 @@ class RetryPolicy:
         "wait before retrying a SageMaker internal error", min=0, max=86400))
     internal_error_max_retries: int = field(default=3, metadata=meta(
         "internal-error retries in one run", min=0, max=30))
+    hardware_max_retries: int = field(default=2, metadata=meta(
+        "new attempts after a hardware or network fault (unhealthy instance, ECC, NCCL/EFA), with infra_check on",
+        min=0, max=30))
     api_error_wait_seconds: int = field(default=60, metadata=meta(
         "first wait after a quota (ResourceLimitExceeded) or throttling error; doubles each time", min=0, max=86400))
     api_error_wait_max_seconds: int = field(default=900, metadata=meta(
@@ -137,14 +143,16 @@ class JobRequest:
     max_pending_hours: float | None = field(default=None, metadata=meta(
         "accelerated instances only: give up an attempt that waits this long for capacity",
         min=MAX_PENDING_HOURS[0], max=MAX_PENDING_HOURS[1]))
-    checkpoint_interval: int = field(default=500, metadata=meta("training steps between checkpoints", min=1))
+    checkpoint_interval: int = field(default=500, metadata=meta(
+        "training steps between checkpoints", min=1, max=MAX_CHECKPOINT_INTERVAL))
     hyperparameters: dict[str, Any] = field(default_factory=dict, metadata=meta(
         "passed to the training script as `--key value` (JSON-encoded)", check=check_hyperparameters))
     environment: dict[str, str] = field(default_factory=dict, metadata=meta(
         "environment variables of the training container", max=MAX_ENVIRONMENT, check=check_environment))
     framework_version: str | None = field(default=None, metadata=meta(
         "PyTorch (or SMP, for smp) version of the AWS image (null: the platform's default)"))
-    image: str | None = field(default=None, metadata=meta("container image URI, overrides framework_version"))
+    image: str | None = field(default=None, metadata=meta(
+        "container image URI, overrides framework_version", check=check_image))
     warm_pool_minutes: int | None = field(default=None, metadata=meta(
         "keep instances warm this long after the job (null: the platform's default)", min=0, max=MAX_WARM_POOL_MINUTES))
     training_plan: str | None = field(default=None, metadata=meta(

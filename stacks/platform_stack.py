@@ -63,6 +63,7 @@ class PlatformStack(cdk.Stack):
         super().__init__(scope, id, description=f"{name_prefix} training platform: network, storage, "
                                                 f"roles, capacity", **kwargs)
         self.name_prefix = name_prefix
+        self.dataset_prefix = dataset_prefix
         key = PlatformKey(self, "Key", name_prefix=name_prefix, imported_key_arn=kms_key_arn,
                           removal_policy=removal_policy).key
         net = TrainingNetwork(
@@ -122,6 +123,7 @@ class PlatformStack(cdk.Stack):
             checkpoint_bucket=checkpoints.bucket_name,
             output_bucket=outputs.bucket_name,
             dataset_bucket=datasets.bucket_name,
+            dataset_prefix=self.dataset_prefix,
             source_dir_s3_uri=source.s3_uri,
             images=image_mapping.settings(),
             default_framework_version=images.versions["pytorch"][0],

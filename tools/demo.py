@@ -2,7 +2,8 @@
 
 Prepares a real corpus (the byte tokens of Python's standard library), runs examples/local-fsdp.json with
 `trainctl local` (FSDP, 2 processes, gloo), sends SIGTERM mid-run as a Spot reclaim would, runs it again on the
-same work folder so it resumes from the checkpoint, and prints the loss as it falls.
+same work folder so it resumes from the checkpoint, prints the loss as it falls, and draws both runs'
+loss, validation loss and throughput against steps (`trainctl local --chart`) to .demo/local-fsdp/chart.png.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ ROOT = Path(__file__).resolve().parents[1]
 REQUEST = ROOT / "examples" / "local-fsdp.json"
 DATA = ROOT / "data" / "stdlib-bytes"
 WORKDIR = ROOT / ".demo" / "local-fsdp"
+CHART = WORKDIR / "chart.png"
 INTERRUPT_AT_STEP = 70
 
 
-def run(console: Console, label: str, interrupt_at: int | None) -> tuple[int, list[dict[str, float]], float]:
+def run(console: Console, label: str, interrupt_at: int | None,
+        *extra: str) -> tuple[int, list[dict[str, float]], float]:
     """Run `trainctl local` once, streaming its output; SIGTERM it after `interrupt_at` steps if given."""
-    cmd = [sys.executable, "-m", "cli", "local", str(REQUEST), "--nproc", "2", "--workdir", str(WORKDIR)]
+    cmd = [sys.executable, "-m", "cli", "local", str(REQUEST), "--nproc", "2", "--workdir", str(WORKDIR), *extra]
     console.rule(f"[bold]{label}[/bold]: {' '.join(['trainctl', *cmd[3:]])}")
     started = time.time()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
@@ -58,7 +61,8 @@ def main() -> int:
 
     code1, first, t1 = run(console, "run 1", INTERRUPT_AT_STEP)
     checkpoints = sorted(p.name for p in (WORKDIR / "checkpoints").glob("step-*"))
-    code2, second, t2 = run(console, "run 2 (same work folder: resumes)", None)
+    # The second run draws both runs on the work folder (its metrics file holds them all).
+    code2, second, t2 = run(console, "run 2 (same work folder: resumes)", None, "--chart", str(CHART))
     if code1 != 0 or code2 != 0:
         console.print(f"[red]demo failed: exit codes {code1} and {code2}[/red]")
         return 1
@@ -78,6 +82,8 @@ def main() -> int:
                   f"run 2 logged first at step {resumed_at}")
     console.print(f"train_loss {losses[0]:.3f} -> {losses[-1]:.3f}; wall time {t1:.0f} s + {t2:.0f} s; "
                   f"model: {WORKDIR / 'model' / 'model.safetensors'}")
+    console.print(f"chart of both runs (loss, validation loss, tokens/s by step): {CHART.relative_to(ROOT)}",
+                  soft_wrap=True)  # one line, whatever the width: a path to click or copy
     return 0
 
 

@@ -21,7 +21,7 @@ import torch
 
 from contract.errors import ConfigError
 from contract.hyperparameters import TrainConfig
-from training.environment import data_mode
+from training.environment import DataMissing, data_mode
 
 SYNTHETIC_SAMPLES = 1 << 20
 
@@ -29,7 +29,7 @@ SYNTHETIC_SAMPLES = 1 << 20
 def read_meta(directory: str | Path) -> dict:
     path = Path(directory) / "meta.json"
     if not path.exists():
-        raise ConfigError(f"{directory} has no meta.json: write the channel with `python -m training.prepare`")
+        raise DataMissing(f"{directory} has no meta.json: write the channel with `python -m training.prepare`")
     return json.loads(path.read_text())
 
 
@@ -40,7 +40,7 @@ class TokenDataset:
             raise ConfigError(f"{directory}/meta.json has format {meta.get('format')!r}; the decoder needs tokens")
         shards = sorted(Path(directory).glob("*.bin"))
         if not shards:
-            raise ConfigError(f"{directory} holds no *.bin token shards")
+            raise DataMissing(f"{directory} holds no *.bin token shards")
         dtype = np.dtype(meta.get("dtype", "uint16"))
         self.shards = [np.memmap(p, dtype=dtype, mode="r") for p in shards]
         self.seq_len = seq_len
@@ -69,7 +69,7 @@ class ImageDataset:
             raise ConfigError(f"{directory}/meta.json has format {meta.get('format')!r}; the ViT needs images")
         pairs = sorted(Path(directory).glob("images-*.npy"))
         if not pairs:
-            raise ConfigError(f"{directory} holds no images-*.npy shards")
+            raise DataMissing(f"{directory} holds no images-*.npy shards")
         self.images = [np.load(p, mmap_mode="r") for p in pairs]
         self.labels = [np.load(p.with_name(p.name.replace("images-", "labels-")), mmap_mode="r") for p in pairs]
         self.index = np.concatenate([np.stack([np.full(len(x), i), np.arange(len(x))], 1)

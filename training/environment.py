@@ -6,6 +6,7 @@ Every variable name and default path comes from `contract.container`; this is th
 from __future__ import annotations
 
 import json
+import os
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,10 @@ from contract.hyperparameters import TrainConfig
 
 # The marker file a channel may hold to ask for generated data (`trainctl local`'s smoke tests).
 SYNTHETIC_MARKER = "synthetic"  # a file of this name in the train channel asks for generated data
+
+
+class DataMissing(ConfigError):
+    """A channel the run needs is absent or holds no data (a configuration error: exit 2, its own code)."""
 
 
 @dataclass(frozen=True)
@@ -54,12 +59,12 @@ def data_mode(cfg: TrainConfig) -> str:
     """`synthetic` or `channels`: a channel that holds a file named `synthetic` asks for generated data."""
     variable = sm.channel_variable(sm.TRAIN_CHANNEL)
     if cfg.data == "channels" and not cfg.train_dir:
-        raise ConfigError(f"data=channels but there is no train channel ({variable}): "
+        raise DataMissing(f"data=channels but there is no train channel ({variable}): "
                           f"add a '{sm.TRAIN_CHANNEL}' input channel")
     if cfg.data != "auto":
         return cfg.data
     if not cfg.train_dir:
-        raise ConfigError(
+        raise DataMissing(
             f"no train channel ({variable} is not set): add a '{sm.TRAIN_CHANNEL}' input channel, "
             "or set the hyperparameter data=synthetic for a smoke test"
         )
@@ -70,3 +75,14 @@ def data_mode(cfg: TrainConfig) -> str:
 
 def status_path(cfg: TrainConfig) -> Path:
     return Path(cfg.output_data_dir) / sm.STATUS_FILE
+
+
+def failure_path(env: typing.Mapping[str, str] | None = None) -> Path:
+    """Where the one failure line goes: contract.container.FAILURE_FILE in the container, where
+    SM_OUTPUT_DATA_DIR is /opt/ml/output/data; beside the output data dir wherever that is moved
+    (`trainctl local`'s workdir/output, a test's folder)."""
+    env = os.environ if env is None else env
+    data_dir = env.get(sm.ENV_OUTPUT_DATA_DIR)
+    if not data_dir:
+        return Path(sm.FAILURE_FILE)
+    return Path(data_dir).parent / Path(sm.FAILURE_FILE).name

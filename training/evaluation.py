@@ -50,8 +50,10 @@ class Evaluator:
                                           self.batches):
                 for i in range(0, len(idx), self.micro):
                     x, y = (t.to(dist.device) for t in self.val_set.batch(idx[i : i + self.micro]))
-                    count = torch.tensor(float(len(x)), device=dist.device)
-                    total += torch.stack([self.step.loss(x, y) * len(x), count])
+                    # Tensor/pipeline ranks pool their samples and all get the pooled loss: summed over
+                    # the world, each pool counts as often in the loss as in the count.
+                    loss, n = self.step.eval_loss(x, y)
+                    total += torch.stack([loss.float() * n, torch.tensor(float(n), device=dist.device)])
         if torch_dist.is_initialized():
             torch_dist.all_reduce(total)
         model.train()

@@ -47,7 +47,8 @@ def build_job(cfg: TrainConfig, dist: Dist) -> Job:
     global_batch, _ = cfg.batch_layout(dist.world_size)
     precision = resolve_precision(cfg.precision, dist.device)
     n_params = count_params(model)
-    late_init = n_params >= META_INIT_MIN_PARAMS and cfg.strategy in ("fsdp", "smp")
+    # pp and hybrid cut the built model into stages (training.pipeline): they materialize it first.
+    late_init = n_params >= META_INIT_MIN_PARAMS and cfg.strategy in ("fsdp", "smp", "hsdp", "tp")
     if not late_init:
         materialize(model, dist.device, cfg.seed)
     flops = model.flops_per_sample() if hasattr(model, "flops_per_sample") else None

@@ -1,26 +1,32 @@
 """The training loop, made of components (torchtitan's shape); it does not know which strategy it runs.
 
 One optimizer step = `grad_accum` micro-batches per rank (`training.step`). Every step boundary the ranks
-agree on the stop flag; metrics (`training.meter`), evaluation (`training.evaluation`) and checkpoints
-(`training.checkpoint`, which owns their cadence) each decide when they are due.
+agree, in one all-reduce, on the stop flag and the checkpoint time cadence; metrics (`training.meter`),
+evaluation (`training.evaluation`) and checkpoints (`training.checkpoint`, which owns their cadence) each
+decide when they are due. Failures the package knows end the run as `TrainingFailure` (training.outcome):
+CUDA out of memory, and a loss or gradient norm non-finite for `nonfinite_patience` steps in a row.
 """
 
 from __future__ import annotations
 
 import torch
 
+from contract.failures import FailureCode
 from contract.hyperparameters import TrainConfig
 from training.checkpoint import CheckpointManager
 from training.data import GlobalBatchSampler, micro_batches
 from training.distributed import Dist, StopFlag
 from training.evaluation import Evaluator
 from training.job import announce, build_job
-from training.meter import StepMeter
+from training.meter import StepMeter, honest_flops_per_sample
 from training.metrics import MetricsLogger
 from training.optim import build_optimizer, build_scheduler
-from training.outcome import Result, finish
+from training.outcome import Result, TrainingFailure, finish
 from training.state import LoopState, ModelState, OptimizerState, RngState, ScalerState
 from training.step import TrainStep
+
+# torch >= 2.5 names it at the top; older ones only as torch.cuda's.
+OutOfMemory = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 
 
 def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = None) -> Result:
@@ -40,25 +46,55 @@ def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = No
     train_step = TrainStep(job.par, optimizer, scheduler, scaler, job.precision, dist.device, cfg.grad_clip)
     evaluator = Evaluator(train_step, job.val_set, cfg, dist, job.global_batch)
     logger = MetricsLogger(cfg.output_data_dir, dist.is_main, cfg.max_steps)
+    flops = honest_flops_per_sample(job.model, job.seq_len) if job.kind == "tokens" else None
     meter = StepMeter(dist, job.precision, cfg.effective_log_interval, cfg.max_steps, job.global_batch,
-                      job.seq_len if job.kind == "tokens" else 1, job.kind, job.flops_per_sample)
+                      job.seq_len if job.kind == "tokens" else 1, job.kind, flops or job.flops_per_sample,
+                      nonfinite_patience=cfg.nonfinite_patience, count_grad_norm=not scaler.is_enabled())
     job.model.train()
     while state.status == "running":
-        if dist.any_true(stop.raised or (stop_at is not None and state.step >= stop_at)):
+        stopping, time_due = dist.agree(stop.raised or (stop_at is not None and state.step >= stop_at),
+                                        checkpoints.time_due())
+        if stopping:
             state.status = "stopped"
             break
+        if checkpoints.due(state.step, running=True, time_due=time_due):
+            _checkpoint(checkpoints, meter, state.step)
         batches = micro_batches(job.train_set, sampler.next_indices(), cfg.micro_batch_size, dist.device)
-        meter.add(*train_step(batches))
+        try:
+            meter.add(*train_step(batches))
+        except OutOfMemory as e:
+            raise TrainingFailure(FailureCode.OUT_OF_MEMORY, _oom_message(cfg, job, dist, state.step + 1, e)) from None
         state.step += 1
         if meter.due(state.step):
-            logger.log(meter.record(state.step, sampler, scheduler, scaler))
+            meter.raise_if_nonfinite(state.step)
+            logger.log({**meter.record(state.step, sampler, scheduler, scaler),
+                        "checkpoint_age_s": checkpoints.age()})
         logger.progress(state.step)
         if evaluator.due(state.step):
             evaluator.run(state, logger)
             meter.restart()
         state.finish_if_done(cfg.max_steps)
-        if checkpoints.save_if_due(state.step, running=state.status == "running"):
-            meter.restart()
+        if checkpoints.due(state.step, running=state.status == "running"):
+            _checkpoint(checkpoints, meter, state.step)
     logger.close()
-    checkpoints.save_final(state.step)  # stopped, finished or early-stopped: a rerun resumes or sees it done
+    meter.raise_if_nonfinite(state.step)  # never leave a checkpoint of a diverged run as the newest
+    if state.status == "stopped":  # SIGKILL follows SageMaker's SIGTERM: save only what can finish
+        checkpoints.save_at_stop(state.step, dist.max_float(stop.seconds_since()))
+    else:  # finished or early-stopped: a rerun resumes or sees it done
+        checkpoints.save_final(state.step)
     return finish(cfg, dist, job.model, job.export_config, state)
+
+
+def _checkpoint(checkpoints: CheckpointManager, meter: StepMeter, step: int) -> None:
+    meter.raise_if_nonfinite(step)  # a diverged run must not become the newest checkpoint
+    checkpoints.save(step)
+    meter.restart()  # the save's stall is not training time
+
+
+def _oom_message(cfg: TrainConfig, job, dist: Dist, step: int, error: Exception) -> str:
+    shape = f"{cfg.micro_batch_size} x {job.seq_len} tokens" if job.kind == "tokens" else f"{cfg.micro_batch_size} images"
+    first = next((line for line in str(error).splitlines() if line.strip()), "")[:200]
+    return (f"CUDA out of memory on rank {dist.rank} in step {step}, on a micro-batch of {shape} "
+            f"(micro_batch_size={cfg.micro_batch_size}, strategy={cfg.strategy}, precision={cfg.precision}; {first}): "
+            "lower micro_batch_size (raise grad_accum to keep the global batch), or set activation_checkpointing=true, "
+            "or shard with strategy=fsdp")

@@ -1,4 +1,11 @@
-"""The training metrics of a log interval: mean loss over the ranks, step time, throughput, MFU."""
+"""The training metrics of a log interval: mean loss over the ranks, step time, throughput, MFU; and the
+watch on non-finite losses and gradient norms.
+
+MFU convention (`honest_flops_per_sample`, what the metrics and the bench print): training FLOPs per token
+= 6 x the parameters that do matrix work (every parameter except embedding tables, whose lookups do no
+FLOPs; the output projection counts) + 12 x layers x width x sequence length for attention's two matmuls,
+torchtitan's count; against the GPU's dense bf16 peak (training.metrics.PEAK_FLOPS).
+"""
 
 from __future__ import annotations
 
@@ -6,18 +13,35 @@ import time
 
 import torch
 import torch.distributed as torch_dist
+from torch import nn
 
+from contract.failures import FailureCode
 from training.data import GlobalBatchSampler, epoch_fraction
 from training.distributed import Dist
 from training.metrics import peak_flops
+from training.outcome import TrainingFailure
 from training.precision import Precision
+
+
+def honest_flops_per_sample(model: nn.Module, seq_len: int) -> float | None:
+    """Training FLOPs of one sequence of a decoder (the convention above); None for a model that does not
+    say its layers and width (`model.c.n_layer`, `model.c.d_model`): then the model's own figure is used."""
+    inner = getattr(model, "module", model)  # DDP wraps; FSDP2 and compile keep the class and its modules
+    c = getattr(inner, "c", None)
+    layers, width = getattr(c, "n_layer", None), getattr(c, "d_model", None)
+    if not (layers and width):
+        return None
+    lookups = {id(p) for m in inner.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
+    matmul_params = sum(p.numel() for p in inner.parameters() if id(p) not in lookups)
+    return (6 * matmul_params + 12 * layers * width * seq_len) * seq_len
 
 
 class StepMeter:
     """Accumulates steps between metric lines; time spent evaluating or checkpointing is left out."""
 
     def __init__(self, dist: Dist, precision: Precision, log_interval: int, max_steps: int, global_batch: int,
-                 samples_unit: int, kind: str, flops_per_sample: float | None) -> None:
+                 samples_unit: int, kind: str, flops_per_sample: float | None, nonfinite_patience: int = 3,
+                 count_grad_norm: bool = True) -> None:
         self.dist, self.log_interval, self.max_steps = dist, log_interval, max_steps
         self.global_batch, self.flops_per_sample = global_batch, flops_per_sample
         self.unit = global_batch * samples_unit  # tokens (or samples) per optimizer step
@@ -28,6 +52,11 @@ class StepMeter:
         self.loss_sum = torch.zeros((), device=dist.device)
         self.loss_steps = 0
         self.grad_norm: torch.Tensor | None = None
+        # Non-finite steps in a row, counted on the device (no sync per step) and read at log time and
+        # before a save. An fp16 run's scaler skips steps with an Inf gradient on purpose: only its loss counts.
+        self.patience, self.count_grad_norm = nonfinite_patience, count_grad_norm
+        self.streak = torch.zeros((), dtype=torch.int32, device=dist.device)
+        self.worst = torch.zeros((), dtype=torch.int32, device=dist.device)
         self.restart()
 
     def restart(self) -> None:
@@ -38,6 +67,24 @@ class StepMeter:
         self.loss_steps += 1
         self.timed_steps += 1
         self.grad_norm = grad_norm
+        bad = ~torch.isfinite(loss.detach())
+        if grad_norm is not None and self.count_grad_norm:
+            bad = bad | ~torch.isfinite(grad_norm.detach())
+        self.streak = torch.where(bad, self.streak + 1, torch.zeros_like(self.streak))
+        self.worst = torch.maximum(self.worst, self.streak)
+
+    def raise_if_nonfinite(self, step: int) -> None:
+        """Fail the run when any rank saw `nonfinite_patience` non-finite steps in a row. Collective."""
+        worst = self.worst.clone()
+        if torch_dist.is_initialized():
+            torch_dist.all_reduce(worst, op=torch_dist.ReduceOp.MAX)
+        self.worst = self.streak.clone()
+        if int(worst.item()) >= self.patience:
+            what = "loss" if not self.count_grad_norm else "loss or gradient norm"
+            raise TrainingFailure(FailureCode.NON_FINITE, (
+                f"the {what} was NaN/Inf for {int(worst.item())} steps in a row by step {step} "
+                f"(nonfinite_patience={self.patience}): lower lr, keep grad_clip above 0, or use precision=bf16 "
+                "instead of fp16"))
 
     def due(self, step: int) -> bool:
         return step % self.log_interval == 0 or step == self.max_steps

@@ -1,11 +1,15 @@
 """One optimizer step: forward and backward over the micro-batches (gradients synced only on the last),
-clipping, optimizer, grad scaler, LR schedule. The benchmark times exactly this."""
+clipping, optimizer, grad scaler, LR schedule. The benchmark times exactly this.
+
+Tensor- and pipeline-parallel ranks first pool their micro-batches (`share_batch`): the ranks of a batch
+group then run one model on the same samples. A pipeline runs forward and backward through its schedule."""
 
 from __future__ import annotations
 
 import contextlib
 
 import torch
+import torch.distributed as torch_dist
 import torch.nn.functional as F
 from torch.distributed.tensor import DTensor
 
@@ -16,6 +20,19 @@ from training.strategies import Parallelized
 def _grad_norm(model, max_norm: float) -> torch.Tensor:
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     return norm.full_tensor() if isinstance(norm, DTensor) else norm
+
+
+def share_batch(x: torch.Tensor, y: torch.Tensor, group) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every rank's micro-batch of `group`, concatenated in rank order (no group: the batch as it is)."""
+    if group is None:
+        return x, y
+    n = torch_dist.get_world_size(group)
+    out = []
+    for t in (x, y):
+        parts = [torch.empty_like(t) for _ in range(n)]
+        torch_dist.all_gather(parts, t.contiguous(), group=group)
+        out.append(torch.cat(parts))
+    return out[0], out[1]
 
 
 class TrainStep:
@@ -31,10 +48,36 @@ class TrainStep:
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         with self.autocast():
             logits = self.model(x)
-        return F.cross_entropy(logits.flatten(0, -2).float(), y.flatten())
+        return loss_fn(logits, y)
+
+    def eval_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """(mean loss, samples) of one evaluation micro-batch, pooled over the batch group; no gradients."""
+        x, y = share_batch(x, y, self.par.batch_group)
+        if self.par.pipeline is not None:
+            with self.autocast():
+                return self.par.pipeline.forward_loss(x, y, loss_fn), len(x)
+        return self.loss(x, y), len(x)
 
     def __call__(self, micro_batches: list) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`micro_batches`: (inputs, targets) pairs on the device. Returns (mean loss, grad norm), unsynced."""
+        micro_batches = [share_batch(x, y, self.par.batch_group) for x, y in micro_batches]
+        if self.par.pipeline is not None:
+            with self.autocast():
+                total = self.par.pipeline.step(micro_batches, loss_fn, self.scaler)
+        else:
+            total = self._forward_backward(micro_batches)
+        grad_norm = None
+        if self.grad_clip > 0:
+            self.scaler.unscale_(self.optimizer)
+            grad_norm = (self.par.grad_norm(self.grad_clip) if self.par.grad_norm is not None
+                         else _grad_norm(self.model, self.grad_clip))
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        return total, grad_norm
+
+    def _forward_backward(self, micro_batches: list) -> torch.Tensor:
         total = None
         n = len(micro_batches)
         for i, (x, y) in enumerate(micro_batches):
@@ -42,12 +85,8 @@ class TrainStep:
                 loss = self.loss(x, y) / n
                 self.scaler.scale(loss).backward()
             total = loss.detach() if total is None else total + loss.detach()
-        grad_norm = None
-        if self.grad_clip > 0:
-            self.scaler.unscale_(self.optimizer)
-            grad_norm = _grad_norm(self.model, self.grad_clip)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.scheduler.step()
-        return total, grad_norm
+        return total
+
+
+def loss_fn(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.flatten(0, -2).float(), y.flatten())

@@ -1,14 +1,30 @@
 """Entry script: `sagemaker_program` names it. Runs as `python -m training.train`, as `training/train.py`,
 and as the copy `train.py` that the source dir holds at its root next to the `training/` package.
 
-Exit codes: 0 when the run completed, stopped early, or was stopped by SIGTERM/SIGINT after writing its
-checkpoint; 2 for a configuration mistake (one line on stderr naming the field).
+Two roles:
+  worker      under torchrun (LOCAL_RANK set), or one process for `single`: trains (training.loop).
+  supervisor  a multi-process strategy started as a plain process (the toolkit with
+              sagemaker_torch_distributed_enabled=false): starts torchrun in a session of its own and
+              turns the stop signal it gets into a SIGTERM to each worker, so torchrun itself is never
+              signalled and its fixed grace (30 s before torch 2.12) cannot cut a stop-time checkpoint.
+
+Exit codes: 0 when the run completed, stopped early, or was stopped by SIGTERM/SIGINT; 2 for a configuration
+mistake; 1 for the other failures it knows. Every known failure also writes ONE line to the failure file
+(contract.failures, training.environment.failure_path): SageMaker's FailureReason.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
+import time
 from pathlib import Path
+
+# A stop can arrive while torch imports (seconds): record it now, hand it to the StopFlag once it exists.
+_EARLY_STOP: list[tuple[int, float]] = []
+if __name__ == "__main__":
+    for _sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(_sig, lambda signum, frame: _EARLY_STOP.append((signum, time.time())))
 
 if not __package__:
     # Run as the file training/train.py (not the source dir's root copy): make `import training` work.
@@ -17,18 +33,26 @@ if not __package__:
         sys.path.insert(0, str(_here.parent))
 
 from contract.errors import ConfigError  # noqa: E402
+from contract.failures import FailureCode, failure_line  # noqa: E402
 from training.config import parse_args  # noqa: E402
-from training.distributed import StopFlag, setup, teardown  # noqa: E402
+from training.distributed import StopFlag, setup, should_supervise, supervise, teardown  # noqa: E402
+from training.environment import DataMissing  # noqa: E402
+from training.outcome import TrainingFailure, write_failure  # noqa: E402
 
 
 def main(argv: list[str] | None = None, *, stop_at: int | None = None) -> int:
-    stop = StopFlag().install()  # first: a SIGTERM while torch imports must still stop cleanly
+    stop = StopFlag().install()
+    for signum, at in _EARLY_STOP:
+        stop.raise_(signum, at)
+    args = sys.argv[1:] if argv is None else argv
     try:
-        cfg = parse_args(sys.argv[1:] if argv is None else argv)
+        cfg = parse_args(args)
         if cfg.strategy == "smp":  # fail before any process group exists, with the image to use
             from training.strategies.smp import import_smp
 
             import_smp()
+        if argv is None and should_supervise(cfg):
+            return supervise(Path(sys.argv[0]).resolve(), args, stop)
         dist = setup(cfg)
         try:
             from training.loop import train
@@ -37,11 +61,20 @@ def main(argv: list[str] | None = None, *, stop_at: int | None = None) -> int:
         finally:
             teardown()
     except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        return 2
+        code = FailureCode.DATA_MISSING if isinstance(e, DataMissing) else FailureCode.CONFIG_INVALID
+        return _fail(code, str(e), 2)
+    except TrainingFailure as e:
+        return _fail(e.code, str(e), e.exit_code)
     finally:
         stop.uninstall()
     return 0
+
+
+def _fail(code: FailureCode, message: str, exit_code: int) -> int:
+    """One line on stderr (the log) and in the failure file; no traceback for an error the package knows."""
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    write_failure(failure_line(code, message))
+    return exit_code
 
 
 if __name__ == "__main__":

@@ -191,3 +191,53 @@ def test_every_example_renders(platform_file, offline):
         result = run("render", example, "--platform", Path(__file__).parents[2] / "examples/platform-settings.json")
         assert result.exit_code == 0, f"{example.name}: {result.output}"
         validate_parameters(json.loads(result.stdout), _create_input_shape())
+
+
+def test_a_key_given_twice_is_refused_with_its_lines(platform_file, offline, tmp_path):
+    # json.loads would keep the last "spot" and launch on demand without a word.
+    text = (DATA / "ddp.json").read_text().replace('"strategy": "ddp",', '"spot": true,\n  "strategy": "ddp",')
+    text = text.replace('"max_runtime_hours": 6,', '"max_runtime_hours": 6,\n  "spot": false,')
+    (tmp_path / "twice.json").write_text(text)
+    result = run("plan", tmp_path / "twice.json", "--platform", platform_file)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f'{tmp_path / "twice.json"}: line 10: key "spot" appears twice in one object (first on line 3)' \
+        in result.stderr
+    assert 'remove one of the two "spot" keys' in result.stderr
+
+
+def test_the_same_key_in_two_objects_is_fine_and_nested_twins_are_found(platform_file, offline, tmp_path):
+    from cli.errors import UserError
+    from cli.request_file import read_json_object
+
+    ok = tmp_path / "ok.json"
+    ok.write_text('{"name": "a", "instance_groups": [{"name": "g1"}, {"name": "g2"}]}')
+    assert read_json_object(ok, "job request") == {"name": "a", "instance_groups": [{"name": "g1"}, {"name": "g2"}]}
+    nested = tmp_path / "nested.json"
+    nested.write_text('{"name": "a",\n "instance": {"type": "x",\n  "count": 1,\n  "type": "y"}}')
+    with pytest.raises(UserError, match=r'line 4: key "type" appears twice in one object \(first on line 2\)'):
+        read_json_object(nested, "job request")
+
+
+def test_a_platform_file_with_a_key_twice_is_refused(platform_file, offline, tmp_path):
+    text = platform_file.read_text().replace('"region": "us-east-1",', '"region": "us-east-1", "region": "eu-west-1",')
+    (tmp_path / "platform.json").write_text(text)
+    result = run("render", DATA / "ddp.json", "--platform", tmp_path / "platform.json")
+    assert result.exit_code == 2
+    assert 'line 3: key "region" appears twice in one object (first on line 3)' in result.stderr
+
+
+@pytest.mark.parametrize("command", ["plan", "render"])
+def test_without_region_or_credentials_plan_and_render_point_to_platform_file(command, offline):
+    for extra in ((), ("--region", "us-east-1")):
+        result = run(command, DATA / "ddp.json", *extra)
+        _assert_user_error(result, "to read the platform settings (SSM /mltrain/platform-settings)")
+        assert "pass --platform FILE (e.g. examples/platform-settings.json) to work offline" in result.stderr
+
+
+def test_help_groups_the_commands_by_what_they_need():
+    text = run("--help", env={"COLUMNS": "200"}).stdout
+    assert text.index("Offline (no AWS access with --platform FILE)") < text.index("│ plan ") \
+        < text.index("The deployed platform") < text.index("│ submit ") < text.index("This machine") \
+        < text.index("│ local ")
+    # The help is rich markup: the extra's name must survive it.
+    assert "'sagemaker-training-platform[chart]'" in run("status", "--help", env={"COLUMNS": "200"}).stdout

@@ -121,7 +121,9 @@ def test_quota_at_create_then_success(platform_env, clock):
     state = handler.prepare({"request": REQUEST, "execution": EXECUTION})
     state = roundtrip(handler.decide({**state, "failure": {
         "Error": "SageMaker.ResourceLimitExceededException",
-        "Cause": "The account-level service limit 'ml.p4d.24xlarge for spot training job usage' is 0 Instances"}}))
+        # A limit that frees up when other jobs end: worth waiting for (a limit of 0 is not; see below).
+        "Cause": "The account-level service limit 'ml.p4d.24xlarge for spot training job usage' is 2 Instances, "
+                 "with current utilization of 2 Instances and a request delta of 1 Instances."}}))
     assert state["decision"]["action"] == "retry" and state["decision"]["category"] == "quota"
     assert state["run"]["attempts"][0]["status"] == "NotCreated"
     assert state["create"]["ResourceConfig"]["InstanceType"] == "ml.p4d.24xlarge", "quota keeps the type"

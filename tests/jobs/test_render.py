@@ -10,7 +10,7 @@ from botocore.exceptions import ParamValidationError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contract.metrics import metric_definitions
+from contract.metrics import MAX_METRIC_DEFINITIONS, METRIC_NAMES, metric_definitions
 from jobs import catalog
 from jobs.platform import PlatformSettings
 from jobs.render import (
@@ -257,6 +257,24 @@ _text = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01
 _name = st.from_regex(r"[a-zA-Z0-9]([a-zA-Z0-9-]{0,38}[a-zA-Z0-9])?", fullmatch=True)
 _hp_values = st.one_of(st.integers(-10**6, 10**6), st.floats(allow_nan=False, allow_infinity=False, width=32),
                        st.booleans(), _text, st.lists(st.integers(0, 9), max_size=3))
+def _valid_hp_value(name: str):
+    import typing
+
+    from contract.hyperparameters import TrainConfig
+
+    f = {f.name: f for f in dataclasses.fields(TrainConfig)}[name]
+    tp = typing.get_type_hints(TrainConfig)[name]
+    tp = next((a for a in typing.get_args(tp) if a is not type(None)), tp)
+    low, high = f.metadata.get("min"), f.metadata.get("max")
+    if f.metadata.get("choices"):
+        return st.sampled_from(f.metadata["choices"])
+    if tp is bool:
+        return st.booleans()
+    if tp is int:
+        return st.integers(int(low) if low is not None else -10**6, int(high) if high is not None else 10**6)
+    return st.floats(low if low is not None else -1e6, high if high is not None else 1e6, width=32)
+
+
 _HP_KEYS = ["lr", "max_steps", "micro_batch_size", "warmup_steps", "precision", "compile", "seed", "dropout",
             "eval_interval", "seq_len", "weight_decay", "grad_clip", "keep_checkpoints", "log_interval"]
 
@@ -306,7 +324,9 @@ def job_requests(draw) -> dict:
     if accelerated and draw(st.booleans()):
         doc["max_pending_hours"] = draw(st.floats(0.5, 672))
     doc["checkpoint_interval"] = draw(st.integers(1, 10**6))
-    doc["hyperparameters"] = draw(st.dictionaries(st.sampled_from(_HP_KEYS), _hp_values, max_size=8))
+    # Values the training package accepts: its own type, range and choices (contract.hyperparameters).
+    keys = draw(st.lists(st.sampled_from(_HP_KEYS), unique=True, max_size=8))
+    doc["hyperparameters"] = {k: draw(_valid_hp_value(k)) for k in keys}
     doc["environment"] = draw(st.dictionaries(st.from_regex(r"[A-Z_][A-Z0-9_]{0,20}", fullmatch=True), _text,
                                               max_size=100))
     doc["tags"] = draw(st.dictionaries(st.from_regex(r"[a-z][a-z0-9 _.:/=+@-]{0,30}", fullmatch=True).filter(
@@ -316,7 +336,7 @@ def job_requests(draw) -> dict:
         doc["warm_pool_minutes"] = draw(st.integers(0, 360))
     for flag in ("profiler", "infra_check", "network_isolation", "inter_container_encryption"):
         doc[flag] = draw(st.booleans())
-    doc["metrics"] = [{"name": f"extra_{i}", "regex": f"extra_{i}=([0-9.]+)"} for i in range(draw(st.integers(0, 29)))]
+    doc["metrics"] = [{"name": f"extra_{i}", "regex": f"extra_{i}=([0-9.]+)"} for i in range(draw(st.integers(0, MAX_METRIC_DEFINITIONS - len(METRIC_NAMES))))]
     doc["retry"] = {"max_attempts": draw(st.integers(1, 30))}
     return {k: v for k, v in doc.items() if v is not None}
 

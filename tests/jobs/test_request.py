@@ -10,6 +10,7 @@ import pickle
 import pytest
 
 from contract.errors import Problem, RequestInvalid
+from contract.metrics import MAX_METRIC_DEFINITIONS, METRIC_NAMES
 from contract.schema import reference_rows
 from jobs.platform import TrainingPlan
 from jobs.request import JobRequest, parse_request, validate_for_platform
@@ -168,7 +169,7 @@ def test_not_an_object():
     ({"tags": {f"k{i}": "v" for i in range(47)}}, "tags", "at most 46 entries"),
     # 100 is the API's limit; the platform adds TORCH_ELASTIC_SHUTDOWN_TIMEOUT.
     ({"environment": {f"K{i}": "v" for i in range(100)}}, "environment", "at most 99 entries"),
-    ({"metrics": [{"name": f"m{i}", "regex": "m=(\\d+)"} for i in range(30)]}, "metrics", "at most 29 items"),
+    ({"metrics": [{"name": f"m{i}", "regex": "m=(\\d+)"} for i in range(30)]}, "metrics", f"at most {MAX_METRIC_DEFINITIONS - len(METRIC_NAMES)} items"),
     ({"metrics": [{"name": "train_loss", "regex": "loss=(\\d+)"}]}, "metrics[0].name", "already defined"),
     ({"metrics": [{"name": "acc", "regex": "acc=\\d+"}]}, "metrics[0].regex", "capture group"),
     ({"hyperparameters": {"lr": "x" * 2600}}, "hyperparameters.lr", "2500"),

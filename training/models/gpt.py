@@ -15,19 +15,25 @@ from contract.models import GPTConfig
 class Attention(nn.Module):
     def __init__(self, c: GPTConfig) -> None:
         super().__init__()
-        self.n_head = c.n_head
+        self.head_dim = c.d_model // c.n_head
+        # Head-major output rows (head, q|k|v, head_dim): a contiguous slice of rows is whole heads, so tensor
+        # parallelism shards `qkv` by rows (ColwiseParallel) and each rank holds complete heads.
         self.qkv = nn.Linear(c.d_model, 3 * c.d_model, bias=False)
         self.proj = nn.Linear(c.d_model, c.d_model, bias=False)
         self.dropout = c.dropout
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(x).view(b, t, 3, self.n_head, d // self.n_head).permute(2, 0, 3, 1, 4)
+        b, t, _ = x.shape
+        # The local head count comes from the (possibly tensor-parallel) projection's output width.
+        q, k, v = self.qkv(x).view(b, t, -1, 3, self.head_dim).permute(3, 0, 2, 1, 4)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
-        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+        return self.proj(y.transpose(1, 2).reshape(b, t, -1))
 
 
 class Block(nn.Module):
+    # Tensor parallelism (training.strategies.tp): Megatron's split, one all-reduce per attention and per MLP.
+    tp_plan = {"attn.qkv": "colwise", "attn.proj": "rowwise", "fc": "colwise", "out": "rowwise"}
+
     def __init__(self, c: GPTConfig) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(c.d_model)
@@ -44,6 +50,10 @@ class Block(nn.Module):
 
 class GPT(nn.Module):
     data_kind = "tokens"
+    # What a pipeline's first stage keeps before `blocks`, and its last stage after them (training.pipeline).
+    pipeline_edges = (("tok", "pos", "drop"), ("ln_f", "head"))
+    # Outside the blocks: the vocabulary-sized tables, split by vocabulary (the logits gathered whole).
+    tp_plan = {"tok": "embedding", "head": "colwise_gather"}
 
     def __init__(self, c: GPTConfig) -> None:
         super().__init__()
@@ -57,11 +67,15 @@ class GPT(nn.Module):
         self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        pos = torch.arange(idx.shape[1], device=idx.device)
-        x = self.drop(self.tok(idx) + self.pos(pos))
+        # A pipeline stage lacks the embeddings (it gets hidden states) or the head (it returns them).
+        if self.tok is not None:
+            pos = torch.arange(idx.shape[1], device=idx.device)
+            x = self.drop(self.tok(idx) + self.pos(pos))
+        else:
+            x = idx
         for block in self.blocks:
             x = block(x)
-        return self.head(self.ln_f(x))
+        return self.head(self.ln_f(x)) if self.head is not None else x
 
     @torch.no_grad()
     def init_weights(self) -> None:

@@ -12,11 +12,13 @@ from contract.models import ViTConfig
 
 
 class EncoderBlock(nn.Module):
+    tp_plan = {"qkv": "colwise", "proj": "rowwise", "fc": "colwise", "out": "rowwise"}  # see gpt.Block
+
     def __init__(self, c: ViTConfig) -> None:
         super().__init__()
-        self.n_head = c.n_head
+        self.head_dim = c.d_model // c.n_head
         self.ln1 = nn.LayerNorm(c.d_model)
-        self.qkv = nn.Linear(c.d_model, 3 * c.d_model)
+        self.qkv = nn.Linear(c.d_model, 3 * c.d_model)  # head-major rows, as in gpt.Attention
         self.proj = nn.Linear(c.d_model, c.d_model)
         self.ln2 = nn.LayerNorm(c.d_model)
         self.fc = nn.Linear(c.d_model, 4 * c.d_model)
@@ -24,15 +26,16 @@ class EncoderBlock(nn.Module):
         self.drop = nn.Dropout(c.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.n_head, d // self.n_head).permute(2, 0, 3, 1, 4)
+        b, t, _ = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, -1, 3, self.head_dim).permute(3, 0, 2, 1, 4)
         y = F.scaled_dot_product_attention(q, k, v)
-        x = x + self.drop(self.proj(y.transpose(1, 2).reshape(b, t, d)))
+        x = x + self.drop(self.proj(y.transpose(1, 2).reshape(b, t, -1)))
         return x + self.drop(self.out(F.gelu(self.fc(self.ln2(x)))))
 
 
 class ViT(nn.Module):
     data_kind = "images"
+    pipeline_edges = (("patch", "cls", "pos"), ("ln_f", "head"))  # see gpt.GPT
 
     def __init__(self, c: ViTConfig) -> None:
         super().__init__()
@@ -45,11 +48,14 @@ class ViT(nn.Module):
         self.head = nn.Linear(c.d_model, c.num_classes)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        x = self.patch(images).flatten(2).transpose(1, 2)
-        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1) + self.pos
+        if self.patch is not None:
+            x = self.patch(images).flatten(2).transpose(1, 2)
+            x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1) + self.pos
+        else:  # a later pipeline stage: hidden states in
+            x = images
         for block in self.blocks:
             x = block(x)
-        return self.head(self.ln_f(x[:, 0]))
+        return self.head(self.ln_f(x[:, 0])) if self.head is not None else x
 
     @torch.no_grad()
     def init_weights(self) -> None:

@@ -23,6 +23,14 @@ def apply_fsdp(model: nn.Module, mesh: DeviceMesh, device: torch.device, precisi
                reshard_after_forward: bool = True) -> Parallelized:
     if not any(p.is_meta for p in model.parameters()):
         model = model.to(device)
+    shard_model(model, mesh, device, precision, reshard_after_forward)
+    return Parallelized(model=model, grad_sync=gradient_sync(model), use_autocast=False)
+
+
+def shard_model(model: nn.Module, mesh: DeviceMesh, device: torch.device, precision: Precision,
+                reshard_after_forward: bool = True) -> None:
+    """FSDP2 on each block, then on the root. `mesh`: 1-D (shard) or 2-D (replicate, shard: HSDP). Also used
+    by tp, pp and hybrid on their data dimensions (a pipeline stage is a root of its own)."""
     mp = MixedPrecisionPolicy(param_dtype=precision.param, reduce_dtype=precision.reduce)
     for block in getattr(model, "blocks", []):
         fully_shard(block, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
@@ -30,6 +38,10 @@ def apply_fsdp(model: nn.Module, mesh: DeviceMesh, device: torch.device, precisi
     fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=False)
     if not averages_on_reduce_scatter(mesh, device):
         force_sum_reductions(model)
+
+
+def gradient_sync(model: nn.Module):
+    """`grad_sync(False)` for the micro-steps of an accumulation: FSDP2 then keeps unsharded gradients."""
 
     @contextlib.contextmanager
     def grad_sync(enabled: bool):
@@ -39,7 +51,7 @@ def apply_fsdp(model: nn.Module, mesh: DeviceMesh, device: torch.device, precisi
         finally:
             model.set_requires_gradient_sync(True)
 
-    return Parallelized(model=model, grad_sync=grad_sync, use_autocast=False)
+    return grad_sync
 
 
 def averages_on_reduce_scatter(mesh: DeviceMesh, device: torch.device) -> bool:
@@ -47,8 +59,13 @@ def averages_on_reduce_scatter(mesh: DeviceMesh, device: torch.device) -> bool:
 
     Found by probing, not by version: on gloo, torch 2.8's reduce-scatter treats AVG as a sum, so FSDP2's
     gradients came out world-size times too large (2 CPU ranks trained differently from one process with the
-    doubled batch; NCCL and newer torch average correctly).
+    doubled batch; NCCL and newer torch average correctly). On an HSDP mesh the shard group is probed; the
+    replicate all-reduce has no AVG on gloo at all, so a replicate dimension on gloo always sums.
     """
+    if mesh.ndim > 1:
+        if dist.get_backend(mesh.get_group(0)) == "gloo":
+            return False
+        mesh = mesh[mesh.mesh_dim_names[-1]]
     group = mesh.get_group()
     world = dist.get_world_size(group)
     out = torch.zeros(1, device=device)

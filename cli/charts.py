@@ -1,0 +1,199 @@
+"""`--chart FILE`: a run's loss, validation loss and throughput against steps, one line per attempt.
+
+`trainctl status EXECUTION --chart` reads each attempt's `[metrics]` lines from its logs (cli.logs), and
+`trainctl local ... --chart` reads the work folder's metrics file (contract.container.METRICS_FILE), which
+every local run on that folder appends to. matplotlib is an optional extra (`[chart]`): trainctl works
+without it until a chart is asked for, and then says how to install it before doing anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cli.errors import UserError
+from contract.container import METRICS_FILE
+from contract.metrics import METRIC_NAMES
+
+CHART_SUFFIXES = (".png", ".svg", ".pdf")
+INSTALL_HINT = "pip install 'sagemaker-training-platform[chart]' (or: pip install matplotlib)"
+# Throughput: tokens for language models, samples for the others (the training package prints one or both).
+THROUGHPUT = (("tokens_per_sec", "tokens/s"), ("samples_per_sec", "samples/s"))
+
+
+@dataclass
+class RunMetrics:
+    """One attempt's (or one local run's) metric records, in the order they were logged."""
+
+    label: str
+    records: list[dict[str, float]] = field(default_factory=list)
+
+
+def series(run: RunMetrics, name: str) -> tuple[list[float], list[float]]:
+    """The steps and values of one metric; records without it (val_loss is logged only at evaluations)
+    or with a non-finite value (a diverged loss) are left out."""
+    steps, values = [], []
+    for record in run.records:
+        value = record.get(name)
+        if "step" in record and value is not None and math.isfinite(value):
+            steps.append(record["step"])
+            values.append(value)
+    return steps, values
+
+
+def throughput_metric(runs: list[RunMetrics]) -> tuple[str, str] | None:
+    """(metric, axis label) of the throughput the runs logged, tokens/s before samples/s."""
+    for name, label in THROUGHPUT:
+        if any(series(run, name)[0] for run in runs):
+            return name, label
+    return None
+
+
+def check_chart_option(path: Path) -> None:
+    """Refuse a --chart value that cannot be written, and a missing matplotlib, before any work starts."""
+    if path.suffix.lower() not in CHART_SUFFIXES:
+        raise UserError(f"--chart {path}: the file name must end in {', '.join(CHART_SUFFIXES)}",
+                        f"e.g. --chart {path.with_suffix('.png')}")
+    if path.is_dir():
+        raise UserError(f"--chart {path}: is a directory", f"name a file, e.g. --chart {path / 'chart.png'}")
+    _matplotlib()
+
+
+def _matplotlib() -> Any:
+    try:
+        import matplotlib
+    except ImportError:
+        raise UserError("--chart needs matplotlib, which is not installed", INSTALL_HINT) from None
+    return matplotlib
+
+
+def render(runs: list[RunMetrics], title: str) -> Any:
+    """A matplotlib Figure (Agg canvas, no pyplot state): loss above, throughput below, steps across."""
+    _matplotlib()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import StrMethodFormatter
+
+    figure = Figure(figsize=(9, 6.5), layout="constrained")
+    FigureCanvasAgg(figure)
+    loss, speed = figure.subplots(2, 1, sharex=True, height_ratios=(3, 2))
+    colors = _colors(len(runs))
+    for run, color in zip(runs, colors, strict=True):
+        steps, values = series(run, "train_loss")
+        loss.plot(steps, values, color=color, linewidth=1.6, label=f"{run.label} train")
+        steps, values = series(run, "val_loss")
+        if steps:
+            loss.plot(steps, values, color=color, linestyle="--", marker="o", markersize=4,
+                      label=f"{run.label} validation")
+    throughput = throughput_metric(runs)
+    for run, color in zip(runs, colors, strict=True):
+        if throughput:
+            steps, values = series(run, throughput[0])
+            speed.plot(steps, values, color=color, linewidth=1.4, label=run.label)
+    _mark_restarts(runs, (loss, speed))
+    loss.set_title(title, loc="left", fontsize=11)
+    loss.set_ylabel("loss")
+    loss.legend(fontsize=8, loc="upper right")
+    speed.set_ylabel(throughput[1] if throughput else "throughput (not logged)")
+    speed.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+    speed.set_xlabel("step")
+    for axes in (loss, speed):
+        axes.grid(True, alpha=0.3)
+    return figure
+
+
+def _colors(count: int) -> list[str]:
+    palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f"]
+    return [palette[i % len(palette)] for i in range(count)]
+
+
+def _mark_restarts(runs: list[RunMetrics], axes: tuple[Any, ...]) -> None:
+    """A dotted line where each attempt after the first logged its first step: where it resumed."""
+    for run in runs[1:]:
+        steps = [r["step"] for r in run.records if "step" in r]
+        if steps:
+            for one in axes:
+                one.axvline(steps[0], color="#888888", linestyle=":", linewidth=1)
+
+
+def write_chart(runs: list[RunMetrics], path: Path, title: str) -> bool:
+    """Draw and save; False (nothing written) when no run logged a step yet."""
+    runs = [run for run in runs if any("step" in r for r in run.records)]
+    if not runs:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    render(runs, title).savefig(path, dpi=110)
+    return True
+
+
+# ---- where the records come from -------------------------------------------------------------------
+
+
+def read_metrics_file(path: Path) -> list[dict[str, float]]:
+    """The records of a metrics JSONL file: the known metrics and `time`. A line cut short (a run killed
+    while writing) or not a record is skipped; the rest still charts."""
+    records = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    for line in lines:
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(data, dict):
+            records.append({k: float(v) for k, v in data.items()
+                            if (k in METRIC_NAMES or k == "time") and isinstance(v, int | float)})
+    return records
+
+
+def split_runs(records: list[dict[str, float]], started: float | None = None) -> list[RunMetrics]:
+    """One RunMetrics per run on a work folder: a new run starts where the step goes back (a run
+    resumed from an earlier checkpoint) and at `started`, when this command's run began. Runs that
+    resumed exactly where the one before stopped, before `started`, read as one: the file does not
+    mark where a run began."""
+    runs: list[list[dict[str, float]]] = []
+    previous: dict[str, float] | None = None
+    for record in records:
+        if not runs or _restarted(previous, record) or (
+                started is not None and previous.get("time", 0.0) < started <= record.get("time", 0.0)):
+            runs.append([])
+        runs[-1].append(record)
+        previous = record
+    return [RunMetrics(f"run {i}", run) for i, run in enumerate(runs, start=1)]
+
+
+def _restarted(previous: dict[str, float], record: dict[str, float]) -> bool:
+    """The step went back, or a step's training record came twice. (An evaluation's record shares the
+    step of the training record before it: that is the same run.)"""
+    step, before = record.get("step", math.inf), previous.get("step", -math.inf)
+    return step < before or (step == before and "train_loss" in record and "train_loss" in previous)
+
+
+def local_runs(workdir: Path, started: float | None = None) -> list[RunMetrics]:
+    return split_runs(read_metrics_file(workdir / "output" / "data" / METRICS_FILE), started)
+
+
+def chart_local_run(workdir: Path, path: Path, *, started: float | None = None) -> bool:
+    """`trainctl local --chart`: every run on the work folder, the one that began at `started` last."""
+    from rich.markup import escape
+
+    from cli.console import out
+
+    if write_chart(local_runs(workdir, started), path, f"{workdir.name} (local, {workdir})"):
+        out().print(f"chart: {escape(str(path))}")
+        return True
+    out().print(f"[yellow]no chart:[/] {escape(str(workdir / 'output' / 'data' / METRICS_FILE))} holds no metrics")
+    return False
+
+
+def execution_runs(aws: Any, view: Any) -> list[RunMetrics]:
+    """Each attempt of an execution (cli.executions.ExecutionView) with the records its job logged."""
+    from cli.logs import metric_records
+
+    return [RunMetrics(f"attempt {a.number} ({a.instance_type}{', Spot' if a.spot else ''})",
+                       metric_records(aws, a.job_name)) for a in view.attempts]

@@ -1,0 +1,115 @@
+"""Candidate layouts for one instance shape, each sized: memory per GPU, step time, hours, cost."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from jobs.catalog import SPOT_SAVINGS, InstanceSpec
+from jobs.planning.cadence import Cadence, cadence
+from jobs.planning.layout import Layout, Numerics
+from jobs.planning.memory import memory_per_gpu, optimizer_bytes
+from jobs.planning.shape import ModelFacts
+from jobs.planning.timing import micro_compute, step_time
+
+STARTUP_HOURS = 0.15  # billed provisioning and image download before the first step (SageMaker Downloading)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    layout: Layout
+    instance_type: str
+    memory_gib: float
+    capacity_gib: float
+    step_time_s: float
+    throughput: float  # samples/s or tokens/s
+    throughput_unit: str
+    scaling_efficiency: float
+    hours: float
+    cost_usd: float | None
+    cost_on_demand_usd: float | None
+    spot: bool
+    cadence: Cadence
+    bubble: float
+
+    @property
+    def fits(self) -> bool:
+        return self.memory_gib <= self.capacity_gib
+
+    @property
+    def headroom_gib(self) -> float:
+        return self.capacity_gib - self.memory_gib
+
+    def to_dict(self) -> dict[str, Any]:
+        lay = self.layout
+        return {
+            "strategy": lay.strategy, "degrees": lay.degrees(), "runnable": lay.runnable,
+            "instance_type": self.instance_type, "instance_count": lay.nodes, "gpus": lay.gpus,
+            "memory_per_gpu_gib": round(self.memory_gib, 2), "headroom_gib": round(self.headroom_gib, 2),
+            "fits": self.fits, "step_time_s": round(self.step_time_s, 4),
+            "throughput": round(self.throughput, 1), "throughput_unit": self.throughput_unit,
+            "scaling_efficiency": round(self.scaling_efficiency, 3), "pipeline_bubble": round(self.bubble, 3),
+            "hours": round(self.hours, 3),
+            "cost_usd": None if self.cost_usd is None else round(self.cost_usd, 2),
+            "cost_on_demand_usd": None if self.cost_on_demand_usd is None else round(self.cost_on_demand_usd, 2),
+            "spot": self.spot, "checkpoint_minutes": round(self.cadence.interval_min, 1),
+            "checkpoint_save_s": round(self.cadence.save_s, 1),
+            "work_lost_per_interruption_minutes": round(self.cadence.lost_per_interruption_h * 60, 1),
+        }
+
+
+def layouts(m: ModelFacts, nodes: int, per_node: int, pp_microbatches: int | None = None) -> list[Layout]:
+    """Every strategy that can lay this model over nodes x per_node GPUs."""
+    world = nodes * per_node
+    if world == 1:
+        return [Layout("single", 1, 1)]
+    out = [Layout("ddp", nodes, per_node, replicate=world), Layout("fsdp", nodes, per_node, shard=world)]
+    if nodes > 1 and per_node > 1:
+        out.append(Layout("hsdp", nodes, per_node, replicate=nodes, shard=per_node))
+    heads_split = m.heads and per_node > 1 and m.heads % per_node == 0
+    if heads_split:
+        out.append(Layout("tp", nodes, per_node, shard=nodes, tensor=per_node))
+    if nodes > 1 and m.layers >= nodes:
+        micro = pp_microbatches or 2 * nodes
+        out.append(Layout("pp", nodes, per_node, shard=per_node, pipeline=nodes, microbatches=micro))
+        if heads_split:
+            out.append(Layout("hybrid", nodes, per_node, tensor=per_node, pipeline=nodes, microbatches=micro))
+    return out
+
+
+def total_samples(m: ModelFacts, n: Numerics, sizing: Any, step_samples: int) -> float:
+    """Samples to the end of the data (sizing), else max_steps global batches."""
+    if sizing is not None and sizing.dataset_samples:
+        return sizing.dataset_samples * sizing.epochs
+    if sizing is not None and sizing.dataset_tokens:
+        return sizing.dataset_tokens / max(m.tokens, 1) * sizing.epochs
+    return n.max_steps * step_samples
+
+
+def evaluate(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, sizing: Any, spot: bool) -> Candidate:
+    mem = memory_per_gpu(m, n, lay)
+    st = step_time(m, n, spec, lay)
+    accum = lay.microbatches if lay.pipeline > 1 else n.accum(lay.data_parallel)
+    step_samples = n.micro_batch * accum * lay.data_parallel
+    samples_s = step_samples / st.total
+    ideal = n.micro_batch / micro_compute(m, n, spec, Layout("single", 1, 1))  # one GPU, no communication
+    tokens = m.kind == "decoder"
+    state = 4 * m.params + optimizer_bytes(m.params, m.param_tensors, n.optimizer)
+    cad = cadence(state, lay.nodes, spot, n.async_checkpoint)
+    train_h = total_samples(m, n, sizing, step_samples) / samples_s / 3600
+    hours = STARTUP_HOURS + train_h * (1 + cad.overhead)
+    price = spec.price_usd_hour
+    on_demand = None if price is None else hours * price * lay.nodes
+    cost = None if on_demand is None else on_demand * ((1 - SPOT_SAVINGS) if spot else 1.0)
+    return Candidate(
+        layout=lay, instance_type=spec.instance_type, memory_gib=mem.needed_gib,
+        capacity_gib=float(spec.accelerator_memory_gib), step_time_s=st.total,
+        throughput=samples_s * (m.tokens if tokens else 1), throughput_unit="tokens/s" if tokens else "samples/s",
+        scaling_efficiency=samples_s / (ideal * lay.gpus), hours=hours, cost_usd=cost, cost_on_demand_usd=on_demand,
+        spot=spot, cadence=cad, bubble=st.bubble)
+
+
+def best(cands: list[Candidate], auto_only: bool = False) -> Candidate | None:
+    """Highest throughput that fits; within 2% the simpler strategy wins (the order layouts() lists them in)."""
+    pool = [c for c in cands if c.fits and (c.layout.auto_ok or not auto_only)]
+    return max(pool, key=lambda c: c.throughput / 1.02 ** cands.index(c)) if pool else None

@@ -1,0 +1,101 @@
+"""How a run is laid out (strategy and degrees over nodes x GPUs) and the numerics it trains with.
+
+Numerics come from the request's `hyperparameters` read as the training package reads them: the
+defaults are contract.hyperparameters.TrainConfig's, keys may be spelled with dashes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from contract.hyperparameters import TRAINING_STRATEGIES, TrainConfig, canonical_name
+from jobs.planning.shape import PlanInputError
+
+DEGREES = ("replicate", "shard", "tensor", "pipeline")
+# What `strategy: auto` may resolve to: strategies that need no degrees from the request's `parallel` section
+# (the renderer takes tp/pp degrees from there, not from the plan), among those the package runs.
+AUTO_STRATEGIES = tuple(s for s in ("single", "ddp", "fsdp") if s in TRAINING_STRATEGIES)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """`strategy` over `nodes` instances of `gpus_per_node` GPUs; replicate x shard x tensor x pipeline = GPUs."""
+
+    strategy: str
+    nodes: int
+    gpus_per_node: int
+    replicate: int = 1
+    shard: int = 1
+    tensor: int = 1
+    pipeline: int = 1
+    microbatches: int = 1  # per pipeline step
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def data_parallel(self) -> int:
+        """Ranks that see different samples."""
+        return self.replicate * self.shard
+
+    @property
+    def state_split(self) -> int:
+        """Ways parameters, gradients and optimizer state are divided."""
+        return self.shard * self.tensor * self.pipeline
+
+    @property
+    def runnable(self) -> bool:
+        """Does the training package run this strategy today (contract.hyperparameters.TRAINING_STRATEGIES)?"""
+        return self.strategy in TRAINING_STRATEGIES
+
+    @property
+    def auto_ok(self) -> bool:
+        return self.strategy in AUTO_STRATEGIES
+
+    def degrees(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in DEGREES}
+
+
+@dataclass(frozen=True)
+class Numerics:
+    compute_bytes: int  # bytes of an activation element: 2 (bf16/fp16 autocast) or 4 (fp32)
+    optimizer: str
+    activation_checkpointing: bool
+    micro_batch: int
+    seq_len: int | None
+    global_batch: int | None
+    grad_accum: int | None
+    max_steps: int
+    reshard_after_forward: bool
+    compile: bool
+    async_checkpoint: bool
+
+    def accum(self, data_parallel: int) -> int:
+        """Micro-batches per optimizer step per rank, as TrainConfig.batch_layout computes it (rounded up)."""
+        if self.global_batch is None:
+            return self.grad_accum or 1
+        return max(1, -(-self.global_batch // (self.micro_batch * data_parallel)))
+
+    def global_samples(self, data_parallel: int) -> int:
+        return self.global_batch or self.micro_batch * data_parallel * self.accum(data_parallel)
+
+
+def numerics(hyperparameters: dict[str, Any]) -> Numerics:
+    """The request's hyperparameters over TrainConfig's defaults; `precision: auto` is bf16 on GPUs."""
+    given = {canonical_name(k): v for k, v in (hyperparameters or {}).items()}
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    cfg = TrainConfig(**{k: v for k, v in given.items() if k in known and k not in ("strategy", "model")})
+    for name in ("micro_batch_size", "max_steps"):
+        value = getattr(cfg, name)
+        if not isinstance(value, int) or value < 1:
+            raise PlanInputError(f"hyperparameters.{name}", value, "must be a whole number of at least 1")
+    # `auto` is bf16 on a GPU (training.precision); without native bf16 (V100, T4) it is emulated, still 2 bytes.
+    compute_bytes = 4 if cfg.precision == "fp32" else 2
+    return Numerics(compute_bytes=compute_bytes, optimizer=cfg.optimizer,
+                    activation_checkpointing=bool(cfg.activation_checkpointing), micro_batch=cfg.micro_batch_size,
+                    seq_len=cfg.seq_len, global_batch=cfg.global_batch_size, grad_accum=cfg.grad_accum,
+                    max_steps=cfg.max_steps, reshard_after_forward=bool(cfg.fsdp_reshard_after_forward),
+                    compile=bool(cfg.compile), async_checkpoint=bool(cfg.async_checkpoint))

@@ -1,0 +1,107 @@
+"""Bytes per GPU: training state by strategy and degree, activations from the shapes, and overheads.
+
+Training state (what the package allocates; tests/jobs/test_planner_memory.py checks it against PyTorch):
+fp32 weights (4 B/param: autocast and FSDP's MixedPrecisionPolicy both keep fp32 masters), fp32 gradients
+(4 B), AdamW's two fp32 moments (8 B) and one fp32 `step` per parameter tensor; the package's SGD has no
+momentum (training.optim passes none), so no state. DDP also keeps gradient buckets (4 B/param:
+gradient_as_bucket_view is off) and autocast caches bf16 copies of the weights (2 B/param) for the step.
+
+Activations, bytes per token per block (flash attention, no dropout; a = 2 at bf16/fp16, 4 at fp32):
+the two LayerNorm inputs on the fp32 residual stream 2 x 4h; saved matmul inputs qkv a.h, proj a.h,
+fc a.h, out a.4h; q, k, v 3a.h and the attention output a.h; the GELU input a.4h: 8h + 15a.h (38h at bf16).
+With activation checkpointing a block keeps only its fp32 input (4h) and one block is live while it is
+recomputed. A decoder's loss adds per token vocab x (a logits + 4 fp32 copy + 4 log-softmax) and its
+head input. Tensor parallelism (with sequence parallelism) divides all of these by the tensor degree.
+Calibration (one H100, bf16 autocast, fp32 weights, fused AdamW, peak allocated): see CALIBRATION.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jobs.planning.layout import Layout, Numerics
+from jobs.planning.shape import ModelFacts
+
+GIB = 2 ** 30
+ALLOCATOR_SLACK = 0.10  # reserved beyond allocated (fragmentation of PyTorch's caching allocator)
+CONTEXT_GIB = 1.5  # CUDA context, cuBLAS workspace and NCCL buffers: outside PyTorch's allocated bytes
+
+# (model, size, micro-batch, activation checkpointing) -> measured peak allocated GiB on one H100 80GB,
+# torch 2.11, bf16 autocast, fp32 weights, fused AdamW (the brief of issue 11; vit base once read 21.5 GiB
+# in an older run, we fit to the newer 17.70).
+CALIBRATION = {
+    ("gpt", "1b", 8, False): 40.53,
+    ("gpt", "1b", 8, True): 23.01,
+    ("gpt", "350m", 16, False): 28.10,
+    ("vit", "base", 256, False): 17.70,
+    ("vit", "large", 128, False): 25.52,
+}
+
+
+@dataclass(frozen=True)
+class Memory:
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    extra: float  # DDP buckets, autocast's weight cache, FSDP's gathered blocks
+
+    @property
+    def allocated(self) -> float:
+        # zero_grad(set_to_none=True) frees the gradients before forward; backward refills them as it frees the
+        # activations, so the peak (end of forward) holds the larger of the two, not both.
+        return self.weights + self.optimizer + self.extra + max(self.activations, self.gradients)
+
+    @property
+    def needed_gib(self) -> float:
+        """What the GPU must hold: allocated, the allocator's slack, and the CUDA/NCCL context."""
+        return self.allocated * (1 + ALLOCATOR_SLACK) / GIB + CONTEXT_GIB
+
+
+def optimizer_bytes(params: int, tensors: int, optimizer: str) -> int:
+    """AdamW: exp_avg and exp_avg_sq in fp32 and a 4-byte `step` per tensor; SGD without momentum: none."""
+    return 8 * params + 4 * tensors if optimizer == "adamw" else 0
+
+
+def block_activation_bytes(m: ModelFacts, n: Numerics) -> float:
+    """Saved bytes per token of one block (see the module's docstring)."""
+    return 8 * m.hidden + 15 * n.compute_bytes * m.hidden
+
+
+def activation_bytes(m: ModelFacts, n: Numerics, layout: Layout) -> float:
+    """Peak activations on the busiest GPU: the first pipeline stage holds `in_flight` micro-batches."""
+    a, t = n.compute_bytes, layout.tensor
+    if m.kind == "other" and not m.hidden:
+        return m.other_activation_bytes * n.micro_batch * a / 2
+    tokens = n.micro_batch * m.tokens
+    layers = -(-m.layers // layout.pipeline)
+    per_block = block_activation_bytes(m, n) / t
+    # With checkpointing, block inputs are kept and one block is recomputed at a time.
+    blocks = layers * 4 * m.hidden / t + per_block if n.activation_checkpointing else layers * per_block
+    in_flight = min(layout.pipeline, layout.microbatches) if layout.pipeline > 1 else 1
+    head = (m.vocab * (a + 8) + (4 + a) * m.hidden) / t if m.kind == "decoder" else 0.0
+    inputs = a * m.image_bytes / m.tokens if m.kind == "vit" else 0.0  # the patch conv's saved input
+    return tokens * (blocks * in_flight + head + inputs)
+
+
+def memory_per_gpu(m: ModelFacts, n: Numerics, layout: Layout) -> Memory:
+    split = layout.state_split
+    weights = 4 * m.params / split
+    grads = 4 * m.params / split
+    opt = optimizer_bytes(m.params, m.param_tensors, n.optimizer) / split
+    extra = 0.0
+    sharded = layout.shard > 1 or layout.tensor > 1 or layout.pipeline > 1
+    if not sharded:
+        if layout.gpus > 1:
+            extra += 4 * m.params  # DDP's gradient buckets
+        if n.compute_bytes < 4:
+            extra += 2 * m.params  # autocast's bf16 weight cache, alive until the step ends
+    else:
+        gathered = m.block_params / (layout.tensor * 1.0)
+        extra += 2 * gathered * (n.compute_bytes + 4)  # current + prefetched block, and its fp32 grads
+        root = m.params - m.layers * m.block_params
+        if layout.shard > 1 and root > 0:
+            extra += n.compute_bytes * root / (layout.tensor * layout.pipeline)  # root stays gathered
+        if n.accum(layout.data_parallel) > 1:
+            extra += n.compute_bytes * m.params / (layout.tensor * layout.pipeline)  # unsynced grads
+    return Memory(weights, grads, opt, activation_bytes(m, n, layout), extra)

@@ -1,0 +1,120 @@
+"""`trainctl plan` sizing: candidates for the request's shape and others, the recommendation, and warnings."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobs import catalog
+from jobs.planning.candidates import Candidate, best, evaluate, layouts
+from jobs.planning.layout import AUTO_STRATEGIES, Numerics, numerics
+from jobs.planning.shape import ModelFacts, PlanInputError, model_facts
+from jobs.planning.warnings import PlanWarning, add_warnings
+
+# Shapes compared against the request's: the training families' largest sizes (8 GPUs, EFA).
+COMPARED_TYPES = ("ml.p4d.24xlarge", "ml.p4de.24xlarge", "ml.p5.48xlarge", "ml.p5en.48xlarge",
+                  "ml.g5.48xlarge", "ml.g6e.48xlarge")
+COMPARED_NODES = (1, 2, 4, 8, 16, 32)
+
+
+@dataclass
+class PlanResult:
+    recommendation: Candidate | None
+    auto: Candidate | None  # the best strategy the training package runs, for `strategy: auto`
+    candidates: list[Candidate]
+    warnings: list[PlanWarning] = field(default_factory=list)
+    model: ModelFacts | None = None
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"recommendation": self.recommendation.to_dict() if self.recommendation else None,
+                "auto_strategy": self.auto.layout.strategy if self.auto else None, "reason": self.reason,
+                "candidates": [c.to_dict() for c in self.candidates],
+                "warnings": [{"code": w.code, "message": w.message} for w in self.warnings]}
+
+
+def requested_shape(spec: catalog.InstanceSpec, count: int, sizing: Any) -> tuple[int, int]:
+    """(nodes, GPUs per node) the request asks for, cut down to sizing.max_gpus."""
+    if count < 1:
+        raise PlanInputError("instance.count", count, "must be at least 1 instance")
+    max_gpus = getattr(sizing, "max_gpus", None)
+    if max_gpus is not None and max_gpus < 1:
+        raise PlanInputError("sizing.max_gpus", max_gpus, "must be at least 1 (1 asks for one GPU)")
+    per_node = spec.accelerators
+    if max_gpus is not None and max_gpus < count * per_node:
+        return (1, max_gpus) if max_gpus < per_node else (max_gpus // per_node, per_node)
+    return count, per_node
+
+
+def _spec(instance_type: str) -> catalog.InstanceSpec:
+    spec = catalog.lookup(instance_type)
+    if spec is None:
+        raise PlanInputError("instance.type", instance_type, "not in the instance catalog (jobs.catalog); "
+                             "use e.g. ml.p4d.24xlarge")
+    if not spec.runnable:
+        raise PlanInputError("instance.type", instance_type, f"{spec.accelerator} runs Neuron, not CUDA: the "
+                             "training package cannot run there; use a GPU type such as ml.p5.48xlarge")
+    return spec
+
+
+def shape_candidates(m: ModelFacts, n: Numerics, spec: catalog.InstanceSpec, nodes: int, per_node: int,
+                     sizing: Any, spot: bool, pp_micro: int | None) -> list[Candidate]:
+    # A global_batch_size that the data-parallel ranks cannot split evenly is refused by the training package
+    # (TrainConfig.batch_layout): such layouts are left out unless nothing else is left.
+    every = layouts(m, nodes, per_node, pp_micro)
+    even = [lay for lay in every if not n.global_batch or n.global_batch % (n.micro_batch * lay.data_parallel) == 0]
+    return [evaluate(m, n, spec, lay, sizing, spot) for lay in even or every]
+
+
+def other_shapes(m: ModelFacts, n: Numerics, request_type: str, sizing: Any, spot: bool,
+                 taken: tuple[str, int, int]) -> list[Candidate]:
+    max_gpus = getattr(sizing, "max_gpus", None) or 10 ** 6
+    out = []
+    for instance_type in dict.fromkeys((request_type, *COMPARED_TYPES)):
+        spec = catalog.lookup(instance_type)
+        shapes = [(1, 1)] + [(k, spec.accelerators) for k in COMPARED_NODES]
+        for nodes, per_node in shapes:
+            if nodes * per_node > max_gpus or (instance_type, nodes, per_node) == taken:
+                continue
+            pick = best(shape_candidates(m, n, spec, nodes, per_node, sizing, spot, None))
+            if pick is not None:
+                out.append(pick)
+    return out
+
+
+def plan_request(request: Any, platform: Any = None, now: dt.datetime | None = None) -> PlanResult:
+    """Size a parsed JobRequest. Raises PlanInputError for inputs the planner cannot use."""
+    spec = _spec(request.training_instance_type)
+    if spec.kind != "gpu":
+        return PlanResult(None, None, [], [PlanWarning("not_sized", f"{spec.instance_type} has no GPU: the planner "
+                                                    "sizes GPU runs only")], reason="CPU instance: plain ddp")
+    count = request.instance.count if request.instance else sum(g.count for g in request.instance_groups
+                                                                 if g.type == spec.instance_type)
+    sizing = request.sizing
+    n = numerics(request.hyperparameters)
+    m = model_facts(request.model, request.model_size, request.model_shape, n.seq_len)
+    if m is None:
+        raise PlanInputError("model_shape", None, f"{request.model!r} has no preset: give model_shape (kind, "
+                             "layers, hidden, heads, or params and flops_per_sample)")
+    spot = bool(request.spot) and (sizing.allow_spot if sizing else True)
+    nodes, per_node = requested_shape(spec, count, sizing)
+    pp_micro = request.parallel.pipeline_microbatches if request.parallel else None
+    mine = shape_candidates(m, n, spec, nodes, per_node, sizing, spot, pp_micro)
+    least = min(mine, key=lambda c: c.memory_gib)
+    rec = best(mine) or least
+    auto = best(mine, auto_only=True) or min((c for c in mine if c.layout.auto_ok), key=lambda c: c.memory_gib)
+    others = other_shapes(m, n, spec.instance_type, sizing, spot, (spec.instance_type, nodes, per_node))
+    result = PlanResult(rec, auto, mine + others, model=m, reason=_reason(rec, auto))
+    add_warnings(result, request, platform, now or dt.datetime.now(dt.UTC))
+    return result
+
+
+def _reason(rec: Candidate, auto: Candidate) -> str:
+    lay = rec.layout
+    fit = (f"{rec.memory_gib:.1f} of {rec.capacity_gib:.0f} GiB per GPU" if rec.fits
+           else f"needs {rec.memory_gib:.1f} GiB per GPU, more than {rec.capacity_gib:.0f}")
+    text = f"{lay.strategy} over {lay.gpus} GPU(s): {fit}, {rec.step_time_s:.3g} s/step"
+    if auto is not rec:
+        text += f"; `strategy: auto` runs {auto.layout.strategy} (auto picks among {', '.join(AUTO_STRATEGIES)})"
+    return text

@@ -1,0 +1,113 @@
+"""Seconds per optimizer step: compute at an achievable fraction of peak, memory traffic, and the collectives
+each strategy runs, overlapped where the strategy overlaps them.
+
+Compute per micro-batch on one GPU = FLOPs / (peak x MATMUL_EFFICIENCY) + TRAFFIC x activation bytes / memory
+bandwidth, plus the fused AdamW pass (28 B per local parameter: read p, g, m, v; write p, m, v). Fitted on
+one H100 (989 TFLOPS, 3.35 TB/s), bf16 autocast, eager, with MATMUL_EFFICIENCY fixed at 0.75 (large bf16
+GEMMs) and TRAFFIC fitted by least squares. Model against measured: gpt 1b 8x2048 238.3 vs 225.7 ms (+5.6%),
+gpt 350m 16x1024 128.7 vs 121.3 (+6.1%), vit base 256 images 86.8 vs 101.3 (-14.3%), vit large 128 images
+131.6 vs 148.5 (-11.4%); gpt 1b compiled 218.2 vs 205.5 (+6.2%), checkpointed 283.8 vs 269.9 (+5.2%).
+Communication: ring collectives on NVLink/PCIe inside a node and EFA between nodes at LINK_EFFICIENCY of the
+published rates; a node's NIC carries every group that crosses it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from jobs.catalog import InstanceSpec
+from jobs.planning.layout import Layout, Numerics
+from jobs.planning.memory import activation_bytes, optimizer_bytes
+from jobs.planning.shape import ModelFacts
+
+MATMUL_EFFICIENCY = 0.75
+TRAFFIC = 9.34  # activation bytes moved per byte saved (reads and writes of every elementwise pass)
+COMPILED_TRAFFIC = 0.75  # torch.compile fuses elementwise passes: 225.7 -> 205.5 ms on gpt 1b
+# Checkpointing repeats each block's forward (not the head's): measured 269.9 / 225.7 ms on gpt 1b.
+RECOMPUTE_FACTOR = 269.9 / 225.7
+LINK_EFFICIENCY = 0.8  # NCCL bus bandwidth against the link rate (nccl-tests on NVLink and EFA reach 75-90%)
+OVERLAP = 0.8  # share of a compute phase a bucketed/prefetched collective can hide behind
+COLLECTIVE_LATENCY_S = 30e-6  # per collective call (NCCL ring start-up over NVLink/EFA)
+
+
+@dataclass(frozen=True)
+class StepTime:
+    compute: float  # seconds of computation per step (all micro-batches, bubbles included)
+    exposed_comm: float  # seconds of communication not hidden behind compute
+    bubble: float  # pipeline idle fraction
+
+    @property
+    def total(self) -> float:
+        return self.compute + self.exposed_comm
+
+
+def micro_compute(m: ModelFacts, n: Numerics, spec: InstanceSpec, layout: Layout) -> float:
+    """Seconds of one micro-batch's forward and backward on one GPU of this layout."""
+    gpu = spec.gpu
+    split = layout.tensor * layout.pipeline
+    flops = m.flops_per_sample * n.micro_batch / split
+    saved = activation_bytes(m, replace(n, activation_checkpointing=False), Layout("single", 1, 1)) / split
+    traffic = saved * TRAFFIC * (COMPILED_TRAFFIC if n.compile else 1.0)
+    seconds = flops / (gpu.peak_tflops * 1e12 * MATMUL_EFFICIENCY) + traffic / (gpu.memory_gbps * 1e9)
+    return seconds * (RECOMPUTE_FACTOR if n.activation_checkpointing else 1.0)
+
+
+def collective(kind: str, payload: float, spec: InstanceSpec, per_node: int, nodes: int, groups: int) -> float:
+    """Seconds of a ring all-reduce ('ar') or all-gather/reduce-scatter ('ag') of `payload` bytes per GPU over a
+    group with `per_node` GPUs in each of `nodes` nodes; `groups` such groups share each node's NIC."""
+    f = 2.0 if kind == "ar" else 1.0
+    seconds = COLLECTIVE_LATENCY_S
+    if per_node > 1:
+        seconds += f * (per_node - 1) / per_node * payload / (spec.gpu.link_gbps * 1e9 * LINK_EFFICIENCY)
+    if nodes > 1:
+        nic = spec.network_gbits / 8 * 1e9 * LINK_EFFICIENCY
+        seconds += groups * f * (nodes - 1) / nodes * payload / nic
+    return seconds
+
+
+def _data_parallel_comm(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, fwd: float, bwd: float,
+                        accum: int) -> float:
+    """Exposed seconds per step of the data-parallel collectives (DDP, FSDP, HSDP, and the data dimension of
+    tp/pp/hybrid), given one micro-batch's forward and backward seconds."""
+    a, g = n.compute_bytes, lay.gpus_per_node
+    local = m.params / (lay.tensor * lay.pipeline)  # parameters one data-parallel group moves
+    if lay.shard == 1 and lay.replicate == 1:
+        return 0.0
+    # A node's GPUs split into tensor/pipeline ranks first; a data-parallel group takes one GPU of each tensor
+    # group, so it has g // tensor GPUs in a node and all of the node's groups share its NIC.
+    dp_per_node = max(1, g // lay.tensor) if lay.pipeline == 1 else g // lay.tensor
+    if lay.shard == 1:  # DDP: one fp32 all-reduce per step, overlapped with the last backward
+        per_node = min(lay.replicate, dp_per_node)
+        t = collective("ar", 4 * local, spec, per_node, lay.replicate // per_node, g // per_node)
+        return max(0.0, t - OVERLAP * bwd)
+    shard_per_node = min(lay.shard, dp_per_node)
+    shard_nodes = lay.shard // shard_per_node
+    groups = g // shard_per_node
+    gather = collective("ag", a * local, spec, shard_per_node, shard_nodes, groups)
+    scatter = collective("ag", 4 * local, spec, shard_per_node, shard_nodes, groups)
+    regather = gather if n.reshard_after_forward else 0.0
+    per_micro = max(0.0, gather - OVERLAP * fwd) + max(0.0, regather - OVERLAP * bwd)
+    exposed = accum * per_micro + max(0.0, scatter - OVERLAP * bwd)
+    if lay.replicate > 1:  # HSDP: the shard's gradients all-reduced across replicas, after the reduce-scatter
+        exposed += collective("ar", 4 * local / lay.shard, spec, 1, lay.replicate, g // lay.tensor)
+    return exposed
+
+
+def step_time(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout) -> StepTime:
+    accum = lay.microbatches if lay.pipeline > 1 else n.accum(lay.data_parallel)
+    micro = micro_compute(m, n, spec, lay)
+    fwd, bwd = micro / 3, 2 * micro / 3
+    stages = lay.pipeline
+    bubble = (stages - 1) / (accum + stages - 1) if stages > 1 else 0.0
+    compute = micro * (accum + stages - 1)
+    local = m.params / (lay.tensor * lay.pipeline)
+    compute += (optimizer_bytes(int(local), 0, n.optimizer) + 12 * local) / (spec.gpu.memory_gbps * 1e9)
+    comm = _data_parallel_comm(m, n, spec, lay, fwd, bwd, accum)
+    if lay.tensor > 1:  # 4 all-reduce-sized exchanges of the block output per block per micro-batch, exposed
+        tokens = n.micro_batch * m.tokens
+        per_block = 4 * collective("ar", n.compute_bytes * tokens * m.hidden, spec, lay.tensor, 1, 1)
+        comm += per_block * -(-m.layers // stages) * (accum + stages - 1)
+    if stages > 1:  # activations and their gradients across each stage boundary (EFA), per micro-batch
+        boundary = n.compute_bytes * n.micro_batch * m.tokens * m.hidden / lay.tensor
+        comm += 2 * (accum + stages - 1) * collective("ag", boundary, spec, 1, 2, 1)
+    return StepTime(compute, comm, bubble)

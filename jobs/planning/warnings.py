@@ -1,0 +1,117 @@
+"""What the plan warns about: a run that does not fit, does not pay, misses its deadline or budget, cannot be
+fed by its input mode, or outlives its training plan."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from jobs.planning.cadence import PLAN_RECLAIM_HOURS
+
+POOR_EFFICIENCY = 0.5  # below this, more than half of the GPU-hours wait on communication
+# FSx for Lustre: the platform's file system (README: PERSISTENT_2, 1200 GiB at 250 MB/s per TiB). FastFile
+# streams from S3 on demand: we take 0.5 GB/s per instance (an assumption, not a published figure). File mode
+# copies the data to local storage first, then reads at disk speed: never the bottleneck, but slower to start.
+FSX_BYTES_S = 1.2 * 250e6
+FASTFILE_BYTES_S_PER_NODE = 0.5e9
+CAPACITY_WAIT_HOURS = 1.0  # Spot capacity does not come back at once after an interruption
+
+
+@dataclass(frozen=True)
+class PlanWarning:
+    code: str
+    message: str
+
+
+def _shape(c: Any) -> str:
+    return f"{c.layout.strategy} on {c.layout.nodes} x {c.instance_type} ({c.layout.gpus} GPUs)"
+
+
+def add_warnings(result: Any, request: Any, platform: Any, now: dt.datetime) -> None:
+    rec, w = result.recommendation, result.warnings
+    sizing = request.sizing
+    if not rec.fits:
+        fitting = [c for c in result.candidates if c.fits and c.instance_type == rec.instance_type]
+        smallest = min(fitting, key=lambda c: c.layout.gpus, default=None)
+        w.append(PlanWarning("does_not_fit", (
+            f"no strategy fits {rec.layout.nodes} x {rec.instance_type}: the best needs {rec.memory_gib:.1f} GiB per "
+            f"GPU of {rec.capacity_gib:.0f}; set hyperparameters.activation_checkpointing, lower micro_batch_size"
+            + (f", or use {_shape(smallest)}" if smallest else "") + ".")))
+    if result.auto is not rec and rec.fits:
+        why = "needs degrees from the request's `parallel` section" if rec.layout.runnable else \
+            "is not in the training package yet"
+        w.append(PlanWarning("auto_picks_other", (
+            f"{rec.layout.strategy} would be best, but it {why}: `strategy: auto` "
+            f"runs {result.auto.layout.strategy} ({result.auto.step_time_s:.3g} s/step against "
+            f"{rec.step_time_s:.3g}).")))
+    if rec.layout.gpus > 1 and rec.scaling_efficiency < POOR_EFFICIENCY:
+        cheaper = [c for c in result.candidates if c.layout.gpus < rec.layout.gpus and c.fits]
+        alt = min(cheaper, key=lambda c: c.hours * c.layout.nodes, default=None)
+        w.append(PlanWarning("distribution_does_not_pay", (
+            f"{rec.layout.gpus} GPUs run at {rec.scaling_efficiency:.0%} of linear scaling: communication outweighs "
+            "the compute per step (raise micro_batch_size, or use fewer GPUs)"
+            + (f"; {_shape(alt)} takes {alt.hours:.2f} h" + (f" for ${alt.cost_usd:,.0f}" if alt.cost_usd else "")
+               if alt else "") + ".")))
+    _deadline_and_budget(result, sizing, w)
+    _io(result, request, w)
+    _training_plan(result, request, platform, now, w)
+
+
+def _deadline_and_budget(result: Any, sizing: Any, w: list) -> None:
+    rec = result.recommendation
+    deadline = getattr(sizing, "deadline_hours", None)
+    if deadline is not None and rec.hours > deadline:
+        meets = [c for c in result.candidates if c.fits and c.hours <= deadline]
+        fastest = min(meets, key=lambda c: c.cost_usd or c.hours * c.layout.nodes, default=None)
+        w.append(PlanWarning("deadline_unreachable", (
+            f"the run takes {rec.hours:.2f} h, past the {deadline:g} h deadline; "
+            + (f"{_shape(fastest)} meets it in {fastest.hours:.2f} h" if fastest else
+               "no candidate within sizing.max_gpus meets it: extend the deadline or shrink the data/epochs") + ".")))
+    elif deadline is not None and rec.spot:
+        interruptions = rec.hours / rec.cadence.mtbi_h
+        worst = rec.hours + interruptions * (rec.cadence.lost_per_interruption_h + CAPACITY_WAIT_HOURS) * 2
+        if worst > deadline:
+            w.append(PlanWarning("spot_risks_deadline", (
+                f"on Spot, expect {interruptions:.1f} interruptions; with capacity waits the run may take "
+                f"{worst:.1f} h, past the {deadline:g} h deadline: set spot false, or "
+                "retry.interruptions_before_on_demand lower.")))
+    budget = getattr(sizing, "budget_usd", None)
+    if budget is not None and rec.cost_usd is not None and rec.cost_usd > budget:
+        w.append(PlanWarning("over_budget", f"the run costs ${rec.cost_usd:,.0f}, over sizing.budget_usd={budget:g}."))
+
+
+def _io(result: Any, request: Any, w: list) -> None:
+    rec, m = result.recommendation, result.model
+    if m is None or m.sample_bytes is None:
+        return
+    samples_s = rec.throughput / (m.tokens if rec.throughput_unit == "tokens/s" else 1)
+    need = samples_s * m.sample_bytes
+    mode = request.effective_input_mode
+    supply = {"FSx": FSX_BYTES_S, "FastFile": FASTFILE_BYTES_S_PER_NODE * rec.layout.nodes}.get(mode)
+    if supply is not None and need > supply:
+        w.append(PlanWarning("io_bound", (
+            f"{samples_s:,.0f} samples/s need {need / 1e6:,.0f} MB/s of input; {mode} gives about "
+            f"{supply / 1e6:,.0f} MB/s: the GPUs will wait (use File mode, a larger FSx, or fewer GPUs).")))
+
+
+def _training_plan(result: Any, request: Any, platform: Any, now: dt.datetime, w: list) -> None:
+    name = getattr(request, "training_plan", None)
+    plan = (getattr(platform, "training_plans", None) or {}).get(name) if name else None
+    if plan is None:
+        return
+    end = getattr(plan, "end_time", None)
+    if end is None:
+        w.append(PlanWarning("training_plan_end_unknown", (
+            f"training plan {name!r} has no end time in the platform settings: the planner cannot check the run "
+            "ends before SageMaker reclaims the instances (30 min before the plan ends); add `end_time` (ISO 8601, "
+            "UTC) to PlatformSettings.training_plans entries.")))
+        return
+    end = end if isinstance(end, dt.datetime) else dt.datetime.fromisoformat(str(end).replace("Z", "+00:00"))
+    rec = result.recommendation
+    left = (end - now).total_seconds() / 3600 - PLAN_RECLAIM_HOURS
+    if rec.hours > left:
+        last = end - dt.timedelta(hours=PLAN_RECLAIM_HOURS, seconds=rec.cadence.save_s * 2)
+        w.append(PlanWarning("training_plan_ends", (
+            f"the run takes {rec.hours:.1f} h but plan {name!r} reclaims its instances in {max(left, 0):.1f} h: "
+            f"checkpoint by {last:%Y-%m-%d %H:%M} UTC (set hyperparameters.checkpoint_minutes) and resume on a new plan.")))

@@ -1,0 +1,121 @@
+"""Worked sizing scenarios, and inputs the planner cannot use answered with the field, the value and the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs.planning import PlanInputError, plan_request
+from jobs.request import parse_request
+
+DATASET = "s3://bucket/data/"
+
+
+def request(**fields):
+    return parse_request({"name": "sizing", "dataset": DATASET, **fields})
+
+
+def codes(result):
+    return {w.code for w in result.warnings}
+
+
+def test_resnet50_on_imagenet_on_one_p4d_is_data_parallel_near_8x():
+    r = request(model="my.pkg:resnet50", instance={"type": "ml.p4d.24xlarge"}, input_mode="File",
+                model_shape={"kind": "other", "params": 25_600_000, "flops_per_sample": 3 * 4.1e9},
+                hyperparameters={"micro_batch_size": 256}, sizing={"dataset_samples": 1_281_167, "epochs": 90})
+    result = plan_request(r)
+    rec = result.recommendation
+    assert rec.layout.strategy == "ddp" and rec.layout.gpus == 8 and rec.fits
+    one_gpu = next(c for c in result.candidates if c.instance_type == "ml.p4d.24xlarge" and c.layout.gpus == 1)
+    assert rec.throughput / one_gpu.throughput > 7.0  # near 8x
+    assert "distribution_does_not_pay" not in codes(result)
+
+
+def test_3b_vit_shards_within_the_node_and_replicates_across_nodes():
+    shape = {"kind": "vit", "layers": 48, "hidden": 2304, "heads": 18, "image_size": 224, "patch_size": 14}
+    r = request(model="my.pkg:vit3b", instance={"type": "ml.p4d.24xlarge", "count": 4}, model_shape=shape,
+                hyperparameters={"micro_batch_size": 8, "global_batch_size": 4096})
+    result = plan_request(r)
+    single_replica = [c for c in result.candidates if c.layout.strategy == "ddp" and c.instance_type ==
+                      "ml.p4d.24xlarge" and c.layout.nodes == 4]
+    assert single_replica and not single_replica[0].fits  # 16 B x 3B of state does not fit 40 GB
+    rec = result.recommendation
+    assert (rec.layout.strategy, rec.layout.shard, rec.layout.replicate) == ("hsdp", 8, 4)
+
+
+def test_70b_decoder_needs_tensor_within_nodes_and_pipeline_across():
+    shape = {"kind": "decoder", "params": 70_000_000_000, "layers": 80, "hidden": 8192, "heads": 64,
+             "seq_len": 4096, "vocab_size": 32000}
+    one = plan_request(request(model="my.pkg:llama", instance={"type": "ml.p5.48xlarge"}, model_shape=shape,
+                               hyperparameters={"micro_batch_size": 1}))
+    assert "does_not_fit" in codes(one) and not one.recommendation.fits
+    four = plan_request(request(model="my.pkg:llama", instance={"type": "ml.p5.48xlarge", "count": 4},
+                                model_shape=shape, hyperparameters={"micro_batch_size": 1}))
+    rec = four.recommendation
+    assert rec.fits and rec.layout.tensor == 8 and rec.layout.pipeline == 4
+
+
+def test_100m_model_with_a_small_batch_on_several_nodes_does_not_pay():
+    shape = {"kind": "decoder", "layers": 12, "hidden": 768, "heads": 12, "seq_len": 256, "vocab_size": 8192}
+    result = plan_request(request(model="my.pkg:small", instance={"type": "ml.p4d.24xlarge", "count": 4},
+                                  model_shape=shape, hyperparameters={"micro_batch_size": 1}))
+    assert "distribution_does_not_pay" in codes(result)
+
+
+def test_a_deadline_the_cluster_cannot_meet():
+    result = plan_request(request(model="gpt", model_size="1b", instance={"type": "ml.p4d.24xlarge", "count": 2},
+                                  sizing={"dataset_tokens": 300_000_000_000, "deadline_hours": 24, "max_gpus": 16}))
+    assert "deadline_unreachable" in codes(result)
+    assert result.recommendation.hours > 24
+
+
+def test_max_gpus_one_asks_for_one_gpu():
+    result = plan_request(request(model="gpt", model_size="125m", instance={"type": "ml.p4d.24xlarge", "count": 2},
+                                  sizing={"max_gpus": 1}))
+    assert result.recommendation.layout.strategy == "single" and result.recommendation.layout.gpus == 1
+    assert all(c.layout.gpus == 1 for c in result.candidates)
+
+
+def test_json_has_the_documented_keys():
+    doc = plan_request(request(model="gpt", model_size="350m", instance={"type": "ml.p5.48xlarge"},
+                               spot=True, sizing={"dataset_tokens": 10**10})).to_dict()
+    assert set(doc) >= {"recommendation", "candidates", "warnings"}
+    keys = {"strategy", "degrees", "instance_type", "instance_count", "gpus", "memory_per_gpu_gib", "fits",
+            "step_time_s", "throughput", "throughput_unit", "scaling_efficiency", "hours", "cost_usd", "spot",
+            "checkpoint_minutes"}
+    assert keys <= set(doc["recommendation"]) and all(keys <= set(c) for c in doc["candidates"])
+    assert doc["recommendation"]["spot"] is True and doc["recommendation"]["throughput_unit"] == "tokens/s"
+
+
+@pytest.mark.parametrize(("fields", "field"), [
+    ({"model": "my.pkg:m", "instance": {"type": "ml.p4d.24xlarge"}}, "model_shape"),
+    ({"model": "my.pkg:m", "instance": {"type": "ml.p4d.24xlarge"},
+      "model_shape": {"kind": "decoder", "params": 1000, "layers": 32, "hidden": 4096, "heads": 32}},
+     "model_shape.params"),
+    ({"model": "my.pkg:m", "instance": {"type": "ml.p4d.24xlarge"},
+      "model_shape": {"kind": "decoder", "layers": 4, "hidden": 100, "heads": 3}}, "model_shape.heads"),
+    ({"model": "my.pkg:m", "instance": {"type": "ml.p4d.24xlarge"}, "model_shape": {"kind": "other"}},
+     "model_shape.params"),
+])
+def test_inputs_the_planner_cannot_use_name_the_field(fields, field):
+    with pytest.raises(PlanInputError) as info:
+        plan_request(request(**fields))
+    assert info.value.field == field and field in str(info.value)
+
+
+def test_trainium_and_unknown_types_are_refused_with_the_field():
+    import dataclasses
+
+    base = request(instance={"type": "ml.p4d.24xlarge"})
+    for instance_type in ("ml.trn1.32xlarge", "ml.p9.nope"):  # request validation refuses both first, too
+        with pytest.raises(PlanInputError, match="instance.type"):
+            plan_request(dataclasses.replace(base, instance=dataclasses.replace(base.instance, type=instance_type)))
+
+
+def test_zero_instances_and_zero_gpus_are_refused_with_the_field():
+    from jobs.catalog import lookup
+    from jobs.planning.plan import requested_shape
+
+    with pytest.raises(PlanInputError, match="instance.count"):
+        requested_shape(lookup("ml.p4d.24xlarge"), 0, None)
+    with pytest.raises(PlanInputError, match="sizing.max_gpus"):
+        requested_shape(lookup("ml.p4d.24xlarge"), 1, type("S", (), {"max_gpus": 0})())

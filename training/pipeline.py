@@ -1,0 +1,206 @@
+"""Pipeline parallelism: the model cut into stages at block boundaries, run by a torch.distributed.pipelining
+schedule (1F1B, interleaved 1F1B with 2 stages per rank, or GPipe).
+
+Names stay the original model's. A stage is a shallow copy of the model that keeps only its blocks (under
+their original indices, `blocks.5.attn...`), and the model's `pipeline_edges`: what comes before the blocks
+on the first stage, what comes after on the last. A rank's `model` (what the optimizer, the checkpoint and
+the export see) is the same kind of copy holding the union of its stages; the stages share its modules.
+So a checkpoint's keys are the whole model's, whatever the stage count: it resumes on 1 stage or on 4.
+
+Stages are balanced by parameter count (contiguous blocks, each stage at least one block, the heaviest stage
+as light as possible). Stage s lives on pipeline rank s mod p (torch's looped placement for interleaving).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.distributed as torch_dist
+from torch import nn
+
+from contract.errors import ConfigError
+
+SCHEDULES = {"1f1b": "Schedule1F1B", "interleaved_1f1b": "ScheduleInterleaved1F1B", "gpipe": "ScheduleGPipe"}
+
+
+def stages_per_rank(schedule: str) -> int:
+    return 2 if schedule == "interleaved_1f1b" else 1
+
+
+class KeptBlocks(nn.Module):
+    """Some of a model's blocks under their original indices, iterated in order like the ModuleList."""
+
+    def __init__(self, blocks: dict[int, nn.Module]) -> None:
+        super().__init__()
+        for i in sorted(blocks):
+            self.add_module(str(i), blocks[i])
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+
+def balance(weights: list[int], n_stages: int, first: int = 0, last: int = 0) -> list[range]:
+    """Contiguous block ranges, one per stage, minimizing the heaviest stage (`first`/`last`: the edges'
+    weight on the first and last stage). Exact: dynamic programming over (blocks, stages)."""
+    n = len(weights)
+    if n < n_stages:
+        raise ConfigError(f"the model has {n} blocks, fewer than the {n_stages} pipeline stages "
+                          "(pp_degree x stages per rank): lower pp_degree or use the 1f1b schedule")
+    prefix = [0]
+    for w in weights:
+        prefix.append(prefix[-1] + w)
+
+    def cost(stage: int, i: int, j: int) -> int:
+        return prefix[j] - prefix[i] + (first if stage == 0 else 0) + (last if stage == n_stages - 1 else 0)
+
+    inf = float("inf")
+    best = [[inf] * (n + 1) for _ in range(n_stages + 1)]  # best[s][j]: first j blocks in s stages
+    cut = [[0] * (n + 1) for _ in range(n_stages + 1)]
+    best[0][0] = 0
+    for s in range(1, n_stages + 1):
+        for j in range(s, n - (n_stages - s) + 1):
+            for i in range(s - 1, j):
+                c = max(best[s - 1][i], cost(s - 1, i, j))
+                if c < best[s][j]:
+                    best[s][j], cut[s][j] = c, i
+    ranges, j = [], n
+    for s in range(n_stages, 0, -1):
+        ranges.append(range(cut[s][j], j))
+        j = cut[s][j]
+    return ranges[::-1]
+
+
+def part(model: nn.Module, block_ids, first: bool, last: bool) -> nn.Module:
+    """A shallow copy of `model` with only these blocks and, per `first`/`last`, its edges; shares modules."""
+    before, after = getattr(model, "pipeline_edges", (None, None))
+    if before is None:
+        raise ConfigError(f"pipeline parallelism needs a model with `blocks` and `pipeline_edges` "
+                          f"({type(model).__name__} has none): use the gpt or vit reference models")
+    piece = model.__class__.__new__(model.__class__)
+    # Own copies of the registries (_modules, _parameters, hooks...): removing a part from one copy, or
+    # FSDP registering hooks on it, must not touch the others.
+    piece.__dict__ = {k: copy.copy(v) if isinstance(v, dict) else v for k, v in model.__dict__.items()}
+    piece.blocks = KeptBlocks({i: model.blocks[i] for i in block_ids})
+    for name in (() if first else before) + (() if last else after):
+        setattr(piece, name, None)
+    return piece
+
+
+def split(model: nn.Module, n_stages: int, pp_rank: int, pp: int) -> tuple[nn.Module, dict[int, nn.Module]]:
+    """(this rank's model, {stage index: stage module}) for the stages s with s mod pp == pp_rank."""
+    blocks = list(model.blocks)
+    size = lambda names: sum(p.numel() for n in names if (m := getattr(model, n, None)) is not None  # noqa: E731
+                             for p in (m.parameters() if isinstance(m, nn.Module) else [m]))
+    before, after = model.pipeline_edges
+    ranges = balance([sum(p.numel() for p in b.parameters()) for b in blocks], n_stages, size(before), size(after))
+    mine = [s for s in range(n_stages) if s % pp == pp_rank]
+    stages = {s: part(model, ranges[s], s == 0, s == n_stages - 1) for s in mine}
+    owned = [i for s in mine for i in ranges[s]]
+    return part(model, owned, 0 in mine, n_stages - 1 in mine), stages
+
+
+def adopt_root_parameters(model: nn.Module, stages: dict[int, nn.Module]) -> None:
+    """FSDP2 registers sharded parameters on the module that owns them: a stage's own (root-level) ones,
+    such as a ViT's class token, then live in the stage's registry only. The rank's model takes them."""
+    for stage in stages.values():
+        for name, p in stage._parameters.items():
+            if p is not None:
+                model._parameters[name] = p
+
+
+class Pipeline:
+    """A schedule over this rank's stages; `step` trains on the loop's micro-batches, `forward_loss` evaluates."""
+
+    def __init__(self, stages: dict[int, nn.Module], n_stages: int, schedule: str, n_microbatches: int,
+                 pp_group, device: torch.device) -> None:
+        from torch.distributed import pipelining
+
+        self.stages, self.n_stages, self.group, self.device = stages, n_stages, pp_group, device
+        self.pp = torch_dist.get_world_size(pp_group)
+        self.pp_rank = torch_dist.get_rank(pp_group)
+        self.last_rank = torch_dist.get_global_rank(pp_group, (n_stages - 1) % self.pp)
+        self.m = n_microbatches
+        self._losses: list[torch.Tensor] = []
+        self._factor, self._loss_fn, self._scaler = 1.0, None, None
+        runtime = [pipelining.PipelineStage(mod, s, n_stages, device, group=pp_group) for s, mod in stages.items()]
+        cls = getattr(pipelining, SCHEDULES[schedule])
+        # scale_grads=False: the loss is divided by micro-batches x accumulation here, so gradients
+        # accumulated over several schedule steps are not rescaled by each.
+        self.schedule = cls(runtime if len(runtime) > 1 or schedule == "interleaved_1f1b" else runtime[0],
+                            n_microbatches, loss_fn=self._loss, scale_grads=False)
+
+    def _loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        loss = self._loss_fn(output, target) * self._factor
+        self._losses.append(loss.detach())
+        return self._scaler.scale(loss) if self._scaler is not None else loss
+
+    def step(self, micro_batches: list, loss_fn, scaler) -> torch.Tensor:
+        """Forward and backward of every micro-batch; the mean loss, on every rank of the pipeline."""
+        self._loss_fn, self._scaler, self._factor = loss_fn, scaler, 1.0 / (self.m * len(micro_batches))
+        self._losses = []
+        for x, y in micro_batches:
+            args = (x,) if 0 in self.stages else ()
+            target = y if self.n_stages - 1 in self.stages else None
+            self.schedule.step(*args, target=target)
+        total = torch.stack(self._losses).sum() if self._losses else torch.zeros((), device=self.device)
+        return self._from_last(total)
+
+    def _from_last(self, value: torch.Tensor) -> torch.Tensor:
+        value = value.float().contiguous()
+        torch_dist.broadcast(value, src=self.last_rank, group=self.group)
+        return value
+
+    @torch.no_grad()
+    def forward_loss(self, x: torch.Tensor, y: torch.Tensor, loss_fn) -> torch.Tensor:
+        """Forward only, stage after stage (evaluation; torch 2.8's schedules have no eval step)."""
+        act = x
+        for s in range(self.n_stages):
+            if s not in self.stages:
+                continue
+            prev = (s - 1) % self.pp
+            if s > 0 and prev != self.pp_rank:
+                act = self._recv(prev)
+            act = self.stages[s](act)
+            nxt = (s + 1) % self.pp
+            if s < self.n_stages - 1 and nxt != self.pp_rank:
+                self._send(act, nxt)
+        loss = loss_fn(act, y) if self.n_stages - 1 in self.stages else torch.zeros((), device=self.device)
+        return self._from_last(loss)
+
+    _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+    def _send(self, t: torch.Tensor, peer: int) -> None:
+        dst = torch_dist.get_global_rank(self.group, peer)
+        header = torch.tensor([self._DTYPES.index(t.dtype), t.dim(), *t.shape, *[0] * (6 - t.dim())],
+                              dtype=torch.int64, device=self.device)
+        torch_dist.send(header, dst, group=self.group)
+        torch_dist.send(t.contiguous(), dst, group=self.group)
+
+    def _recv(self, peer: int) -> torch.Tensor:
+        src = torch_dist.get_global_rank(self.group, peer)
+        header = torch.empty(8, dtype=torch.int64, device=self.device)
+        torch_dist.recv(header, src, group=self.group)
+        dtype, ndim = self._DTYPES[int(header[0])], int(header[1])
+        out = torch.empty(header[2 : 2 + ndim].tolist(), dtype=dtype, device=self.device)
+        torch_dist.recv(out, src, group=self.group)
+        return out
+
+
+def gather_full_state_dict(model: nn.Module, is_main: bool) -> dict[str, torch.Tensor]:
+    """The whole model's tensors on global rank 0 (empty elsewhere): each pipeline rank's parts, gathered
+    whole over their data/tensor groups, then over the pipeline group that holds rank 0. Collective."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+    state = {k: v.detach().cpu().contiguous() for k, v in state.items()}
+    group = model.pipeline_group
+    ranks = torch_dist.get_process_group_ranks(group)
+    if 0 not in ranks:
+        return {}
+    parts = [None] * len(ranks) if is_main else None
+    torch_dist.gather_object(state, parts, dst=0, group=group)
+    return {k: v for p in parts for k, v in p.items()} if is_main else {}

@@ -1,0 +1,62 @@
+"""Pipeline parallelism (`pp`), and with tensor parallelism inside each stage the 3-D `hybrid`.
+
+The model is cut into pp_degree x stages-per-rank stages (training.pipeline); tensor parallelism, when
+tp_degree > 1, splits each stage's layers over the tensor ranks; FSDP2, when more than one data-parallel
+rank remains, shards each stage over them. The loop sees the rank's model (original names, only its parts)
+and a `Pipeline` that `TrainStep` drives instead of calling the model.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+
+from contract.errors import ConfigError
+from contract.hyperparameters import TrainConfig
+from training.grad_norm import clip_grad_norm
+from training.mesh import Degrees, batch_group, data_mesh
+from training.pipeline import Pipeline, adopt_root_parameters, split, stages_per_rank
+from training.precision import Precision
+from training.strategies import Parallelized
+from training.strategies.fsdp import shard_model
+from training.strategies.tp import check_heads, tensor_parallelize
+
+
+def microbatches(cfg: TrainConfig, degrees: Degrees) -> int:
+    """pp_microbatches (default 2 x pipeline ranks), checked against the batch a pipeline step splits."""
+    m = cfg.pp_microbatches or 2 * degrees.pp
+    pooled = cfg.micro_batch_size * degrees.pp * degrees.tp  # the batch group's micro-batches, pooled
+    if m < degrees.pp:
+        raise ConfigError(f"pp_microbatches={m} is fewer than the {degrees.pp} pipeline stages: the pipeline "
+                          "would never fill; use at least pp_degree micro-batches (default 2 x pp_degree)")
+    if pooled % m:
+        raise ConfigError(f"pp_microbatches={m} does not divide the {pooled} samples a pipeline step gets "
+                          f"(micro_batch_size {cfg.micro_batch_size} x pp_degree {degrees.pp} x tp_degree "
+                          f"{degrees.tp}): change pp_microbatches or micro_batch_size")
+    return m
+
+
+def apply_pp(model: nn.Module, mesh: DeviceMesh, degrees: Degrees, device: torch.device, precision: Precision,
+             cfg: TrainConfig) -> Parallelized:
+    if any(p.is_meta for p in model.parameters()):
+        raise ConfigError("pp and hybrid build the whole model before cutting it: this model is too large for "
+                          "that path today; use fsdp, hsdp or tp")
+    m = microbatches(cfg, degrees)
+    n_stages = degrees.pp * stages_per_rank(cfg.pp_schedule)
+    pp_mesh = mesh["pp"]
+    model, stages = split(model.to(device), n_stages, pp_mesh.get_local_rank(), degrees.pp)
+    if degrees.tp > 1:
+        check_heads(model, degrees.tp)
+        tensor_parallelize(model, mesh["tp"])
+    sharded = degrees.data > 1
+    if sharded:
+        for stage in stages.values():
+            # Gathered parameters stay for the stage's backward: 1F1B interleaves them micro-batch by micro-batch.
+            shard_model(stage, data_mesh(mesh, degrees), device, precision, reshard_after_forward=False)
+        adopt_root_parameters(model, stages)
+    model.pipeline_group = pp_mesh.get_group()  # read by the export (training.pipeline.gather_full_state_dict)
+    pipeline = Pipeline(stages, n_stages, cfg.pp_schedule, m, pp_mesh.get_group(), device)
+    return Parallelized(model=model, use_autocast=not sharded, batch_group=batch_group(mesh, degrees),
+                        pipeline=pipeline,
+                        grad_norm=lambda max_norm: clip_grad_norm(model.parameters(), max_norm, pp_mesh.get_group()))
