@@ -53,13 +53,18 @@ app = typer.Typer(
 
 @app.command("plan", rich_help_panel=OFFLINE)
 @user_errors
-def plan_command(request: RequestArg, platform: PlatformOpt = None, prefix: PrefixOpt = DEFAULT_PREFIX,
-                 region: RegionOpt = None) -> None:
-    """Validate a request and show what would run: instances, world size, parallelism, image, Spot, retries.
+def plan_command(
+    request: RequestArg, platform: PlatformOpt = None, prefix: PrefixOpt = DEFAULT_PREFIX, region: RegionOpt = None,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print the sizing as JSON: recommendation, candidates, warnings.")] = False,
+    chart: Annotated[Path | None, typer.Option(
+        "--chart", metavar="FILE.png", help="Draw hours and cost against GPU count (needs matplotlib).")] = None,
+) -> None:
+    """Validate a request, show what would run, and size it: memory per GPU, step time, hours, cost.
 
     No AWS call when --platform is given.
     """
-    render.show_plan(request, platform, Aws(region=region, prefix=prefix))
+    render.show_plan(request, platform, Aws(region=region, prefix=prefix), as_json=as_json, chart=chart)
 
 
 @app.command("render", rich_help_panel=OFFLINE)

@@ -208,13 +208,32 @@ def _money(value: float | None) -> str:
     return "-" if value is None else f"${value:,.0f}"
 
 
+def shortlist(result: Any) -> list[Any]:
+    """What a terminal shows: every candidate on the requested shape, then per other instance type its fastest
+    and its cheapest fitting candidate (`--json` has them all)."""
+    rec = result.recommendation
+    same = [c for c in result.candidates if (c.instance_type, c.layout.nodes) == (rec.instance_type, rec.layout.nodes)]
+    rows = [rec, *(c for c in same if c is not rec)]
+    for instance_type in dict.fromkeys(c.instance_type for c in result.candidates):
+        fitting = [c for c in result.candidates if c.instance_type == instance_type and c.fits and c not in rows]
+        picks = [min(fitting, key=lambda c: c.hours)] if fitting else []
+        priced = [c for c in fitting if c.cost_usd is not None]
+        if priced:
+            picks.append(min(priced, key=lambda c: c.cost_usd))
+        rows.extend(dict.fromkeys(picks))
+    return rows
+
+
 def sizing_table(result: Any) -> Table:
-    table = Table(title="sizing (estimates: docs in jobs/planning)", title_justify="left")
+    rows = shortlist(result)
+    left = len(result.candidates) - len(rows)
+    title = "sizing (estimates: docs in jobs/planning)" + (f"; {left} more with --json" if left else "")
+    table = Table(title=title, title_justify="left")
     for column in ("", "strategy", "degrees r/s/t/p", "instances", "GiB/GPU", "step s", "throughput", "eff",
                    "hours", "cost", "ckpt min"):
         table.add_column(column, overflow="fold")
     rec = result.recommendation
-    for c in result.candidates:
+    for c in rows:
         d = c.to_dict()
         mark = "*" if c is rec else ""
         strategy = d["strategy"] + ("" if d["runnable"] else " (not in package)")

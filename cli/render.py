@@ -61,14 +61,22 @@ def _loaded_for_platform(request: Path, platform: Path | None, aws: Aws) -> tupl
     return loaded, settings
 
 
-def show_plan(request: Path, platform: Path | None, aws: Aws) -> None:
-    """`trainctl plan`: validate, render the first attempt, and print what would run."""
-    from cli.plan_view import plan_run_id, print_plan
+def show_plan(request: Path, platform: Path | None, aws: Aws, *, as_json: bool = False,
+              chart: Path | None = None) -> None:
+    """`trainctl plan`: validate, render the first attempt, print what would run and how it is sized."""
+    from cli.plan_view import draw_chart, plan_json, plan_run_id, print_plan, print_sizing, sizing_result
 
     loaded, settings = _loaded_for_platform(request, platform, aws)
     create = render_for_platform(loaded, settings, attempt=1, run_id=plan_run_id(loaded.request.name),
                                  instance_type=None, on_demand=False)
+    result = sizing_result(loaded.request, settings)
+    if chart is not None:
+        draw_chart(result, chart)
+    if as_json:
+        typer.echo(plan_json(result))  # plain: a document for other programs
+        return
     print_plan(out(), loaded.request, settings, create)
+    print_sizing(out(), result)
 
 
 def print_rendered(request: Path, platform: Path | None, aws: Aws, *, attempt: int, run_id: str | None,

@@ -66,6 +66,9 @@ class TrainingPlan:
     arn: str = field(metadata=meta("the training plan's ARN (ResourceConfig.TrainingPlanArn)"))
     instance_type: str = field(metadata=meta("the one instance type the plan reserves"))
     instance_count: int = field(metadata=meta("instances the plan reserves", min=1))
+    end_time: str | None = field(default=None, metadata=meta(
+        "when the plan ends, ISO 8601 UTC (instances are reclaimed 30 minutes earlier; the planner checkpoints "
+        "before)"))
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from jobs.api_limits import (
     PLATFORM_TAGS,
 )
 from jobs.hyperparameter_rules import check_hyperparameters
-from jobs.planner import plan
+from jobs.planner import plan_for_request
 from jobs.request_fields import (
     NAME_MAX,
     check_dataset,
@@ -202,8 +202,7 @@ class JobRequest:
         """The strategy the training package runs: `auto` asks the planner (jobs.planner)."""
         if self.strategy is not Strategy.AUTO:
             return self.strategy
-        count = self.instance.count if self.instance else 1
-        return Strategy(plan(self.model, self.model_size, self.training_instance_type, count).strategy)
+        return Strategy(plan_for_request(self).strategy)
 
     @property
     def training_instance_type(self) -> str:

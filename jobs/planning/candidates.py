@@ -31,6 +31,7 @@ class Candidate:
     spot: bool
     cadence: Cadence
     bubble: float
+    micro_batch: int  # per rank and forward pass: the request's, lowered where global_batch_size needs it
 
     @property
     def fits(self) -> bool:
@@ -45,6 +46,7 @@ class Candidate:
         return {
             "strategy": lay.strategy, "degrees": lay.degrees(), "runnable": lay.runnable,
             "instance_type": self.instance_type, "instance_count": lay.nodes, "gpus": lay.gpus,
+            "micro_batch_size": self.micro_batch,
             "memory_per_gpu_gib": round(self.memory_gib, 2), "headroom_gib": round(self.headroom_gib, 2),
             "fits": self.fits, "step_time_s": round(self.step_time_s, 4),
             "throughput": round(self.throughput, 1), "throughput_unit": self.throughput_unit,
@@ -106,7 +108,7 @@ def evaluate(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, sizing
         capacity_gib=float(spec.accelerator_memory_gib), step_time_s=st.total,
         throughput=samples_s * (m.tokens if tokens else 1), throughput_unit="tokens/s" if tokens else "samples/s",
         scaling_efficiency=samples_s / (ideal * lay.gpus), hours=hours, cost_usd=cost, cost_on_demand_usd=on_demand,
-        spot=spot, cadence=cad, bubble=st.bubble)
+        spot=spot, cadence=cad, bubble=st.bubble, micro_batch=n.micro_batch)
 
 
 def best(cands: list[Candidate], auto_only: bool = False) -> Candidate | None:

@@ -79,6 +79,20 @@ class Numerics:
             return self.grad_accum or 1
         return max(1, -(-self.global_batch // (self.micro_batch * data_parallel)))
 
+    def fitted(self, data_parallel: int, pipeline_microbatches: int = 1) -> Numerics | None:
+        """These numerics with the micro-batch lowered so `global_batch_size` splits evenly over the data-parallel
+        ranks (and a pipeline's micro-batches), as a user would lower it; None when it cannot (fewer samples than
+        ranks). The training package refuses an uneven split (TrainConfig.batch_layout)."""
+        if self.global_batch is None:
+            return self
+        per_rank, left = divmod(self.global_batch, data_parallel * pipeline_microbatches)
+        if left or per_rank < 1:
+            return None
+        if pipeline_microbatches > 1:  # a pipeline step is exactly its micro-batches: their size follows
+            return dataclasses.replace(self, micro_batch=per_rank)
+        micro = max(m for m in range(1, min(self.micro_batch, per_rank) + 1) if per_rank % m == 0)
+        return dataclasses.replace(self, micro_batch=micro)
+
     def global_samples(self, data_parallel: int) -> int:
         return self.global_batch or self.micro_batch * data_parallel * self.accum(data_parallel)
 

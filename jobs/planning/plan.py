@@ -60,11 +60,14 @@ def _spec(instance_type: str) -> catalog.InstanceSpec:
 
 def shape_candidates(m: ModelFacts, n: Numerics, spec: catalog.InstanceSpec, nodes: int, per_node: int,
                      sizing: Any, spot: bool, pp_micro: int | None) -> list[Candidate]:
-    # A global_batch_size that the data-parallel ranks cannot split evenly is refused by the training package
-    # (TrainConfig.batch_layout): such layouts are left out unless nothing else is left.
-    every = layouts(m, nodes, per_node, pp_micro)
-    even = [lay for lay in every if not n.global_batch or n.global_batch % (n.micro_batch * lay.data_parallel) == 0]
-    return [evaluate(m, n, spec, lay, sizing, spot) for lay in even or every]
+    # Each layout gets the micro-batch that splits global_batch_size evenly over its data-parallel ranks; a layout
+    # with more ranks than samples per step is left out (the training package would refuse it).
+    out = []
+    for lay in layouts(m, nodes, per_node, pp_micro):
+        fitted = n.fitted(lay.data_parallel, lay.microbatches if lay.pipeline > 1 else 1)
+        if fitted is not None:
+            out.append(evaluate(m, fitted, spec, lay, sizing, spot))
+    return out
 
 
 def other_shapes(m: ModelFacts, n: Numerics, request_type: str, sizing: Any, spot: bool,
