@@ -86,6 +86,11 @@ def script_args(hyperparameters: dict[str, Any]) -> list[str]:
     return args
 
 
+def default_nproc() -> int:
+    """Processes per run when --nproc is not given: one per GPU, else one."""
+    return _gpu_count() or 1
+
+
 def _gpu_count() -> int:
     try:
         import torch
@@ -230,7 +235,7 @@ def run_local(create_request: dict, *, workdir: Path, nproc: int | None = None,
     line on stderr for a failure the training package recognised)."""
     hps = decode_hyperparameters(create_request.get("HyperParameters") or {})
     distributed = not (hps.get("sagemaker_torch_distributed_enabled") is False or hps.get("strategy") == "single")
-    nproc = (nproc or _gpu_count() or 1) if distributed else 1
+    nproc = (nproc or default_nproc()) if distributed else 1
     cmd, env, workdir = prepare_layout(create_request, Path(workdir), nproc, data_dirs, extra_env)
     failure = workdir / "output" / Path(FAILURE_FILE).name
     failure.unlink(missing_ok=True)  # an earlier run's: the package writes the file only if it is absent

@@ -63,6 +63,7 @@ def run_request_locally(loaded: LoadedRequest, *, workdir: Path | None, nproc: i
     if strategy == "single" and nproc is not None and nproc > 1:
         raise UserError(f"--nproc {nproc} with strategy 'single': that strategy runs one process",
                         "drop --nproc, or set the request's strategy to ddp or fsdp")
+    _check_parallelism(loaded, nproc)
     channels = data_channels(data) or request_channels(create)
     for name, path in (channels or {}).items():
         if not path.is_dir():
@@ -78,6 +79,20 @@ def run_request_locally(loaded: LoadedRequest, *, workdir: Path | None, nproc: i
         return run_local(create, workdir=workdir, nproc=nproc, data_dirs=channels)
     except LocalRunError as exc:  # e.g. a channel on S3 or FSx with no local folder given
         raise UserError(str(exc), "pass --data DIR with the dataset's local copy") from None
+
+
+def _check_parallelism(loaded: LoadedRequest, nproc: int | None) -> None:
+    """hsdp, tp, pp and hybrid against this machine's processes (the cloud check used the instance's GPUs)."""
+    from jobs.parallelism import TORCH_NATIVE, request_problems
+
+    if loaded.request.strategy.value not in TORCH_NATIVE:
+        return
+    from cli.local import default_nproc
+
+    problems = request_problems(loaded.request, hosts=1, per_host=nproc or default_nproc())
+    if problems:
+        raise UserError("; ".join(str(p) for p in problems),
+                        f"pass --nproc with a process count the degrees divide, or change {problems[0].path}")
 
 
 def _check_workdir(workdir: Path) -> None:

@@ -97,7 +97,23 @@ def parallel_text(create: dict[str, Any], strategy: str, world: int) -> str:
         return f"FSDP: parameters, gradients and optimizer state sharded over {world} ranks"
     if strategy == "ddp":
         return f"DDP: {world} full replicas, gradients all-reduced"
+    if strategy in ("hsdp", "tp", "pp", "hybrid"):
+        return f"{strategy}: " + mesh_lines(create, strategy)[0]
     return "none (one process)"
+
+
+def mesh_lines(create: dict[str, Any], strategy: str) -> list[str]:
+    """The torch-native mesh: its shape, then per host which ranks hold which pipeline stage, replica, shard
+    and tensor slice (jobs.parallelism, the layout training.mesh builds)."""
+    from jobs.catalog import lookup
+    from jobs.parallelism import describe_layout
+
+    groups = create["ResourceConfig"].get("InstanceGroups") or [create["ResourceConfig"]]
+    spec = lookup(groups[0]["InstanceType"])
+    hosts = [f"algo-{i + 1}" for i in range(groups[0]["InstanceCount"])]
+    return describe_layout(strategy, hosts, max(1, spec.accelerators if spec else 1),
+                           tensor=_hp(create, "tp_degree") or 1, pipeline=_hp(create, "pp_degree") or 1,
+                           shard=_hp(create, "dp_shard") or 0)
 
 
 def input_rows(create: dict[str, Any]) -> list[tuple[str, str]]:
@@ -159,6 +175,8 @@ def plan_rows(request: Any, create: dict[str, Any]) -> list[tuple[str, str]]:
         ("model", f"{_hp(create, 'model')} ({_hp(create, 'model_size')})"),
         *instances,
         ("parallelism", parallel_text(create, strategy, world)),
+        *(("  " + line.split(":", 1)[0], line.split(":", 1)[1].strip())
+          for line in (mesh_lines(create, strategy)[1:] if strategy in ("hsdp", "tp", "pp", "hybrid") else [])),
         ("image", create["AlgorithmSpecification"]["TrainingImage"]),
         *input_rows(create),
         ("spot", f"yes, max wait {duration(stopping.get('MaxWaitTimeInSeconds'))}" if spot else "no (on demand)"),

@@ -241,10 +241,31 @@ def classify_failure(failure: dict[str, Any], describe=None) -> tuple[Failure, d
     message = _message_of(cause)
     if job is None and describe is not None and _job_may_exist(error, message):
         job = describe()
-    if job is not None and job.get("TrainingJobStatus") in ("Failed", "Stopped", "Completed") \
-            or job is not None and job.get("SecondaryStatus") in ("Interrupted", "MaxWaitTimeExceeded"):
+    if _ended(job):
         return classify_description(job), job
     return classify_api_error(error, message), job
+
+
+def _ended(job: dict[str, Any] | None) -> bool:
+    return job is not None and (job.get("TrainingJobStatus") in ("Failed", "Stopped", "Completed")
+                                or job.get("SecondaryStatus") in ("Interrupted", "MaxWaitTimeExceeded"))
+
+
+def ended_job_in(failure: dict[str, Any]) -> dict[str, Any] | None:
+    """The description of an ended job that a Catch's Cause carries (the `.sync` task's failed job), if any."""
+    cause = failure.get("Cause")
+    job = parse_cause(cause)
+    if job is None and isinstance(cause, str):
+        job = _embedded_description(cause)
+    return job if _ended(job) else None
+
+
+def classify_launch(failure: dict[str, Any], job: dict[str, Any] | None) -> Failure:
+    """Classify a launch failure once the attempt's job has been looked up: by the job when it ended, else
+    by the API error (no job was created, or a job of that name is not the run's)."""
+    if _ended(job):
+        return classify_description(job)
+    return classify_api_error(str(failure.get("Error") or ""), _message_of(failure.get("Cause")))
 
 
 def _job_may_exist(error: str, message: str) -> bool:

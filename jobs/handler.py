@@ -2,10 +2,11 @@
 
 Each takes the state object and returns the next one; the platform's settings arrive as JSON in the
 environment variable PLATFORM_SETTINGS. Standard library plus boto3 (the Python runtime's own, imported
-only where decide needs DescribeTrainingJob), so the function's code is just the `jobs/` folder.
+only where decide and summarize call SageMaker), so the function's code is just the `jobs/` folder.
 
     prepare   {"request", "execution": {"name", "start_time"}} -> {"run", "create"}
     decide    {"run", "create", "failure": {"Error", "Cause"}}  -> {"run", "create", "decision"}
+                                       (watch: also "failure", to look again; succeed: also "job")
     summarize {"run", "create", "job"? | "decision"?}           -> {"succeeded", "subject", "message", "summary"}
 """
 
@@ -14,16 +15,17 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 import uuid
 from typing import Any
 
 from contract.errors import Problem, RequestInvalid
 from jobs import run as runs
-from jobs.classify import classify_failure
+from jobs.classify import classify_launch, ended_job_in
 from jobs.platform import PlatformSettings
 from jobs.platform_rules import validate_for_platform
-from jobs.policy import Action
+from jobs.policy import Action, succeeded, watch
 from jobs.policy import decide as decide_next
 from jobs.render import new_run_id, render_create_training_job
 from jobs.request import parse_request
@@ -64,14 +66,35 @@ def prepare(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
 
 
 def decide(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
-    """Classify the failed attempt and either render the next attempt or give up."""
+    """Decide what follows a failed Launch: wait on the attempt's job if it still runs, else classify the failed
+    attempt and either render the next attempt or give up.
+
+    A launch error is not proof that no job runs: CreateTrainingJob can answer 5xx after creating the job, a
+    throttled poll fails the `.sync` task while the job trains, and a resent create meets the attempt's own
+    name in use (ResourceInUse). So unless the Cause is the description of an ended job, the job is looked up
+    by its name first, and no new attempt starts while it runs (or while nobody can tell).
+    """
     platform = platform_settings()
     run, create = RunState.from_dict(event["run"]), event["create"]
     failure_event = event.get("failure") or {}
     request = parse_request(run.request)
-    job_name = create["TrainingJobName"]
-    failure, job = classify_failure(failure_event, describe=lambda: describe_training_job(job_name, platform.region))
     now = clock()
+    job = ended_job_in(failure_event)
+    if job is None:
+        job, error = look_up_training_job(create["TrainingJobName"], platform.region)
+        if job is not None and not runs.is_ours(run, job):
+            job = None  # the name is taken by a job that does not write this run's checkpoints
+        runs.note_lookup(run, error)
+        if job is not None:
+            runs.observe(run, job)
+        if error or job is not None and job.get("TrainingJobStatus") in runs.RUNNING:
+            return _watch(request, run, create, failure_event, error)
+        if job is not None and job.get("TrainingJobStatus") == "Completed":
+            runs.finish_attempt(run, now=now, job=job)
+            decision = succeeded(run)
+            log.info("run %s attempt %s: %s", run.run_id, run.attempt, decision.reason)
+            return {"run": run.to_dict(), "create": create, "job": job, "decision": decision.to_event()}
+    failure = classify_launch(failure_event, job)
     runs.finish_attempt(run, now=now, job=job, failure=failure)
     decision = decide_next(request, run, failure, now)
     log.info("run %s attempt %s: %s -> %s", run.run_id, run.attempt, failure.category, decision.reason)
@@ -86,8 +109,26 @@ def decide(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     return {"run": run.to_dict(), "create": create, "decision": decision.to_event()}
 
 
+def _watch(request, run: RunState, create: dict[str, Any], failure_event: dict[str, Any],
+           error: str) -> dict[str, Any]:
+    """The attempt's job runs (or cannot be looked up): wait and look again; the failure travels along."""
+    failure = classify_launch(failure_event, None)
+    decision = watch(request, run, failure, error)
+    log.info("run %s attempt %s: %s", run.run_id, run.attempt, decision.reason)
+    if decision.action is Action.FAIL:
+        current = run.current
+        current.category, current.reason = failure.category.value, decision.reason
+        if error:
+            current.status = "Unknown"  # Summarize looks once more, and stops it if it runs
+        run.counts.record(failure.category)
+        return {"run": run.to_dict(), "create": create, "decision": decision.to_event()}
+    run.waited_seconds += decision.wait_seconds
+    return {"run": run.to_dict(), "create": create, "failure": failure_event, "decision": decision.to_event()}
+
+
 def summarize(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
-    """The execution's output and the notification's text."""
+    """The execution's output and the notification's text. A job of the run that still runs is stopped first:
+    a run that ends (whatever the reason) leaves nothing training on its checkpoints."""
     run = RunState.from_dict(event["run"])
     job = event.get("job")
     # A retried run still carries the earlier "retry" decision when its last attempt succeeds: only a
@@ -99,26 +140,90 @@ def summarize(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     if job and decision is None and run.attempts and run.current.status == "InProgress":
         job = runs.jsonable(job)
         runs.finish_attempt(run, now=now, job=job)
-    outcome = summary(run, job=job, decision=decision, now=now)
+    stopped, left = stop_jobs_left_running(run)
+    outcome = summary(run, job=job, decision=decision, now=now, stopped_jobs=stopped, jobs_left_running=left)
     subject, message = describe_in_words(outcome)
     return {"succeeded": outcome["status"] == "Succeeded", "subject": subject, "message": message,
             "summary": outcome}
 
 
-def describe_training_job(job_name: str, region: str) -> dict[str, Any] | None:
-    """DescribeTrainingJob as JSON values, or None when the job does not exist (creation failed)."""
+def _sagemaker(region: str | None = None, attempts: int = 1):
     import boto3  # the Lambda runtime provides it; imported here so the rest of jobs needs only the stdlib
+    from botocore.config import Config
+
+    # One try by default: a throttled look-up is retried by the state machine's Wait state (no sleeping here).
+    return boto3.client("sagemaker", region_name=os.environ.get("AWS_REGION") or region,
+                        config=Config(retries={"mode": "standard", "total_max_attempts": attempts}))
+
+
+def look_up_training_job(job_name: str, region: str | None = None) -> tuple[dict[str, Any] | None, str]:
+    """(DescribeTrainingJob as JSON values, "") ; (None, "") when no such job exists; (None, why) when the
+    look-up itself failed (throttled, denied, unreachable) and nobody knows whether it exists."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    client = boto3.client("sagemaker", region_name=os.environ.get("AWS_REGION") or region)
     try:
-        return runs.jsonable(client.describe_training_job(TrainingJobName=job_name))
+        return runs.jsonable(_sagemaker(region).describe_training_job(TrainingJobName=job_name)), ""
     except ClientError as exc:
+        code, message = exc.response["Error"].get("Code", ""), exc.response["Error"].get("Message", "")
+        # SageMaker answers a name it does not know with ValidationException "Requested resource not found."
+        if code in ("ValidationException", "ResourceNotFound") and re.search(r"not (?:be )?found|could not find",
+                                                                            message, re.IGNORECASE):
+            return None, ""
         log.warning("describe_training_job(%s) failed: %s", job_name, exc)
-        return None
+        return None, f"{code}: {message}"
     except BotoCoreError as exc:
         log.warning("describe_training_job(%s) failed: %s", job_name, exc)
-        return None
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def describe_training_job(job_name: str, region: str) -> dict[str, Any] | None:
+    """DescribeTrainingJob as JSON values, or None when the job does not exist or cannot be looked up."""
+    return look_up_training_job(job_name, region)[0]
+
+
+# Statuses of attempts whose job may still run: never ended as far as the run state knows.
+_MAY_RUN = ("InProgress", "Stopping", "Unknown")
+
+
+def stop_jobs_left_running(run: RunState) -> tuple[list[str], list[str]]:
+    """Stop every job of the run that still runs; (names stopped, "name (why)" of those that could not be)."""
+    stopped, left = [], []
+    for attempt in (a for a in run.attempts if a.status in _MAY_RUN):
+        job, error = look_up_training_job(attempt.job_name)
+        if job is None and not error:
+            attempt.status = "NotCreated"
+            continue
+        if job is not None:
+            attempt.status = job.get("TrainingJobStatus", attempt.status)
+            attempt.secondary_status = job.get("SecondaryStatus", attempt.secondary_status)
+            if attempt.status != "InProgress":
+                continue
+        why = stop_training_job(attempt.job_name)
+        if why and job is None and "not found" in why.lower():
+            attempt.status = "NotCreated"
+        elif why:
+            left.append(f"{attempt.job_name} ({why})")
+        else:
+            attempt.status, attempt.stopped_by_launcher = "Stopping", True
+            stopped.append(attempt.job_name)
+    return stopped, left
+
+
+def stop_training_job(job_name: str) -> str:
+    """StopTrainingJob; "" when SageMaker took the request, else why not."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        # The run ends here: let the SDK retry throttling a few times, there is no later chance.
+        _sagemaker(attempts=4).stop_training_job(TrainingJobName=job_name)
+        log.info("stopped %s", job_name)
+        return ""
+    except ClientError as exc:
+        log.warning("stop_training_job(%s) failed: %s", job_name, exc)
+        return f"{exc.response['Error'].get('Code', '')}: {exc.response['Error'].get('Message', '')}"
+    except BotoCoreError as exc:
+        log.warning("stop_training_job(%s) failed: %s", job_name, exc)
+        return f"{type(exc).__name__}: {exc}"
 
 
 if __name__ == "__main__":  # a quick manual check: PLATFORM_SETTINGS=... python -m jobs.handler REQUEST.json

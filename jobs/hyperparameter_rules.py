@@ -34,9 +34,11 @@ SMP_HYPERPARAMETERS = (*hyperparameter_fields("platform"), "sagemaker_distribute
 GROUP_HYPERPARAMETERS = ("sagemaker_distribution_instance_groups",)
 
 
-def platform_hyperparameter_count(smp: bool, groups: bool) -> int:
-    """How many hyperparameters the renderer adds to a request's own."""
-    return len(LAUNCHER_HYPERPARAMETERS) + len(SCRIPT_HYPERPARAMETERS) + (len(SMP_HYPERPARAMETERS) if smp else 0) \
+def platform_hyperparameter_count(model_parallel: bool, groups: bool) -> int:
+    """At most how many hyperparameters the renderer adds to a request's own (model_parallel: smp's or the
+    torch-native degrees, counted together as an upper bound)."""
+    return len(LAUNCHER_HYPERPARAMETERS) + len(SCRIPT_HYPERPARAMETERS) \
+        + (len(SMP_HYPERPARAMETERS) if model_parallel else 0) \
         + (len(GROUP_HYPERPARAMETERS) if groups else 0)
 
 

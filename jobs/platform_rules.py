@@ -5,8 +5,10 @@ naming every problem's field."""
 from __future__ import annotations
 
 from contract.errors import Problem, RequestInvalid
+from jobs import catalog
 from jobs.api_limits import PLATFORM_TAGS
 from jobs.images import image_problem
+from jobs.parallelism import TORCH_NATIVE, request_problems
 from jobs.platform import PlatformSettings
 from jobs.request_fields import dataset_kind
 from jobs.request_schema import JobRequest
@@ -20,6 +22,7 @@ def validate_for_platform(request: JobRequest, platform: PlatformSettings) -> No
     found += _dataset_problems(request, platform)
     found += _readable_problems(request, platform)
     found += _tag_problems(request, platform)
+    found += _parallelism_problems(request, platform)
     if request.image is None and (problem := image_problem(request, platform)):
         found.append(Problem(*problem))
     if found:
@@ -96,3 +99,12 @@ def _dataset_problems(request: JobRequest, platform: PlatformSettings) -> list[P
             found.append(Problem(path, f"{uri!r} is a local folder: it only runs with `trainctl local`; upload it "
                                        "to S3 or FSx"))
     return found
+
+
+def _parallelism_problems(request: JobRequest, platform: PlatformSettings) -> list[Problem]:
+    """The torch-native degrees against the cluster: GPUs per instance and instances. `trainctl local` checks
+    them against its process count instead (it knows --nproc only when it runs)."""
+    if is_local_platform(platform) or request.instance is None or request.strategy.value not in TORCH_NATIVE:
+        return []
+    spec = catalog.lookup(request.instance.type)
+    return request_problems(request, hosts=request.instance.count, per_host=max(1, spec.accelerators if spec else 1))

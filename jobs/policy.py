@@ -14,6 +14,10 @@
 - the user's code or data, a stop asked by a user, max_runtime reached, anything unrecognised: no retry;
 - attempts (retry.max_attempts) or total time (retry.max_total_hours) exhausted: no retry.
 Every retry is a new job with a new name that resumes from the run's checkpoint prefix.
+
+Before any of that, a launch error whose job still runs (CreateTrainingJob answered 5xx after creating it, a
+throttled poll, the attempt's own name in use) is no failure: `watch` waits on that job (never a second job
+on the same checkpoints), looking again after a wait, and the attempt is decided once its job ends.
 """
 
 from __future__ import annotations
@@ -29,6 +33,13 @@ from jobs.run import RunState
 class Action(enum.StrEnum):
     RETRY = "retry"
     FAIL = "fail"
+    WATCH = "watch"  # the attempt's job still runs: wait, then look it up again
+    SUCCEED = "succeed"  # a job waited on that way completed
+
+
+# Longest wait between two looks at a job that no `.sync` task waits on. Each look adds about 9 events to
+# the execution's history; 20 minutes keeps a 28-day job (SageMaker's longest) under the 25,000 allowed.
+WATCH_MAX_SECONDS = 1200
 
 
 # The categories the policy never retries, and what the run's reason adds for each.
@@ -45,7 +56,7 @@ NO_RETRY = tuple(_NO_RETRY_HINT)
 class Decision:
     action: Action
     wait_seconds: int
-    category: Category
+    category: Category | None  # None: no failure (a job waited on completed)
     reason: str
     instance_type: str | None = None  # of the next attempt
     spot: bool | None = None
@@ -53,8 +64,8 @@ class Decision:
 
     def to_event(self) -> dict:
         """What the state machine reads: its Choice state matches `action` ("retry" or "fail")."""
-        return {"action": self.action.value, "wait_seconds": self.wait_seconds, "category": self.category.value,
-                "reason": self.reason}
+        return {"action": self.action.value, "wait_seconds": self.wait_seconds,
+                "category": self.category.value if self.category else "", "reason": self.reason}
 
 
 def backoff(base: int, cap: int, n: int) -> int:
@@ -121,3 +132,30 @@ def _next_type(request: JobRequest, instance_type: str) -> str:
     """The next of [instance.type, *fallbacks] after `instance_type`, cycling; the same when there are none."""
     types = list(request.instance_types) or [instance_type]
     return types[(types.index(instance_type) + 1) % len(types)] if instance_type in types else types[0]
+
+
+def watch(request: JobRequest, run: RunState, failure: Failure, lookup_error: str = "") -> Decision:
+    """The launch failed but the attempt's job may still run: wait on it rather than start another.
+
+    `run.current` has been looked up (jobs.run.note_lookup): either its job runs, or the look-up itself
+    failed (`lookup_error`, e.g. throttled) and nobody knows. Unknown is treated as running, within
+    retry.api_error_max_retries look-ups in a row; after that the run gives up (and stops the job, if any).
+    """
+    retry, current = request.retry, run.current
+    if lookup_error:
+        n = current.lookup_errors
+        if n > retry.api_error_max_retries:
+            return Decision(Action.FAIL, 0, failure.category,
+                            f"could not look up {current.job_name} ({n} times in a row, last: {lookup_error}), "
+                            f"so no new attempt was started while it might run; launch error: {failure.reason}")
+        wait = backoff(retry.api_error_wait_seconds, retry.api_error_wait_max_seconds, n)
+        what = f"could not look up {current.job_name} ({lookup_error})"
+    else:
+        wait = backoff(retry.api_error_wait_seconds, WATCH_MAX_SECONDS, current.looks)
+        what = f"{current.job_name} still runs ({current.status}/{current.secondary_status}): waiting on it"
+    return Decision(Action.WATCH, wait, failure.category,
+                    f"launch error ({failure.reason}), but {what}; looking again in {wait} s")
+
+
+def succeeded(run: RunState) -> Decision:
+    return Decision(Action.SUCCEED, 0, None, f"{run.current.job_name} completed")

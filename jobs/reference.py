@@ -13,13 +13,17 @@ RETRY_POLICY = """\
 |---|---|
 | Capacity shortage (`FailureReason` starts `CapacityError: Unable to provision requested ML compute capacity`, an insufficient-capacity message, `MaxPendingTimeInSeconds` reached, or 30+ minutes in `Pending`) | wait `retry.capacity_wait_seconds`, doubling each time up to `retry.capacity_wait_max_seconds`, then the next type of `[instance.type, *instance.fallbacks]` (cycling; the same type when there are none) |
 | Spot interruption (`SecondaryStatus` `Interrupted`) or `MaxWaitTimeExceeded` | wait `retry.interruption_wait_seconds`, new attempt; after `retry.interruptions_before_on_demand` interruptions, on demand |
-| SageMaker internal error (`InternalServerError`, HTTP 5xx) | wait `retry.internal_error_wait_seconds`, retry, at most `retry.internal_error_max_retries` times |
+| SageMaker internal error (`InternalServerError`, `InternalFailure`, HTTP 5xx in any spelling) | wait `retry.internal_error_wait_seconds`, retry, at most `retry.internal_error_max_retries` times |
+| A Launch error while the attempt's job exists and runs (a 5xx after the job was created, a throttled poll, the attempt's own name `ResourceInUse`) | no second job: wait on that job (looks every `retry.api_error_wait_seconds`, doubling up to 20 minutes) and decide when it ends |
+| Hardware or infrastructure fault (an instance replaced as unhealthy, uncorrectable ECC, NCCL/EFA transport errors) | new attempt with `infra_check` on, on the next fallback type when there is one; at most `retry.hardware_max_retries` times |
 | Quota (`ResourceLimitExceeded` at CreateTrainingJob) or throttling (`ThrottlingException`, "Rate exceeded") | wait `retry.api_error_wait_seconds`, doubling up to `retry.api_error_wait_max_seconds`, retry; give up after `retry.api_error_max_retries` in a row |
-| The user's code or data (`AlgorithmError`, `ClientError`, a rejected request) | no retry: the run fails with the reason |
+| Impossible quota (an account limit of 0, a request above the limit, a type not offered in the region) | no retry: the run fails saying which quota to raise |
+| The user's code or data (`AlgorithmError`, `ClientError`, a rejected request, the training package's own `[training:<code>]` failure line) | no retry: the run fails with the reason (for out of memory, what to lower) |
 | Stopped by a user (`TrainingJobStatus` `Stopped`) | no retry |
 | `MaxRuntimeExceeded` | no retry (raise `max_runtime_hours`, or submit again: checkpoints are kept) |
 | Anything unrecognised | no retry (fail safe) |
 | `retry.max_attempts` attempts used, or `retry.max_total_hours` spent (waits included) | the run fails with "attempts exhausted" / "time budget exhausted" |
+| The run ends, however it ends (a fault in Decide or Summarize included) | any job of the run still running is stopped; the summary lists it |
 
 Every attempt is a new training job named `<name_prefix>-<run id>-a<N>` that resumes from the run's one
 checkpoint prefix, `s3://<checkpoint bucket>/<name_prefix>/<run id>/checkpoints/`. The execution's output

@@ -27,6 +27,7 @@ from contract.metrics import metric_definitions
 from jobs import catalog
 from jobs.api_limits import PLATFORM_ENVIRONMENT
 from jobs.images import resolve_image
+from jobs.parallelism import request_hyperparameters
 from jobs.platform import PlatformSettings
 from jobs.request_fields import dataset_kind, fsx_path
 from jobs.request_schema import JobRequest
@@ -175,6 +176,7 @@ def training_hyperparameters(request: JobRequest, platform: PlatformSettings, jo
             mp["context_parallel_degree"] = par.context_parallel_degree
         values["mp_parameters"] = mp
         values["sagemaker_distributed_dataparallel_enabled"] = False
+    values.update(request_hyperparameters(request))  # torch-native degrees (hsdp, tp, pp, hybrid)
     values.update({
         "strategy": strategy.value,
         "model": request.model,

@@ -15,6 +15,7 @@ from contract.models import FACTORY_PATTERN, PRESETS, REFERENCE_MODELS, preset_n
 from jobs import catalog
 from jobs.api_limits import MAX_HYPERPARAMETERS
 from jobs.hyperparameter_rules import platform_hyperparameter_count
+from jobs.parallelism import TORCH_NATIVE, strategy_degree_problems
 from jobs.request_fields import dataset_kind
 from jobs.request_schema import JobRequest
 
@@ -111,11 +112,15 @@ def _plan_problems(r: JobRequest, add: Add) -> None:
 def _strategy_problems(r: JobRequest, specs: Specs, add: Add) -> None:
     par = r.parallel
     if r.strategy is not Strategy.SMP:
-        degrees = ("tensor_parallel_degree", "pipeline_parallel_degree", "context_parallel_degree",
-                   "hybrid_shard_degree")
-        for k in degrees:
-            if getattr(par, k) not in (0, 1):
-                add(f"parallel.{k}", f"only the smp strategy uses model-parallel degrees (strategy is {r.strategy.value!r})")
+        # tensor and pipeline degrees: the torch-native strategies' (jobs.parallelism); the rest is smp's or hsdp's.
+        for problem in strategy_degree_problems(r.strategy.value, par.tensor_parallel_degree,
+                                                par.pipeline_parallel_degree):
+            add(problem.path, problem.message)
+        own = {"context_parallel_degree": (), "hybrid_shard_degree": TORCH_NATIVE}
+        for k, users in own.items():
+            if getattr(par, k) not in (0, 1) and r.strategy.value not in users:
+                add(f"parallel.{k}", f"only the smp strategy{' and ' + ', '.join(users) if users else ''} use "
+                                     f"{k} (strategy is {r.strategy.value!r})")
     if r.strategy is Strategy.SINGLE and r.instance is not None and r.instance.count != 1:
         add("instance.count", "the single strategy runs one process on one instance; use ddp or fsdp for more")
     if r.strategy is Strategy.SMP:
@@ -155,7 +160,8 @@ def _smp_problems(r: JobRequest, specs: Specs, add: Add) -> None:
 
 def _api_limit_problems(r: JobRequest, add: Add) -> None:
     """Hyperparameters (with the platform's own) and metric definitions."""
-    launcher_count = platform_hyperparameter_count(smp=r.strategy is Strategy.SMP, groups=bool(r.instance_groups))
+    model_parallel = r.strategy is Strategy.SMP or r.strategy.value in TORCH_NATIVE
+    launcher_count = platform_hyperparameter_count(model_parallel=model_parallel, groups=bool(r.instance_groups))
     if len(r.hyperparameters) + launcher_count > MAX_HYPERPARAMETERS:
         add("hyperparameters", f"has {len(r.hyperparameters)} entries; with the platform's {launcher_count} the job "
                                f"would send {len(r.hyperparameters) + launcher_count}, over CreateTrainingJob's "

@@ -76,6 +76,11 @@ class Attempt:
     training_seconds: int | None = None
     billable_seconds: int | None = None
     lost_seconds: int = 0
+    # While the job runs with no `.sync` task waiting on it (the launch task failed but the job exists),
+    # Decide looks it up again and again: how often, and how many look-ups in a row found no answer.
+    looks: int = 0
+    lookup_errors: int = 0
+    stopped_by_launcher: bool = False  # the run ended while the job ran: the launcher stopped it
 
 
 @dataclass
@@ -113,6 +118,40 @@ class RunState:
     @property
     def current(self) -> Attempt:
         return self.attempts[-1]
+
+
+# TrainingJobStatus values of a job that still runs (or is on its way to Stopped).
+RUNNING = ("InProgress", "Stopping")
+ENDED = ("Completed", "Failed", "Stopped")
+
+
+def is_ours(run: RunState, job: dict[str, Any]) -> bool:
+    """Whether a job found under the current attempt's name is the run's own: it writes the run's checkpoints.
+
+    Names are derived from the execution name, so a job of the same name from elsewhere is unlikely, but
+    it must never be waited on or stopped as if it were this run's.
+    """
+    prefix = (job.get("CheckpointConfig") or {}).get("S3Uri")
+    return prefix is None or prefix == run.checkpoint_s3_uri
+
+
+def observe(run: RunState, job: dict[str, Any]) -> Attempt:
+    """Record what a look-up of the current attempt's job saw, without ending the attempt."""
+    current = run.current
+    current.status = job.get("TrainingJobStatus", current.status)
+    current.secondary_status = job.get("SecondaryStatus", current.secondary_status)
+    return current
+
+
+def note_lookup(run: RunState, error: str) -> Attempt:
+    """Count a look-up of the current attempt's job: one more look, or one more failed look in a row."""
+    current = run.current
+    if error:
+        current.lookup_errors += 1
+    else:
+        current.lookup_errors = 0
+        current.looks += 1
+    return current
 
 
 def new_run(request: JobRequest, *, run_id: str, execution: dict[str, Any], now: float) -> RunState:

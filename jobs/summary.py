@@ -10,8 +10,10 @@ from jobs.run import RunState
 
 
 def summary(run: RunState, *, job: dict[str, Any] | None, decision: dict[str, Any] | None,
-            now: float) -> dict[str, Any]:
-    """What the execution outputs and the notification says. `decision` is a "fail" decision's event, if any."""
+            now: float, stopped_jobs: list[str] = (), jobs_left_running: list[str] = ()) -> dict[str, Any]:
+    """What the execution outputs and the notification says. `decision` is a "fail" decision's event, if any;
+    `stopped_jobs` the run's jobs the launcher stopped as the run ended, `jobs_left_running` those it could
+    not stop ("name (why)")."""
     attempts = run.attempts
     succeeded = decision is None and bool(job) and job.get("TrainingJobStatus") == "Completed"
     metrics = {m["MetricName"]: m["Value"] for m in (job or {}).get("FinalMetricDataList") or []}
@@ -36,6 +38,8 @@ def summary(run: RunState, *, job: dict[str, Any] | None, decision: dict[str, An
         "final_metrics": metrics,
         "model_artifacts": ((job or {}).get("ModelArtifacts") or {}).get("S3ModelArtifacts") if succeeded else None,
         "checkpoint_s3_uri": run.checkpoint_s3_uri,
+        "stopped_jobs": list(stopped_jobs),
+        "jobs_left_running": list(jobs_left_running),
     }
 
 
@@ -58,6 +62,11 @@ def describe_in_words(s: dict[str, Any]) -> tuple[str, str]:
         spot = "Spot" if a["spot"] else "on demand"
         tail = f" - {a['category']}: {a['reason']}" if a["category"] else ""
         lines.append(f"  {a['attempt']}. {a['job_name']} on {a['instance_type']} ({spot}): {a['status']}{tail}")
+    if s.get("stopped_jobs"):
+        lines.append(f"Stopped as the run ended (still running): {', '.join(s['stopped_jobs'])}.")
+    if s.get("jobs_left_running"):
+        lines.append(f"Could not stop, stop by hand (aws sagemaker stop-training-job --training-job-name NAME): "
+                     f"{', '.join(s['jobs_left_running'])}.")
     if s["final_metrics"]:
         lines.append("Final metrics: " + ", ".join(f"{k}={v:g}" for k, v in sorted(s["final_metrics"].items())))
     if s["model_artifacts"]:

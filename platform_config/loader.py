@@ -21,8 +21,10 @@ from platform_constructs.network import IPS_PER_EFA_INSTANCE
 
 _FIELDS = {f.name: f for f in dataclasses.fields(PlatformConfig)}
 _HINTS = typing.get_type_hints(PlatformConfig)
-# The keys of one training_plans entry (jobs.platform.TrainingPlan's fields).
-_PLAN_KEYS = sorted(f.name for f in dataclasses.fields(_HINTS["training_plans"].__args__[0]))
+# The keys of one training_plans entry (jobs.platform.TrainingPlan's fields): those without a default are required.
+_PLAN_FIELDS = dataclasses.fields(_HINTS["training_plans"].__args__[0])
+_PLAN_KEYS = sorted(f.name for f in _PLAN_FIELDS)
+_PLAN_REQUIRED = {f.name for f in _PLAN_FIELDS if f.default is dataclasses.MISSING}
 
 
 class ConfigError(ValueError):
@@ -100,8 +102,9 @@ def _plan_shape(plans: Any) -> str | None:
     if not isinstance(plans, list):
         return None  # the engine says what it must be
     for i, item in enumerate(plans):
-        if not isinstance(item, dict) or sorted(item) != _PLAN_KEYS:
-            return f"entry {i} must have exactly the keys {_PLAN_KEYS}"
+        if not isinstance(item, dict) or not _PLAN_REQUIRED <= set(item) <= set(_PLAN_KEYS):
+            return f"entry {i} must have exactly the keys {sorted(_PLAN_REQUIRED)}, and may have " \
+                   f"{sorted(set(_PLAN_KEYS) - _PLAN_REQUIRED)}"
     return None
 
 

@@ -2,14 +2,22 @@
 
     Prepare (Lambda jobs.handler.prepare) --RequestInvalid--> ParseRequestError -> RequestInvalid (Fail)
       |
-    Launch (sagemaker:createTrainingJob.sync) --any error--> Decide (Lambda jobs.handler.decide)
-      |                                                        |   (its own fault: DecideFailed -> Summarize)
+    Launch (sagemaker:createTrainingJob.sync) --any error--> Decide (Lambda jobs.handler.decide) <------+
+      |                                                        |   (its own fault: DecideFailed)      |
+      |                        watch: WaitForJob (Wait) ------------------------------------------------+
       |                        retry: Backoff (Wait) -> NextAttempt (Pass) -> Launch
-      |                        fail:  |
-    Summarize (Lambda jobs.handler.summarize) <----------------+
-      |
+      |                        fail, succeed, DecideFailed: |
+    Summarize (Lambda jobs.handler.summarize: stops the run's jobs still running) <--+
+      |   (its own fault: StopCurrentJob (sagemaker:StopTrainingJob) -> SummarizeFailed)
     Notify (SNS) -> Outcome? -> Summary -> Succeeded (output: the summary)
                              -> Failed (error: the category, cause: the reason)
+
+A launch error does not prove that no job runs (a 5xx after the job was created, a throttled poll, the
+attempt's own name in use): Decide looks the job up and, while it runs, the execution waits on it in the
+WaitForJob -> Decide loop instead of starting a second job on the same checkpoints. Whatever ends the run,
+Summarize (or, when Summarize itself fails, StopCurrentJob) stops the job the run left running.
+NextAttempt, the Wait states and the Choices are not Tasks and can carry no Catch: they only move paths
+that Decide always writes.
 
 Every decision (classify the failure, pick the next instance type, wait, give up) is made by the `jobs`
 package inside the Lambda functions, so the same code is unit-tested, used by `trainctl`, and executed
@@ -42,8 +50,9 @@ class LauncherDefinition(Construct):
         summarize = self._invoke("Summarize", "summarize", result_path="$.result")
         decide = self._decide(summarize)
         launch.add_catch(decide, errors=["States.ALL"], result_path="$.failure")
-        self.start: sfn.IChainable = (
-            prepare.next(launch).next(summarize).next(self._notify_and_end(topic)))
+        notify = self._notify_and_end(topic)
+        summarize.add_catch(self._summarize_failed(notify), errors=["States.ALL"], result_path="$.summarize_error")
+        self.start: sfn.IChainable = prepare.next(launch).next(summarize).next(notify)
 
     def _invoke(self, id: str, name: str, payload: dict[str, Any] | None = None,
                 result_path: str | None = None) -> tasks.LambdaInvoke:
@@ -79,10 +88,13 @@ class LauncherDefinition(Construct):
         backoff = sfn.Wait(self, "Backoff", time=sfn.WaitTime.seconds_path("$.decision.wait_seconds"))
         # Drop the last decision so that Summarize sees either `job` (success) or `decision` (failure).
         next_attempt = sfn.Pass(self, "NextAttempt", parameters={"run.$": "$.run", "create.$": "$.create"})
+        # The attempt's job still runs (or could not be looked up): look again after the wait, never relaunch.
+        wait_for_job = sfn.Wait(self, "WaitForJob", time=sfn.WaitTime.seconds_path("$.decision.wait_seconds"))
         retry_or_fail = (
             sfn.Choice(self, "RetryOrFail")
             .when(sfn.Condition.string_equals("$.decision.action", "retry"),
                   backoff.next(next_attempt).next(self.launch))
+            .when(sfn.Condition.string_equals("$.decision.action", "watch"), wait_for_job.next(decide))
             .otherwise(summarize)
         )
         decide.next(retry_or_fail)
@@ -100,6 +112,30 @@ class LauncherDefinition(Construct):
         })
         decide.add_catch(decide_failed.next(summarize), errors=["States.ALL"], result_path="$.decide_error")
         return decide
+
+    def _summarize_failed(self, notify: sfn.IChainable) -> sfn.IChainable:
+        """Summarize's own fault: stop the current attempt's job here (Summarize would have), then notify."""
+        stop = tasks.CallAwsService(
+            self, "StopCurrentJob", service="sagemaker", action="stopTrainingJob",
+            parameters={"TrainingJobName": sfn.JsonPath.string_at("$.create.TrainingJobName")},
+            iam_resources=[self.launch.training_job_arn_pattern],
+            result_path=sfn.JsonPath.DISCARD,
+        )
+        reason = ("States.Format('the summarize function failed ({}): {}; the launcher asked SageMaker to stop {} "
+                  "in case it still ran', $.summarize_error.Error, $.summarize_error.Cause, $.create.TrainingJobName)")
+        failed = sfn.Pass(self, "SummarizeFailed", parameters={
+            "run.$": "$.run",
+            "create.$": "$.create",
+            "decision": {"action": "fail", "wait_seconds": 0, "category": "launcher_error", "reason.$": reason},
+            "result": {
+                "succeeded": False,
+                "subject.$": "States.Format('Training run {} failed: launcher_error', $.run.request.name)",
+                "message.$": reason,
+            },
+        })
+        # A job that already ended (or was never created) answers ValidationException: nothing to stop.
+        stop.add_catch(failed, errors=["States.ALL"], result_path="$.stop_error")
+        return stop.next(failed).next(notify)
 
     def _notify_and_end(self, topic: sns.ITopic) -> sfn.IChainable:
         notify = tasks.SnsPublish(

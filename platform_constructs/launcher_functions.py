@@ -21,6 +21,12 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 LAMBDA_CODE_EXCLUDE = ["*", "!jobs", "!jobs/**", "!contract", "!contract/**", "**/__pycache__", "**/*.pyc", "**/.*"]
 
 HANDLERS = ("prepare", "decide", "summarize")
+# What each function may do to the platform's training jobs: decide looks up whether a failed launch left a
+# job running; summarize also stops it when the run ends.
+SAGEMAKER_ACTIONS = {
+    "decide": ("sagemaker:DescribeTrainingJob",),
+    "summarize": ("sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob"),
+}
 
 INLINE_POLICY_REASON = (
     "The CDK's grants write this role's least-privilege statements into a policy attached to this role only "
@@ -32,8 +38,9 @@ class LauncherFunctions(Construct):
     """One function per handler, each with its own role (no AWSLambdaBasicExecutionRole), an encrypted log
     group, X-Ray tracing, and the platform settings (JSON) in PLATFORM_SETTINGS.
 
-    `decide` may describe the training jobs matching `training_job_arn_pattern` (a failure's Cause is not
-    always the job's description), nothing else.
+    `decide` may describe the training jobs matching `training_job_arn_pattern` (whether a failed launch left
+    a job running), nothing else; `summarize` may describe and stop them (a run that ends stops the job it
+    left running), nothing else; `prepare` calls no AWS API.
     """
 
     def __init__(self, scope: Construct, id: str, *, name_prefix: str, settings_json: str,
@@ -53,14 +60,16 @@ class LauncherFunctions(Construct):
             name: self._function(name, settings_json, log_retention, reserved_concurrency, removal_policy)
             for name in HANDLERS
         }
-        self.functions["decide"].add_to_role_policy(iam.PolicyStatement(
-            actions=["sagemaker:DescribeTrainingJob"], resources=[training_job_arn_pattern]))
-        acknowledge(
-            self.functions["decide"].role,
-            f"AwsSolutions-IAM5[Resource::{nag_form(self, training_job_arn_pattern)}]",
-            f"DescribeTrainingJob is scoped to the platform's own jobs ({name_prefix}-*): job names are "
-            "generated per attempt, so a name prefix is the narrowest resource that fits.",
-        )
+        for name, actions in SAGEMAKER_ACTIONS.items():
+            self.functions[name].add_to_role_policy(iam.PolicyStatement(
+                actions=list(actions), resources=[training_job_arn_pattern]))
+            acknowledge(
+                self.functions[name].role,
+                f"AwsSolutions-IAM5[Resource::{nag_form(self, training_job_arn_pattern)}]",
+                f"{' and '.join(a.split(':')[1] for a in actions)} scoped to the platform's own jobs "
+                f"({name_prefix}-*): job names are generated per attempt, so a name prefix is the narrowest "
+                "resource that fits.",
+            )
 
     def __getitem__(self, name: str) -> lambda_.Function:
         return self.functions[name]
@@ -100,8 +109,9 @@ def _acknowledge(role: iam.Role, function: lambda_.Function, reserved_concurrenc
     acknowledge(role, "AwsSolutions-IAM5[Resource::*]",
                 "X-Ray PutTraceSegments/PutTelemetryRecords support no resource-level permissions.")
     acknowledge(function, "NIST.800.53.R5-LambdaInsideVPC",
-                "The function reaches nothing inside the VPC (only decide calls an AWS API, SageMaker "
-                "DescribeTrainingJob); it handles job requests and job descriptions, never training data.")
+                "The function reaches nothing inside the VPC (decide and summarize call SageMaker's "
+                "DescribeTrainingJob and StopTrainingJob only); it handles job requests and job descriptions, "
+                "never training data.")
     acknowledge(function, "NIST.800.53.R5-LambdaDLQ",
                 "Invoked synchronously by Step Functions, which retries and catches its errors; a DLQ "
                 "applies only to asynchronous invocations.")

@@ -129,7 +129,9 @@ class CheckpointManager:
         try:
             with _quiet_in_one_process():
                 dcp.load(dict(self.parts), checkpoint_id=str(path))
-        except Exception as e:  # DCP's own errors carry a remote traceback each: one line says enough
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:  # DCP's CheckpointException is a BaseException, each rank's traceback inside
             raise TrainingFailure(FailureCode.CHECKPOINT_UNREADABLE, _unreadable(path, e)) from None
         self.saved_at = int(path.name.removeprefix("step-"))
         if self.dist.is_main:

@@ -27,6 +27,10 @@ _DTYPES = {
 
 def full_state_dict(model, dist: Dist) -> dict[str, torch.Tensor]:
     """Every parameter unsharded, on the CPU, on rank 0 (empty elsewhere). Collective."""
+    if getattr(model, "pipeline_group", None) is not None:  # a pipeline rank: only its stages are here
+        from training.pipeline import gather_full_state_dict
+
+        return gather_full_state_dict(model, dist.is_main)
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     state = get_model_state_dict(model, options=options)
     return {k: v.detach().contiguous() for k, v in state.items()} if dist.is_main else {}

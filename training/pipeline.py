@@ -141,12 +141,16 @@ class Pipeline:
     def step(self, micro_batches: list, loss_fn, scaler) -> torch.Tensor:
         """Forward and backward of every micro-batch; the mean loss, on every rank of the pipeline."""
         self._loss_fn, self._scaler, self._factor = loss_fn, scaler, 1.0 / (self.m * len(micro_batches))
-        self._losses = []
+        losses = []
         for x, y in micro_batches:
             args = (x,) if 0 in self.stages else ()
             target = y if self.n_stages - 1 in self.stages else None
+            self._losses = []
             self.schedule.step(*args, target=target)
-        total = torch.stack(self._losses).sum() if self._losses else torch.zeros((), device=self.device)
+            # The micro-batches' own losses are the last m: the first step's shape inference may call the
+            # loss function on its placeholder output too.
+            losses += self._losses[-self.m:]
+        total = torch.stack(losses).sum() if losses else torch.zeros((), device=self.device)
         return self._from_last(total)
 
     def _from_last(self, value: torch.Tensor) -> torch.Tensor:

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
     get_model_state_dict,
     get_optimizer_state_dict,
     set_model_state_dict,
@@ -37,15 +38,20 @@ class ModelState(Stateful):
         set_model_state_dict(self.model, state)
 
 
+# Flattened: one key per parameter and setting. DCP keeps a non-tensor value from one rank only, so a nested
+# `param_groups` would hand every pipeline rank rank 0's groups on resume (KeyError: 'betas').
+_FLAT = StateDictOptions(flatten_optimizer_state_dict=True)
+
+
 class OptimizerState(Stateful):
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
         self.model, self.optimizer = model, optimizer
 
     def state_dict(self) -> dict:
-        return get_optimizer_state_dict(self.model, self.optimizer)
+        return get_optimizer_state_dict(self.model, self.optimizer, options=_FLAT)
 
     def load_state_dict(self, state: dict) -> None:
-        set_optimizer_state_dict(self.model, self.optimizer, state)
+        set_optimizer_state_dict(self.model, self.optimizer, state, options=_FLAT)
 
 
 class ScalerState(Stateful):

@@ -127,3 +127,16 @@ def test_local_runs_the_request_with_two_processes(corpus_dir, tmp_path):
     assert any((workdir / "checkpoints").iterdir())
     hyperparameters = json.loads((workdir / "input/config/hyperparameters.json").read_text())
     assert json.loads(hyperparameters["strategy"]) == "fsdp"
+
+
+def test_a_workdir_that_is_a_file_and_single_with_several_processes_are_refused(corpus_dir, tmp_path):
+    fake = FakeRunLocal()
+    loaded = load_request(DATA / "local-tiny.json")
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(UserError, match="is a file, not a folder"):
+        run_request_locally(loaded, workdir=tmp_path / "afile", nproc=1, data=None, run_local=fake)
+    single = tmp_path / "single.json"
+    single.write_text(json.dumps({**json.loads((DATA / "local-tiny.json").read_text()), "strategy": "single"}))
+    with pytest.raises(UserError, match="--nproc 2 with strategy 'single'"):
+        run_request_locally(load_request(single), workdir=tmp_path / "w", nproc=2, data=None, run_local=fake)
+    assert fake.calls == []

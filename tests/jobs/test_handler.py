@@ -32,6 +32,17 @@ CAPACITY = "CapacityError: Unable to provision requested ML compute capacity. Pl
            "instance type."
 
 
+@pytest.fixture(autouse=True)
+def sagemaker(monkeypatch):
+    """moto's SageMaker: decide looks up the attempt's job after a launch error, summarize stops a job left
+    running; with no job of that name, the look-up finds none (as SageMaker answers an unknown name)."""
+    for key, value in {"AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "testing",
+                       "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+        monkeypatch.setenv(key, value)
+    with mock_aws():
+        yield boto3.client("sagemaker", region_name="us-east-1")
+
+
 @pytest.fixture
 def clock(monkeypatch):
     now = {"t": 1_795_248_000.0}  # 2026-11-21T08:00:00Z

@@ -28,7 +28,7 @@ def test_the_schema_describes_the_request(request_validator):
     schema = request_validator.schema
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert schema["required"] == ["name", "dataset"] and schema["additionalProperties"] is False
-    assert schema["properties"]["strategy"]["enum"] == ["single", "ddp", "fsdp", "smp", "auto"]
+    assert schema["properties"]["strategy"]["enum"] == ["single", "ddp", "fsdp", "hsdp", "tp", "pp", "hybrid", "smp", "auto"]
     assert schema["properties"]["strategy"]["default"] == "ddp"
     assert schema["properties"]["instance"]["anyOf"][0]["properties"]["count"]["minimum"] == 1
 

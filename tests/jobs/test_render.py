@@ -39,7 +39,7 @@ def decoded(create) -> dict:
     return {k: json.loads(v) for k, v in create["HyperParameters"].items()}
 
 
-@pytest.mark.parametrize("path", [p for p in REQUEST_EXAMPLES if p.name != "local-fsdp.json"], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [p for p in REQUEST_EXAMPLES if not p.name.startswith("local-")], ids=lambda p: p.name)
 def test_examples_render_valid_requests_for_every_attempt(path, platform):
     req = parse_request(json.loads(path.read_text()))
     validate_for_platform(req, platform)

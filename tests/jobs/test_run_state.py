@@ -15,7 +15,10 @@ KEYS = ["run_id", "execution", "request", "started_at", "started_epoch", "attemp
         "checkpoint_s3_uri", "counts", "waited_seconds", "attempts"]
 ATTEMPT_KEYS = ["attempt", "job_name", "instance_type", "instance_count", "spot", "status", "secondary_status",
                 "category", "reason", "started_at", "ended_at", "training_seconds", "billable_seconds",
-                "lost_seconds"]
+                "lost_seconds", "looks", "lookup_errors", "stopped_by_launcher"]
+# The attempt's keys before the launcher waited on jobs left running: states of executions started then
+# must still read.
+EARLIER_ATTEMPT_KEYS = ATTEMPT_KEYS[:14]
 
 
 def started(platform) -> tuple:
@@ -49,3 +52,12 @@ def test_failures_are_counted_by_category_and_written_as_strings(platform):
     # a failure the policy does not bound is not counted, and ends the API-error streak
     run.counts.record(Category.USER_ERROR)
     assert run.counts.api_error_streak == 0 and run.counts.of(Category.USER_ERROR) == 0
+
+
+def test_a_state_written_before_the_watch_fields_still_reads(platform):
+    _, run = started(platform)
+    data = json.loads(run.to_json())
+    data["attempts"] = [{k: v for k, v in a.items() if k in EARLIER_ATTEMPT_KEYS} for a in data["attempts"]]
+    again = RunState.from_dict(data)
+    assert (again.current.looks, again.current.lookup_errors, again.current.stopped_by_launcher) == (0, 0, False)
+    assert again.current.job_name == run.current.job_name

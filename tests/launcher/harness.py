@@ -31,6 +31,7 @@ from tests.launcher.sagemaker_sync import (
     Outcome,
     ScriptedSageMaker,
     StateTaskServiceSageMaker,
+    sagemaker_hooks,
     without_moto_keyword_keys,
 )
 
@@ -51,6 +52,9 @@ class ExecutionResult:
     create_calls: list[dict[str, Any]]
     lambda_calls: list[tuple[str, dict]]
     notifications: list[tuple[str | None, str]] = field(default_factory=list)  # (subject, message)
+    # Every job the emulated SageMaker holds for this execution, and its TrainingJobStatus at the end.
+    jobs: dict[str, str] = field(default_factory=dict)
+    stop_calls: list[str] = field(default_factory=list)  # StopTrainingJob requests, by job name
 
     @property
     def states_entered(self) -> list[str]:
@@ -99,6 +103,7 @@ class LauncherHarness:
             mock.patch.object(
                 state_task_service_callback, "_DELAY_SECONDS_SYNC_CONDITION_CHECK", POLL_SECONDS
             ),
+            sagemaker_hooks(),
         ]
         with contextlib.ExitStack() as stack:
             for patch in patches:
@@ -153,4 +158,6 @@ class LauncherHarness:
             notifications=[
                 (subject, message) for _, message, subject, _, _ in topic.sent_notifications[sent_before:]
             ],
+            jobs=world.statuses(),
+            stop_calls=list(world.stop_calls),
         )

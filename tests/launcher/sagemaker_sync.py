@@ -1,10 +1,22 @@
 """A test-only `arn:aws:states:::sagemaker:createTrainingJob.sync` integration for moto's interpreter.
 
-moto 5.2.5 has no SageMaker `.sync` integration, and its training jobs complete at once and accept duplicate
-names. This integration, modelled on moto's own Glue `.sync` one (StartJobRun, then poll GetJobRun), calls
-CreateTrainingJob on moto's SageMaker and then polls DescribeTrainingJob, while a `ScriptedSageMaker` plays
-each attempt's scripted outcome on moto's job record (status, secondary status transitions, failure reason,
-metrics, artifacts), so that every reader (the poller, the decide Lambda, trainctl) sees the same job.
+moto 5.2.5 has no SageMaker `.sync` integration, and its training jobs complete at once, accept duplicate
+names and cannot be stopped. This integration, modelled on moto's own Glue `.sync` one (StartJobRun, then poll
+GetJobRun), calls CreateTrainingJob on moto's SageMaker and then polls DescribeTrainingJob, while a
+`ScriptedSageMaker` plays each attempt's scripted outcome on moto's job record (status, secondary status
+transitions, failure reason, metrics, artifacts). `sagemaker_hooks()` routes moto's own DescribeTrainingJob
+and a StopTrainingJob (which moto lacks) through the world, so that every reader (the poller, the decide and
+summarize Lambdas, the state machine's StopTrainingJob task, trainctl) sees, advances and stops the same job.
+
+What the world emulates beyond outcomes, as the real API does (docs/REFERENCE.md):
+- a reused job name: ResourceInUse "Training job names must be unique within an AWS account and region, and a
+  training job with this name already exists" (moto would answer ValidationException);
+- CreateTrainingJob answering HTTP 5xx after it created the job (`Outcome.error_after_create`), and a create
+  whose answer was lost and that was sent again, meeting its own name in use (`Outcome.sent_twice`);
+- DescribeTrainingJob throttled (ThrottlingException "Rate exceeded") while the job trains
+  (`Outcome.throttled_describes`), whoever asks;
+- StopTrainingJob: an InProgress job goes Stopping, then Stopped on the next look; any other job answers
+  ValidationException (the service's wording for a job that cannot be stopped is unverified).
 
 How failures surface, and how sure we are:
 - A job that ends Failed or Stopped fails the task with Error `States.TaskFailed` and Cause = the
@@ -20,19 +32,26 @@ How failures surface, and how sure we are:
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from unittest import mock
 
 import boto3
 import botocore.session
+from botocore.config import Config
 from botocore.exceptions import ClientError
 from botocore.validate import ParamValidator
-from moto.sagemaker.models import sagemaker_backends
+from moto.core.responses import EmptyResult
+from moto.sagemaker.exceptions import SagemakerClientError, ValidationError
+from moto.sagemaker.models import SageMakerModelBackend, sagemaker_backends
+from moto.sagemaker.responses import SageMakerResponse
 from moto.stepfunctions.parser.api import HistoryEventType, TaskFailedEventDetails
 from moto.stepfunctions.parser.asl.component.common.error_name.custom_error_name import CustomErrorName
 from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
@@ -98,6 +117,13 @@ class Outcome:
     api_error: tuple[str, str] | None = None  # (error code, message) raised by CreateTrainingJob
     metrics: dict[str, float] = field(default_factory=dict)
     training_seconds: int = 3600
+    # (error code, message, HTTP status) that CreateTrainingJob answers although it created the job.
+    error_after_create: tuple[str, str, int] | None = None
+    # The first CreateTrainingJob created the job but its answer was lost; the same request, sent again,
+    # meets the attempt's own name in use (ResourceInUse).
+    sent_twice: bool = False
+    # How many DescribeTrainingJob calls, by anyone, answer ThrottlingException once the job is Training.
+    throttled_describes: int = 0
 
     @property
     def label(self) -> str:
@@ -181,15 +207,53 @@ def throttled() -> Outcome:
     return Outcome(api_error=("ThrottlingException", "Rate exceeded"))
 
 
+# The 5xx CreateTrainingJob answers in the Java SDK's words (docs/REFERENCE.md: "InternalFailure", 500).
+INTERNAL_FAILURE = ("InternalFailure", "We encountered an internal error. Please try again.", 500)
+
+
+def created_then_5xx(then: Outcome | None = None) -> Outcome:
+    """CreateTrainingJob answers 500 InternalFailure, but the job was created and goes on as `then` does."""
+    return dataclasses.replace(then or completed(), error_after_create=INTERNAL_FAILURE)
+
+
+def throttled_while_training(then: Outcome | None = None, describes: int = 1) -> Outcome:
+    """The job trains on to `then`'s end, but `describes` DescribeTrainingJob calls meanwhile are throttled."""
+    return dataclasses.replace(then or completed(), throttled_describes=describes)
+
+
+def name_in_use(then: Outcome | None = None) -> Outcome:
+    """The create's answer is lost and it is sent again: ResourceInUse for the attempt's own, running job."""
+    return dataclasses.replace(then or completed(), sent_twice=True)
+
+
+class ThrottlingError(SagemakerClientError):
+    code = "ThrottlingException"
+
+
+_RESOURCE_IN_USE = ("Training job names must be unique within an AWS account and region, and a training job "
+                    "with this name already exists")
+
+
 class ScriptedSageMaker:
-    """Plays one scripted Outcome per CreateTrainingJob call, in order, on moto's SageMaker job records."""
+    """Plays one scripted Outcome per CreateTrainingJob call, in order, on moto's SageMaker job records.
+
+    The world in use is `ScriptedSageMaker.current` (the last one made): `sagemaker_hooks()` sends every
+    DescribeTrainingJob and StopTrainingJob that reaches moto to it.
+    """
+
+    current: ScriptedSageMaker | None = None
 
     def __init__(self, outcomes: list[Outcome]):
         self.outcomes = list(outcomes)
         self.create_calls: list[dict[str, Any]] = []  # every CreateTrainingJob request, API errors included
         self.describe_calls = 0
+        self.stop_calls: list[str] = []
+        self.job_names: list[str] = []  # the jobs this world created, in order
         self._steps: dict[str, Any] = {}
+        self._throttle: dict[str, int] = {}
+        self._played = 0  # outcomes played: one per CreateTrainingJob the integration sends
         self._lock = threading.Lock()
+        ScriptedSageMaker.current = self
 
     @property
     def backend(self):
@@ -198,7 +262,7 @@ class ScriptedSageMaker:
     def create(self, client, params: dict[str, Any]) -> dict[str, Any]:
         validate_create_request(params)
         with self._lock:
-            attempt = len(self.create_calls)
+            attempt, self._played = self._played, self._played + 1
             self.create_calls.append(json.loads(json.dumps(params)))
             if attempt >= len(self.outcomes):
                 raise AssertionError(
@@ -207,38 +271,39 @@ class ScriptedSageMaker:
                 )
             outcome = self.outcomes[attempt]
         name = params["TrainingJobName"]
-        if name in self.backend.training_jobs:
-            # Real SageMaker rejects a reused name; moto would silently accept it.
-            raise _client_error(
-                "ValidationException",
-                "Training job names must be unique within an AWS account and region, and a "
-                f"training job with this name already exists ({self.backend.training_jobs[name].arn})",
-            )
+        self._check_name_free(name)
         if outcome.api_error:
             raise _client_error(*outcome.api_error)
         response = client.create_training_job(**params)
         job = self.backend.training_jobs[name]
+        self.job_names.append(name)
         # moto drops or overwrites some fields; keep what was asked for.
         job.algorithm_specification = params["AlgorithmSpecification"]
         job.resource_config = params["ResourceConfig"]
         job.stopping_condition = params["StoppingCondition"]
         self._steps[name] = self._play(job, outcome)
+        self._throttle[name] = outcome.throttled_describes
         next(self._steps[name])
+        if outcome.sent_twice:
+            self.create_calls.append(json.loads(json.dumps(params)))
+            self._check_name_free(name)
+        if outcome.error_after_create:
+            raise _client_error(*outcome.error_after_create)
         return response
 
+    def _check_name_free(self, name: str) -> None:
+        if name in self.backend.training_jobs:
+            # Real SageMaker rejects a reused name with ResourceInUse; moto would silently accept it.
+            raise _client_error("ResourceInUse", f"{_RESOURCE_IN_USE} ({self.backend.training_jobs[name].arn})")
+
     def _play(self, job, outcome: Outcome):
-        """Advance the job one secondary status per poll, ending in the outcome's final status."""
+        """Advance the job one secondary status per look, ending in the outcome's final status."""
         start = job.creation_time if isinstance(job.creation_time, datetime) else datetime.now(UTC)
         transitions = []
         final = {"Completed", "Failed", "Stopped", "MaxWaitTimeExceeded", "MaxRuntimeExceeded"}
         for i, secondary in enumerate(outcome.secondary):
             now = start + timedelta(seconds=60 * i)
-            if transitions:
-                transitions[-1]["EndTime"] = now
-            transitions.append({"Status": secondary, "StartTime": now, "StatusMessage": secondary})
-            job.secondary_status = secondary
-            job.secondary_status_transitions = list(transitions)
-            job.last_modified_time = now
+            self._enter(job, transitions, secondary, now)
             if secondary in final:
                 job.training_job_status = outcome.status
             elif secondary == "Stopping":
@@ -248,6 +313,15 @@ class ScriptedSageMaker:
             if job.training_job_status in ("Completed", "Failed", "Stopped"):
                 self._finish(job, outcome, now)
             yield
+
+    @staticmethod
+    def _enter(job, transitions: list[dict[str, Any]], secondary: str, now: datetime) -> None:
+        if transitions:
+            transitions[-1]["EndTime"] = now
+        transitions.append({"Status": secondary, "StartTime": now, "StatusMessage": secondary})
+        job.secondary_status = secondary
+        job.secondary_status_transitions = list(transitions)
+        job.last_modified_time = now
 
     def _finish(self, job, outcome: Outcome, now: datetime) -> None:
         job.training_end_time = now
@@ -264,20 +338,81 @@ class ScriptedSageMaker:
             job.final_metric_data_list = []
             job.model_artifacts = None
 
-    def describe(self, client, name: str) -> dict[str, Any]:
+    def look(self, name: str) -> None:
+        """One DescribeTrainingJob of `name` reaches SageMaker: throttled, or the job moves on one step."""
         with self._lock:
             self.describe_calls += 1
-            next(self._steps[name], None)
+            job = self.backend.training_jobs.get(name)
+            if job is not None and job.secondary_status == "Training" and self._throttle.get(name, 0) > 0:
+                self._throttle[name] -= 1
+                raise ThrottlingError("Rate exceeded")
+            if name in self._steps:
+                next(self._steps[name], None)
+
+    def describe(self, client, name: str) -> dict[str, Any]:
         description = client.describe_training_job(TrainingJobName=name)
         description.pop("ResponseMetadata", None)
         return description
 
+    def stop(self, name: str) -> None:
+        """StopTrainingJob: an InProgress job goes Stopping now and Stopped on the next look."""
+        with self._lock:
+            self.stop_calls.append(name)
+            job = self.backend.training_jobs.get(name)
+            if job is None:
+                raise ValidationError("Requested resource not found.")
+            if job.training_job_status != "InProgress":
+                raise ValidationError(f"The job {name} is {job.training_job_status} and cannot be stopped.")
+            self._steps[name] = self._stopping(job)
+            next(self._steps[name])
 
-def _client_error(code: str, message: str) -> ClientError:
+    def _stopping(self, job):
+        transitions = list(job.secondary_status_transitions or [])
+        now = datetime.now(UTC)
+        self._enter(job, transitions, "Stopping", now)
+        job.training_job_status = "Stopping"
+        yield
+        self._enter(job, transitions, "Stopped", now)
+        job.training_job_status = "Stopped"
+        job.training_end_time = now
+        job.final_metric_data_list, job.model_artifacts = [], None
+        yield
+
+    def statuses(self) -> dict[str, str]:
+        """Every job this world created and its TrainingJobStatus, as SageMaker holds it now."""
+        return {name: self.backend.training_jobs[name].training_job_status for name in self.job_names}
+
+
+@contextlib.contextmanager
+def sagemaker_hooks() -> Iterator[None]:
+    """Route moto's DescribeTrainingJob through `ScriptedSageMaker.current`, and give moto a StopTrainingJob."""
+    original = SageMakerModelBackend.describe_training_job
+
+    def describe_training_job(backend, training_job_name: str):
+        if ScriptedSageMaker.current is not None:
+            ScriptedSageMaker.current.look(training_job_name)
+        return original(backend, training_job_name)
+
+    def stop_training_job(response):
+        name = response._get_param("TrainingJobName")
+        if ScriptedSageMaker.current is None:
+            raise ValidationError("Requested resource not found.")
+        ScriptedSageMaker.current.stop(name)
+        return EmptyResult()
+
+    with mock.patch.object(SageMakerModelBackend, "describe_training_job", describe_training_job), \
+            mock.patch.object(SageMakerResponse, "stop_training_job", stop_training_job, create=True):
+        try:
+            yield
+        finally:
+            ScriptedSageMaker.current = None
+
+
+def _client_error(code: str, message: str, status: int = 400) -> ClientError:
     return ClientError(
         {
             "Error": {"Code": code, "Message": message},
-            "ResponseMetadata": {"HTTPStatusCode": 400, "RequestId": str(uuid.uuid4())},
+            "ResponseMetadata": {"HTTPStatusCode": status, "RequestId": str(uuid.uuid4())},
         },
         "CreateTrainingJob",
     )
@@ -317,7 +452,8 @@ class StateTaskServiceSageMaker(StateTaskServiceCallback):
 
     @staticmethod
     def _client():
-        return boto3.client("sagemaker", region_name=REGION)
+        # One try per call: a throttled poll reaches the state machine, as the premise of the scenarios is.
+        return boto3.client("sagemaker", region_name=REGION, config=Config(retries={"total_max_attempts": 1}))
 
     def _from_error(self, env, ex: Exception) -> FailureEvent:
         if isinstance(ex, ClientError):

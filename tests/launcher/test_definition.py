@@ -74,9 +74,21 @@ def test_states_and_transitions(resolved):
     ]
     assert states["DecideFailed"]["Next"] == "Summarize"
     assert states["RetryOrFail"]["Choices"] == [
-        {"Variable": "$.decision.action", "StringEquals": "retry", "Next": "Backoff"}
+        {"Variable": "$.decision.action", "StringEquals": "retry", "Next": "Backoff"},
+        # The attempt's job still runs after a launch error: wait and look again, never launch another.
+        {"Variable": "$.decision.action", "StringEquals": "watch", "Next": "WaitForJob"},
     ]
     assert states["RetryOrFail"]["Default"] == "Summarize"
+    assert states["WaitForJob"] == {"Type": "Wait", "SecondsPath": "$.decision.wait_seconds", "Next": "Decide"}
+    # Summarize stops the jobs a run leaves running; when it fails itself, the state machine stops the job.
+    assert states["Summarize"]["Catch"] == [
+        {"ErrorEquals": ["States.ALL"], "ResultPath": "$.summarize_error", "Next": "StopCurrentJob"}
+    ]
+    stop = states["StopCurrentJob"]
+    assert stop["Resource"] == "arn:aws:states:::aws-sdk:sagemaker:stopTrainingJob"
+    assert stop["Parameters"] == {"TrainingJobName.$": "$.create.TrainingJobName"}
+    assert stop["Next"] == "SummarizeFailed" and stop["Catch"][0]["Next"] == "SummarizeFailed"
+    assert states["SummarizeFailed"]["Next"] == "Notify"
     assert states["Notify"]["Resource"] == "arn:aws:states:::sns:publish"
     assert states["Notify"]["Parameters"]["TopicArn"] == resolved.topic_arn
     assert states["Summary"] == {"Type": "Pass", "InputPath": "$.result.summary", "Next": "Succeeded"}

@@ -6,6 +6,7 @@ import json
 
 import boto3
 import pytest
+from botocore.config import Config
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
@@ -27,8 +28,9 @@ def create_request() -> dict:
 
 @pytest.fixture
 def client():
-    with mock_aws():
-        yield boto3.client("sagemaker", region_name=REGION)
+    with mock_aws(), sm.sagemaker_hooks():
+        # One try per call, as the integration and the handlers make them: an emulated throttle shows.
+        yield boto3.client("sagemaker", region_name=REGION, config=Config(retries={"total_max_attempts": 1}))
 
 
 def test_a_reused_job_name_is_rejected(client, create_request):
@@ -36,8 +38,10 @@ def test_a_reused_job_name_is_rejected(client, create_request):
     world.create(client, create_request)
     with pytest.raises(ClientError) as raised:
         world.create(client, create_request)
-    assert raised.value.response["Error"]["Code"] == "ValidationException"
+    # As the real API answers (moto itself would say ValidationException, or accept the name).
+    assert raised.value.response["Error"]["Code"] == "ResourceInUse"
     assert "must be unique" in raised.value.response["Error"]["Message"]
+    assert list(world.statuses()) == [create_request["TrainingJobName"]]
 
 
 def test_requests_botocore_would_reject_are_rejected(client, create_request):
@@ -88,3 +92,49 @@ def test_api_errors_at_create_create_no_job(client, create_request):
     assert "ResourceLimitExceeded" in sm.MODELLED_ERRORS  # so Step Functions names it ...Exception
     assert client.list_training_jobs()["TrainingJobSummaries"] == []
     assert len(world.create_calls) == 1
+
+
+def test_a_5xx_after_create_leaves_the_job_running(client, create_request):
+    world = sm.ScriptedSageMaker([sm.created_then_5xx()])
+    with pytest.raises(ClientError) as raised:
+        world.create(client, create_request)
+    error = raised.value.response
+    assert (error["Error"]["Code"], error["ResponseMetadata"]["HTTPStatusCode"]) == ("InternalFailure", 500)
+    name = create_request["TrainingJobName"]
+    assert world.statuses() == {name: "InProgress"}
+    assert client.describe_training_job(TrainingJobName=name)["TrainingJobStatus"] == "InProgress"
+
+
+def test_a_resent_create_meets_its_own_name_in_use(client, create_request):
+    world = sm.ScriptedSageMaker([sm.name_in_use()])
+    with pytest.raises(ClientError) as raised:
+        world.create(client, create_request)
+    assert raised.value.response["Error"]["Code"] == "ResourceInUse"
+    assert len(world.create_calls) == 2 and world.statuses() == {create_request["TrainingJobName"]: "InProgress"}
+
+
+def test_describe_is_throttled_while_the_job_trains_whoever_asks(client, create_request):
+    world = sm.ScriptedSageMaker([sm.throttled_while_training(describes=2)])
+    world.create(client, create_request)
+    name = create_request["TrainingJobName"]
+    assert client.describe_training_job(TrainingJobName=name)["SecondaryStatus"] == "Downloading"
+    assert client.describe_training_job(TrainingJobName=name)["SecondaryStatus"] == "Training"
+    for _ in range(2):
+        with pytest.raises(ClientError) as raised:
+            client.describe_training_job(TrainingJobName=name)
+        assert raised.value.response["Error"]["Code"] == "ThrottlingException"
+    # A throttled call does not move the job on; the next one does.
+    assert client.describe_training_job(TrainingJobName=name)["SecondaryStatus"] == "Uploading"
+
+
+def test_stop_ends_a_running_job_and_refuses_others(client, create_request):
+    world = sm.ScriptedSageMaker([sm.completed()])
+    world.create(client, create_request)
+    name = create_request["TrainingJobName"]
+    client.stop_training_job(TrainingJobName=name)
+    assert client.describe_training_job(TrainingJobName=name)["TrainingJobStatus"] == "Stopped"
+    assert world.statuses() == {name: "Stopped"} and world.stop_calls == [name]
+    for job in (name, "mltrain-no-such-job"):
+        with pytest.raises(ClientError) as raised:
+            client.stop_training_job(TrainingJobName=job)
+        assert raised.value.response["Error"]["Code"] == "ValidationException"

@@ -57,3 +57,39 @@ def test_vit_stages_compose_too():
     images = torch.randn(2, 3, 8, 8)
     assert torch.equal(last(first(images)), model(images))
     assert first.head is None and last.cls is None and "cls" in first.state_dict()
+
+
+@pytest.mark.parametrize("overrides, world, per_host, message", [
+    ({"strategy": "tp", "tp_degree": 3}, 4, 4, "tp_degree=3 x pp_degree=1 does not divide the world size 4"),
+    ({"strategy": "tp", "tp_degree": 4}, 8, 2, "tp_degree=4 does not divide the 2 processes per host"),
+    ({"strategy": "hsdp", "tp_degree": 2}, 4, 4, "strategy 'hsdp' shards data only"),
+    ({"strategy": "hybrid", "pp_degree": 2}, 4, 4, "strategy 'hybrid' needs pp_degree >= 2 and tp_degree >= 2"),
+    ({"strategy": "hsdp", "dp_shard": 3}, 4, 4, "dp_shard=3 does not divide the 4 data-parallel ranks"),
+])
+def test_bad_degrees_fail_before_any_process_group(overrides, world, per_host, message):
+    from training.config import from_environment
+    from training.mesh import resolve_degrees
+
+    with pytest.raises(ConfigError, match=message):
+        resolve_degrees(from_environment(overrides, {}), world, per_host)
+
+
+def test_degrees_fill_the_world():
+    from training.config import from_environment
+    from training.mesh import resolve_degrees
+
+    assert resolve_degrees(from_environment({"strategy": "hsdp"}, {}), 16, 8).shape == (1, 2, 8, 1)
+    assert resolve_degrees(from_environment({"strategy": "hybrid", "pp_degree": 2, "tp_degree": 2}, {}), 8, 4
+                           ).shape == (2, 1, 2, 2)
+
+
+def test_pipeline_micro_batches_are_checked():
+    from training.config import from_environment
+    from training.mesh import Degrees
+    from training.strategies.pp import microbatches
+
+    with pytest.raises(ConfigError, match="pp_microbatches=1 is fewer than the 2 pipeline stages"):
+        microbatches(from_environment({"pp_microbatches": 1}, {}), Degrees(pp=2))
+    with pytest.raises(ConfigError, match="pp_microbatches=3 does not divide the 4 samples"):
+        microbatches(from_environment({"pp_microbatches": 3, "micro_batch_size": 2}, {}), Degrees(pp=2))
+    assert microbatches(from_environment({"micro_batch_size": 2}, {}), Degrees(pp=2)) == 4

@@ -48,7 +48,7 @@ def test_unknown_key_names_it_with_a_suggestion():
 @pytest.mark.parametrize(("argv", "message"), [
     (["--max_steps", "ten"], "'max_steps' must be an integer"),
     (["--compile", "maybe"], "'compile' must be true or false"),
-    (["--strategy", "zero3"], "'strategy' is 'zero3': use one of single, ddp, fsdp, smp"),
+    (["--strategy", "zero3"], "'strategy' is 'zero3': use one of single, ddp, fsdp, hsdp, tp, pp, hybrid, smp"),
     (["--micro_batch_size", "0"], "'micro_batch_size' must be at least 1"),
 ])
 def test_bad_values_are_one_clear_message(argv, message):

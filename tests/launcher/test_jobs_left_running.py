@@ -1,0 +1,127 @@
+"""No training job launched twice or lost: the synthesized state machine, in moto, when a launch error does not
+mean that no job runs, and when the run ends while one does.
+
+Each scenario ends with exactly one job per attempt in the emulated SageMaker and none of them still
+InProgress: asserted on the world's own job list, not on what the launcher believes.
+"""
+
+from __future__ import annotations
+
+from tests.launcher import sagemaker_sync as sm
+from tests.launcher.inputs import job_request
+
+SUCCESS_TAIL = ["Summarize", "Notify", "Outcome", "Summary", "Succeeded"]
+FAILURE_TAIL = ["Summarize", "Notify", "Outcome", "Failed"]
+WATCH = ["Decide", "RetryOrFail", "WaitForJob"]
+
+
+def assert_one_job_per_attempt_none_running(result, attempts: int) -> None:
+    names = list(result.jobs)
+    assert len(names) == attempts, result.jobs
+    assert [n[-3:] for n in names] == [f"-a{i}" for i in range(1, attempts + 1)], names
+    assert "InProgress" not in result.jobs.values(), result.jobs
+    assert len({c["CheckpointConfig"]["S3Uri"] for c in result.create_calls}) == 1
+
+
+def test_a_5xx_after_the_job_was_created_waits_on_that_job(harness):
+    # Attempt 1's CreateTrainingJob answers 500 but the job runs and completes: no second job.
+    result = harness.run(job_request(), [sm.created_then_5xx(sm.completed(train_loss=1.9))], name="created-5xx")
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert result.states_entered[:3] == ["Prepare", "Launch", "Decide"]
+    assert result.states_entered.count("Launch") == 1
+    assert "WaitForJob" in result.states_entered
+    assert result.states_entered[-5:] == SUCCESS_TAIL
+    assert_one_job_per_attempt_none_running(result, 1)
+    assert list(result.jobs.values()) == ["Completed"]
+    assert result.output["final_metrics"]["train_loss"] == 1.9
+    assert result.output["attempts"][0]["status"] == "Completed"
+    assert result.stop_calls == []
+
+
+def test_a_5xx_after_create_then_the_job_fails_is_classified_and_retried(harness):
+    result = harness.run(job_request(), [sm.created_then_5xx(sm.capacity_error()), sm.completed()],
+                         name="created-5xx-then-capacity")
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert result.states_entered.count("Launch") == 2
+    assert_one_job_per_attempt_none_running(result, 2)
+    assert list(result.jobs.values()) == ["Failed", "Completed"]
+    # The attempt is decided by its job's own end (capacity: the next type), not by the launch's 500.
+    assert result.output["attempts"][0]["category"] == "capacity"
+    assert [c["ResourceConfig"]["InstanceType"] for c in result.create_calls] == ["ml.p4d.24xlarge",
+                                                                                  "ml.p5.48xlarge"]
+
+
+def test_a_throttled_poll_while_the_job_trains_does_not_start_a_second_job(harness):
+    # Two throttled DescribeTrainingJob calls: the `.sync` poll (the launch fails), then decide's own
+    # look-up (it looks again after a wait).
+    result = harness.run(job_request(), [sm.throttled_while_training(sm.completed(), describes=2)],
+                         name="throttled-poll")
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    (failure,) = [e["failure"] for h, e in result.lambda_calls if h == "jobs.handler.decide"][:1]
+    assert failure["Error"] == "SageMaker.AmazonSageMakerException"
+    assert "Error Code: ThrottlingException" in failure["Cause"]
+    assert result.states_entered[:6] == ["Prepare", "Launch", *WATCH, "Decide"]
+    assert result.states_entered.count("Launch") == 1
+    assert_one_job_per_attempt_none_running(result, 1)
+    assert list(result.jobs.values()) == ["Completed"]
+    assert result.output["attempts"][0]["lookup_errors"] == 0 and result.output["attempts"][0]["looks"] >= 1
+
+
+def test_the_runs_own_name_in_use_waits_on_its_job(harness):
+    # The create's answer was lost and the request sent again: ResourceInUse for the attempt's own job.
+    result = harness.run(job_request(), [sm.name_in_use(sm.algorithm_error())], name="own-name-in-use")
+    assert result.status == "FAILED"
+    (failure,) = [e["failure"] for h, e in result.lambda_calls if h == "jobs.handler.decide"][:1]
+    assert "Error Code: ResourceInUse" in failure["Cause"]
+    # Not "the request was rejected": the run waited on its job and failed the way that job did.
+    assert result.error == "user_error" and "AlgorithmError" in result.cause
+    assert result.states_entered.count("Launch") == 1 and "WaitForJob" in result.states_entered
+    assert_one_job_per_attempt_none_running(result, 1)
+    assert list(result.jobs.values()) == ["Failed"]
+
+
+def test_a_fault_in_decide_while_a_job_runs_stops_that_job(harness, monkeypatch):
+    def broken_decide(event, context):
+        raise KeyError("run")
+
+    monkeypatch.setattr("jobs.handler.decide", broken_decide)
+    result = harness.run(job_request(), [sm.created_then_5xx()], name="decide-fault-job-running")
+    assert result.status == "FAILED"
+    assert result.states_entered == ["Prepare", "Launch", "Decide", "DecideFailed", *FAILURE_TAIL]
+    assert result.error == "launcher_error"
+    assert_one_job_per_attempt_none_running(result, 1)
+    (name,) = result.jobs
+    assert result.stop_calls == [name]
+    assert result.jobs[name] in ("Stopping", "Stopped")
+    (subject, message) = result.notifications[0]
+    assert f"Stopped as the run ended (still running): {name}" in message
+
+
+def test_a_fault_in_summarize_still_stops_the_job_and_notifies(harness, monkeypatch):
+    def broken(event, context):
+        raise RuntimeError("summarize broke")
+
+    monkeypatch.setattr("jobs.handler.decide", broken)
+    monkeypatch.setattr("jobs.handler.summarize", broken)
+    result = harness.run(job_request(), [sm.created_then_5xx()], name="summarize-fault-job-running")
+    assert result.status == "FAILED"
+    assert result.states_entered == ["Prepare", "Launch", "Decide", "DecideFailed", "Summarize",
+                                     "StopCurrentJob", "SummarizeFailed", "Notify", "Outcome", "Failed"]
+    assert result.error == "launcher_error" and "the summarize function failed" in result.cause
+    assert_one_job_per_attempt_none_running(result, 1)
+    assert result.stop_calls == list(result.jobs)
+    ((subject, _),) = result.notifications
+    assert subject == "Training run gpt-125m-fsdp failed: launcher_error"
+
+
+def test_a_run_that_gives_up_while_its_job_may_run_stops_it(harness):
+    # Every look-up is throttled past retry.api_error_max_retries: the run gives up rather than start a
+    # second job, and stops the one it cannot see.
+    request = job_request(retry={"api_error_max_retries": 1})
+    result = harness.run(request, [sm.throttled_while_training(sm.completed(), describes=4)],
+                         name="lookups-throttled")
+    assert result.status == "FAILED"
+    assert "could not look up" in result.cause
+    assert result.states_entered.count("Launch") == 1
+    assert_one_job_per_attempt_none_running(result, 1)
+    assert result.stop_calls == list(result.jobs)
