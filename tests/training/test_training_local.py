@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from cli.local import run_local
-from tests.training.helpers import LOCAL_HPS, weights
+from tests.training.helpers import LOCAL_HPS, SEQ, weights
 
 pytestmark = pytest.mark.slow
 
@@ -104,3 +104,41 @@ def test_interrupted_local_run_resumes_to_the_uninterrupted_weights(tmp_path, co
     metrics = [json.loads(line) for line in (work / "output" / "data" / "metrics.jsonl").read_text().splitlines()]
     losses = [m["train_loss"] for m in metrics if "train_loss" in m]
     assert losses[-1] < losses[0]
+
+
+def hsdp_request(tmp_path: Path, corpus: Path) -> Path:
+    """examples/local-hsdp.json on the test corpus, short: 4 processes = 2 replicas x 2 shards."""
+    request = json.loads((Path(__file__).resolve().parents[2] / "examples" / "local-hsdp.json").read_text())
+    request.update(dataset=str(corpus / "train"), validation_dataset=str(corpus / "validation"), checkpoint_interval=100)
+    request["hyperparameters"].update(max_steps=40, seq_len=SEQ, micro_batch_size=1, eval_interval=0, log_interval=1)
+    path = tmp_path / "hsdp.json"
+    path.write_text(json.dumps(request))
+    return path
+
+
+def test_an_hsdp_request_runs_through_trainctl_local_stops_and_resumes(tmp_path, corpus):
+    """The whole `trainctl local` path for a torch-native strategy: the request's `parallel` section is
+    validated against --nproc, rendered into the mesh hyperparameters, trained on 4 processes, stopped by
+    SIGTERM, resumed, and it ends on the weights of an uninterrupted run."""
+    from cli.local_runner import run_request_locally
+    from cli.request_file import load_request
+
+    loaded = load_request(hsdp_request(tmp_path, corpus))
+    reference, work = tmp_path / "reference", tmp_path / "work"
+    assert run_request_locally(loaded, workdir=reference, nproc=4, data=None) == 0
+
+    done, sent = threading.Event(), []
+    watcher = sigterm_self_at_step(work / "output" / "data" / "metrics.jsonl", step=3, done=done, sent=sent)
+    assert run_request_locally(loaded, workdir=work, nproc=4, data=None) == 0
+    done.set()
+    watcher.join(timeout=1)
+    status = json.loads((work / "output" / "data" / "training_status.json").read_text())
+    assert sent and status["status"] == "stopped" and 3 <= status["step"] < 40
+    hps = json.loads((work / "input" / "config" / "hyperparameters.json").read_text())
+    assert (hps["strategy"], hps["dp_shard"]) == ('"hsdp"', "2")
+
+    assert run_request_locally(loaded, workdir=work, nproc=4, data=None) == 0
+    status = json.loads((work / "output" / "data" / "training_status.json").read_text())
+    assert status["status"] == "completed" and status["step"] == 40
+    resumed, uninterrupted = weights(work), weights(reference)
+    assert all(torch.equal(resumed[k], uninterrupted[k]) for k in uninterrupted)
