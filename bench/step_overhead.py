@@ -51,7 +51,7 @@ def package_step(cfg: TrainConfig, device: torch.device, precision) -> TrainStep
     optimizer = build_optimizer(par.model, cfg)
     scheduler = build_scheduler(optimizer, cfg)
     scaler = torch.amp.GradScaler(device.type, enabled=precision.needs_loss_scaling)
-    return TrainStep(par, optimizer, scheduler, scaler, precision, device, cfg.grad_clip)
+    return TrainStep(par, optimizer, scheduler, scaler, precision, device, cfg.grad_clip, compile_loss=cfg.compile)
 
 
 def plain_step_fn(cfg: TrainConfig, device: torch.device, dtype: torch.dtype):
@@ -61,10 +61,16 @@ def plain_step_fn(cfg: TrainConfig, device: torch.device, dtype: torch.dtype):
                                   weight_decay=cfg.weight_decay, fused=device.type == "cuda" or None)
     plain_scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
 
+    def cross_entropy(logits, y):
+        return F.cross_entropy(logits.flatten(0, -2).float(), y.flatten())
+
+    # The same kernels as the package: compiled, the loss is compiled too (training.step).
+    loss_fn = torch.compile(cross_entropy) if cfg.compile else cross_entropy
+
     def plain_step(x, y):
         with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
             logits = plain(x)
-        loss = F.cross_entropy(logits.flatten(0, -2).float(), y.flatten())
+        loss = loss_fn(logits, y)
         plain_scaler.scale(loss).backward()
         plain_scaler.unscale_(plain_opt)
         torch.nn.utils.clip_grad_norm_(plain.parameters(), cfg.grad_clip)

@@ -27,6 +27,9 @@ METRIC_NAMES: tuple[str, ...] = (
     "mfu",
     "loss_scale",
     "checkpoint_age_s",  # seconds since the newest complete checkpoint: the work a failure now would cost
+    # checkpoint_age_s / the seconds expected between checkpoints by the job's cadence (0 when it has none):
+    # dimensionless, so one alarm threshold fits every job whatever its cadence.
+    "checkpoint_overdue",
 )
 
 LINE_PREFIX = "[metrics]"
@@ -87,6 +90,6 @@ def format_value(name: str, value: float | int) -> str:
         return "inf" if value > 0 else "-inf"
     if name == "lr" or (value != 0 and abs(value) < 1e-3):
         return f"{value:.4g}"
-    if name in ("train_loss", "val_loss", "grad_norm", "mfu", "epoch"):
+    if name in ("train_loss", "val_loss", "grad_norm", "mfu", "epoch", "checkpoint_overdue"):
         return f"{value:.4f}"
     return f"{value:.1f}"

@@ -28,6 +28,7 @@ from jobs import catalog
 from jobs.api_limits import PLATFORM_ENVIRONMENT
 from jobs.images import resolve_image
 from jobs.parallelism import request_hyperparameters
+from jobs.planner import plan_for_request
 from jobs.platform import PlatformSettings
 from jobs.request_fields import dataset_kind, fsx_path
 from jobs.request_schema import JobRequest
@@ -127,7 +128,7 @@ def render_create_training_job(
         "Environment": {**PLATFORM_ENVIRONMENT, **request.environment},
         "ProfilerConfig": _profiler(request, platform, run_id),
         "InfraCheckConfig": {"EnableInfraCheck": request.infra_check if infra_check is None else infra_check},
-        "Tags": _tags(request, platform, run_id, attempt),
+        "Tags": _tags(request, platform, run_id, attempt, strategy_and_degrees(request, primary)[0]),
     }
     assert tuple(create) == CREATE_REQUEST_KEYS, "CREATE_REQUEST_KEYS and the renderer disagree"
     return create
@@ -147,7 +148,7 @@ def _algorithm(request: JobRequest, platform: PlatformSettings, instance_type: s
 def training_hyperparameters(request: JobRequest, platform: PlatformSettings, job: str,
                              instance_type: str) -> dict[str, Any]:
     """The hyperparameters before encoding: the in-container launcher's keys, the script's, the user's."""
-    strategy = request.resolved_strategy
+    strategy, degrees = strategy_and_degrees(request, instance_type)
     submit_dir = platform.source_dir_s3_uri
     if request.network_isolation:
         # The container cannot fetch sourcedir.tar.gz itself; SDK v2 then sends the code as an input channel
@@ -176,7 +177,7 @@ def training_hyperparameters(request: JobRequest, platform: PlatformSettings, jo
             mp["context_parallel_degree"] = par.context_parallel_degree
         values["mp_parameters"] = mp
         values["sagemaker_distributed_dataparallel_enabled"] = False
-    values.update(request_hyperparameters(request))  # torch-native degrees (hsdp, tp, pp, hybrid)
+    values.update(degrees)  # torch-native degrees (hsdp, tp, pp, hybrid)
     values.update({
         "strategy": strategy.value,
         "model": request.model,
@@ -185,6 +186,16 @@ def training_hyperparameters(request: JobRequest, platform: PlatformSettings, jo
     })
     values.update(request.hyperparameters)
     return values
+
+
+def strategy_and_degrees(request: JobRequest, instance_type: str) -> tuple[Strategy, dict[str, Any]]:
+    """The strategy and torch-native degrees the attempt runs: the request's `strategy` and `parallel` section, or
+    for `strategy: auto` the planner's pick with its degrees (what `trainctl plan` sized and shows), planned for
+    the attempt's instance type: a fallback type with fewer GPUs per node needs other degrees."""
+    if request.strategy is not Strategy.AUTO:
+        return request.strategy, request_hyperparameters(request)
+    chosen = plan_for_request(request, None if request.instance_groups else instance_type)
+    return Strategy(chosen.strategy), chosen.parallel
 
 
 def _hyperparameters(request: JobRequest, platform: PlatformSettings, job: str, instance_type: str) -> dict[str, str]:
@@ -286,13 +297,14 @@ def _profiler(request: JobRequest, platform: PlatformSettings, run_id: str) -> d
     }
 
 
-def _tags(request: JobRequest, platform: PlatformSettings, run_id: str, attempt: int) -> list[dict[str, str]]:
+def _tags(request: JobRequest, platform: PlatformSettings, run_id: str, attempt: int,
+          strategy: Strategy) -> list[dict[str, str]]:
     prefix = platform.name_prefix
     platform_tags = {
         f"{prefix}:run-id": run_id,
         f"{prefix}:attempt": str(attempt),
         f"{prefix}:request": request.name,
-        f"{prefix}:strategy": request.resolved_strategy.value,
+        f"{prefix}:strategy": strategy.value,
     }
     tags = [{"Key": k, "Value": v} for k, v in platform_tags.items()]
     tags += [{"Key": k, "Value": v} for k, v in request.tags.items() if k not in platform_tags]

@@ -160,7 +160,7 @@ def _smp_problems(r: JobRequest, specs: Specs, add: Add) -> None:
 
 def _api_limit_problems(r: JobRequest, add: Add) -> None:
     """Hyperparameters (with the platform's own) and metric definitions."""
-    model_parallel = r.strategy is Strategy.SMP or r.strategy.value in TORCH_NATIVE
+    model_parallel = r.strategy in (Strategy.SMP, Strategy.AUTO) or r.strategy.value in TORCH_NATIVE
     launcher_count = platform_hyperparameter_count(model_parallel=model_parallel, groups=bool(r.instance_groups))
     if len(r.hyperparameters) + launcher_count > MAX_HYPERPARAMETERS:
         add("hyperparameters", f"has {len(r.hyperparameters)} entries; with the platform's {launcher_count} the job "

@@ -40,13 +40,19 @@ def smallest_gpu_count(instance_types: Sequence[str]) -> int:
 
 
 class LauncherMonitoring(Construct):
-    """A dashboard (executions, GPU utilization, throughput) and two alarms that notify `topic`.
+    """A dashboard (executions, GPU utilization, throughput, checkpoint age) and three alarms that notify `topic`.
 
     GPUUtilization is the sum over a host's GPUs (0 to 100 x GPUs), so the low-utilization threshold is
     `low_gpu_utilization_percent x gpus_per_host`; with mixed instance types pass the smallest GPU count, so
     that a fully busy small host never alarms, or pass `instance_types` (the allowed ones) to have it derived.
     The alarm watches the least busy host of any running training job in the account (a Metrics Insights query: job names change per attempt, so no static
     dimension fits). Low utilization for a sustained period usually means the job is waiting on IO.
+
+    The checkpoint alarm fires when a job's newest complete checkpoint is older than `checkpoint_overdue_factor`
+    times its own cadence for `checkpoint_overdue_minutes`: the job prints `checkpoint_overdue` (the age over
+    the seconds its cadence puts between checkpoints), so one threshold fits jobs of any cadence, and the
+    query takes the most overdue job. It means saves fail, hang, or take longer than the cadence allows: a
+    failure now would cost more work than the job was sized for.
     """
 
     def __init__(
@@ -61,16 +67,21 @@ class LauncherMonitoring(Construct):
         instance_types: Sequence[str] | None = None,
         low_gpu_utilization_percent: float = 80,
         low_gpu_utilization_minutes: int = 30,
+        checkpoint_overdue_factor: float = 2,
+        checkpoint_overdue_minutes: int = 10,
     ) -> None:
         super().__init__(scope, id)
         gpus_per_host = _check(gpus_per_host, instance_types, low_gpu_utilization_percent,
                                low_gpu_utilization_minutes)
+        _check_overdue(checkpoint_overdue_factor, checkpoint_overdue_minutes)
         self.threshold = low_gpu_utilization_percent * gpus_per_host
+        self.overdue_factor = checkpoint_overdue_factor
         self.failed_executions_alarm = self._failed_executions_alarm(name_prefix, state_machine)
         self.low_gpu_utilization_alarm = self._low_gpu_alarm(name_prefix, gpus_per_host,
                                                              low_gpu_utilization_percent, low_gpu_utilization_minutes)
+        self.checkpoint_overdue_alarm = self._checkpoint_overdue_alarm(name_prefix, checkpoint_overdue_minutes)
         action = actions.SnsAction(topic)
-        for alarm in (self.failed_executions_alarm, self.low_gpu_utilization_alarm):
+        for alarm in self.alarms:
             alarm.add_alarm_action(action)
             alarm.add_ok_action(action)
         self.dashboard = self._dashboard(name_prefix, state_machine)
@@ -118,6 +129,37 @@ class LauncherMonitoring(Construct):
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
 
+    @property
+    def alarms(self) -> tuple[cloudwatch.Alarm, ...]:
+        return (self.failed_executions_alarm, self.low_gpu_utilization_alarm, self.checkpoint_overdue_alarm)
+
+    def _checkpoint_overdue_alarm(self, name_prefix: str, minutes: int) -> cloudwatch.Alarm:
+        most_overdue_job = cloudwatch.MathExpression(
+            expression=(f'SELECT MAX({job_metric("checkpoint_overdue")}) '
+                        f'FROM SCHEMA("{METRIC_NAMESPACE}", TrainingJobName)'),
+            label="Checkpoint age of the most overdue job, in its cadences",
+            period=PERIOD,
+        )
+        periods = minutes // 5
+        return cloudwatch.Alarm(
+            self,
+            "CheckpointOverdue",
+            alarm_name=f"{name_prefix}-training-checkpoint-overdue",
+            alarm_description=(
+                f"A training job's newest complete checkpoint stayed older than {self.overdue_factor:g} times its "
+                f"checkpoint cadence for {minutes} minutes (metric checkpoint_overdue): its saves fail, hang or "
+                "take longer than the cadence allows, so a failure now would lose more work than planned. Read "
+                "the job's [checkpoint] log lines."
+            ),
+            metric=most_overdue_job,
+            threshold=self.overdue_factor,
+            evaluation_periods=periods,
+            datapoints_to_alarm=periods,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            # No job running (or none with a cadence printing yet) means no data, which is not a problem.
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+
     def _dashboard(self, name_prefix: str, state_machine: sfn.IStateMachine) -> cloudwatch.Dashboard:
         dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"{name_prefix}-training")
         dashboard.add_widgets(
@@ -134,7 +176,7 @@ class LauncherMonitoring(Construct):
             ),
             cloudwatch.AlarmStatusWidget(
                 title="Alarms",
-                alarms=[self.failed_executions_alarm, self.low_gpu_utilization_alarm],
+                alarms=list(self.alarms),
                 width=12,
             ),
         )
@@ -163,6 +205,19 @@ class LauncherMonitoring(Construct):
                 width=12,
             ),
         )
+        dashboard.add_widgets(
+            cloudwatch.GraphWidget(
+                title="Checkpoint age per job (s since its newest complete checkpoint)",
+                left=[_search(job_metric("checkpoint_age_s"), "TrainingJobName", stat="Maximum")],
+                width=12,
+            ),
+            cloudwatch.GraphWidget(
+                title=f"Checkpoint age per job in its cadences (alarm above {self.overdue_factor:g})",
+                left=[_search(job_metric("checkpoint_overdue"), "TrainingJobName", stat="Maximum")],
+                left_annotations=[cloudwatch.HorizontalAnnotation(value=self.overdue_factor, label="alarm threshold")],
+                width=12,
+            ),
+        )
         return dashboard
 
 
@@ -172,6 +227,13 @@ def _search(metric: str, dimension: str, stat: str = "Average") -> cloudwatch.Ma
         label="",
         period=PERIOD,
     )
+
+
+def _check_overdue(factor: float, minutes: int) -> None:
+    if factor <= 1:
+        raise ValueError(f"checkpoint_overdue_factor={factor}: use a value above 1 (1 is the cadence itself)")
+    if minutes < 5 or minutes % 5:
+        raise ValueError(f"checkpoint_overdue_minutes={minutes}: use a multiple of 5")
 
 
 def _check(gpus_per_host: int | None, instance_types: Sequence[str] | None, percent: float, minutes: int) -> int:

@@ -18,7 +18,7 @@ from training.data import GlobalBatchSampler, micro_batches
 from training.distributed import Dist, StopFlag
 from training.evaluation import Evaluator
 from training.job import announce, build_job
-from training.meter import StepMeter, honest_flops_per_sample
+from training.meter import StepMeter, checkpoint_overdue, honest_flops_per_sample
 from training.metrics import MetricsLogger
 from training.optim import build_optimizer, build_scheduler
 from training.outcome import Result, TrainingFailure, finish
@@ -43,7 +43,8 @@ def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = No
         torch.manual_seed(cfg.seed + 1 + dist.rank)  # each rank its own stream (dropout)
     state.reopen(cfg.max_steps)
     announce(cfg, job, dist)
-    train_step = TrainStep(job.par, optimizer, scheduler, scaler, job.precision, dist.device, cfg.grad_clip)
+    train_step = TrainStep(job.par, optimizer, scheduler, scaler, job.precision, dist.device, cfg.grad_clip,
+                           compile_loss=cfg.compile)
     evaluator = Evaluator(train_step, job.val_set, cfg, dist, job.global_batch)
     logger = MetricsLogger(cfg.output_data_dir, dist.is_main, cfg.max_steps)
     flops = honest_flops_per_sample(job.model, job.seq_len) if job.kind == "tokens" else None
@@ -67,8 +68,7 @@ def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = No
         state.step += 1
         if meter.due(state.step):
             meter.raise_if_nonfinite(state.step)
-            logger.log({**meter.record(state.step, sampler, scheduler, scaler),
-                        "checkpoint_age_s": checkpoints.age()})
+            logger.log({**meter.record(state.step, sampler, scheduler, scaler), **_checkpoint_age(checkpoints, meter)})
         logger.progress(state.step)
         if evaluator.due(state.step):
             evaluator.run(state, logger)
@@ -89,6 +89,13 @@ def _checkpoint(checkpoints: CheckpointManager, meter: StepMeter, step: int) -> 
     meter.raise_if_nonfinite(step)  # a diverged run must not become the newest checkpoint
     checkpoints.save(step)
     meter.restart()  # the save's stall is not training time
+
+
+def _checkpoint_age(checkpoints: CheckpointManager, meter: StepMeter) -> dict:
+    """The age of the newest complete checkpoint, in seconds and in cadences (the overdue alarm's metric)."""
+    age = checkpoints.age()
+    overdue = checkpoint_overdue(age, checkpoints.every_s, checkpoints.interval, meter.mean_step_s)
+    return {"checkpoint_age_s": age, "checkpoint_overdue": overdue}
 
 
 def _oom_message(cfg: TrainConfig, job, dist: Dist, step: int, error: Exception) -> str:

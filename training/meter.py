@@ -36,6 +36,17 @@ def honest_flops_per_sample(model: nn.Module, seq_len: int) -> float | None:
     return (6 * matmul_params + 12 * layers * width * seq_len) * seq_len
 
 
+def checkpoint_overdue(age_s: float, every_s: float, interval: int, step_s: float | None) -> float:
+    """`checkpoint_age_s` over the seconds the job's cadence puts between checkpoints (`checkpoint_overdue`).
+
+    Expected seconds: `checkpoint_minutes` x 60, and `checkpoint_interval` x the run's mean step time; with
+    both set a save comes at whichever is due first, so the shorter one. 0 when the job has no cadence (or no
+    step timed yet for a step-only cadence): such a job can never be overdue, and 0 never alarms.
+    """
+    cadences = [c for c in (every_s, interval * step_s if interval and step_s else 0.0) if c > 0]
+    return age_s / min(cadences) if cadences else 0.0
+
+
 class StepMeter:
     """Accumulates steps between metric lines; time spent evaluating or checkpointing is left out."""
 
@@ -57,7 +68,14 @@ class StepMeter:
         self.patience, self.count_grad_norm = nonfinite_patience, count_grad_norm
         self.streak = torch.zeros((), dtype=torch.int32, device=dist.device)
         self.worst = torch.zeros((), dtype=torch.int32, device=dist.device)
+        # Every logged interval's time and steps, for the run's mean step time (the checkpoint cadence in s).
+        self.run_seconds, self.run_steps = 0.0, 0
         self.restart()
+
+    @property
+    def mean_step_s(self) -> float | None:
+        """The mean seconds of a timed training step over the run so far (None before the first log)."""
+        return self.run_seconds / self.run_steps if self.run_steps else None
 
     def restart(self) -> None:
         self.timed_steps, self.t0 = 0, time.perf_counter()
@@ -93,7 +111,10 @@ class StepMeter:
         """The interval's metrics (a collective: the loss is averaged over the ranks); starts the next one."""
         if torch_dist.is_initialized():
             torch_dist.all_reduce(self.loss_sum, op=torch_dist.ReduceOp.AVG)
-        per_step = (time.perf_counter() - self.t0) / self.timed_steps
+        elapsed = time.perf_counter() - self.t0
+        per_step = elapsed / self.timed_steps
+        self.run_seconds += elapsed
+        self.run_steps += self.timed_steps
         record = {"step": step, "epoch": epoch_fraction(sampler), "train_loss": self.loss_sum.item() / self.loss_steps,
                   "lr": scheduler.get_last_lr()[0], "step_time_ms": per_step * 1000,
                   "grad_norm": self.grad_norm.item() if self.grad_norm is not None else None,

@@ -2,7 +2,11 @@
 clipping, optimizer, grad scaler, LR schedule. The benchmark times exactly this.
 
 Tensor- and pipeline-parallel ranks first pool their micro-batches (`share_batch`): the ranks of a batch
-group then run one model on the same samples. A pipeline runs forward and backward through its schedule."""
+group then run one model on the same samples. A pipeline runs forward and backward through its schedule.
+
+With `compile` the loss (fp32 upcast of the logits, log-softmax, NLL, and their backward) is compiled too: eager
+it writes and reads the fp32 logits (batch x sequence x vocabulary, gigabytes at 1B scale) four times; compiled
+it reads the low-precision logits and writes their gradient, a few fused kernels."""
 
 from __future__ import annotations
 
@@ -37,8 +41,10 @@ def share_batch(x: torch.Tensor, y: torch.Tensor, group) -> tuple[torch.Tensor, 
 
 class TrainStep:
     def __init__(self, par: Parallelized, optimizer, scheduler, scaler, precision: Precision,
-                 device: torch.device, grad_clip: float) -> None:
+                 device: torch.device, grad_clip: float, compile_loss: bool = False) -> None:
         self.model, self.par = par.model, par
+        # A pipeline calls the loss inside its schedule, stage by stage: kept eager there.
+        self.loss_fn = torch.compile(loss_fn) if compile_loss and par.pipeline is None else loss_fn
         self.optimizer, self.scheduler, self.scaler = optimizer, scheduler, scaler
         self.grad_clip = grad_clip
         dtype = precision.param
@@ -48,7 +54,7 @@ class TrainStep:
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         with self.autocast():
             logits = self.model(x)
-        return loss_fn(logits, y)
+        return self.loss_fn(logits, y)
 
     def eval_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, int]:
         """(mean loss, samples) of one evaluation micro-batch, pooled over the batch group; no gradients."""

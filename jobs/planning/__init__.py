@@ -4,6 +4,7 @@
     layout     strategy and degrees; the numerics the request's hyperparameters set
     memory     bytes per GPU          timing     seconds per step        cadence   checkpoints, interruptions
     candidates one sized layout        plan       the recommendation      warnings  what to look out for
+    auto       what `strategy: auto` may run, and its pick (the renderer sends the pick's degrees)
 """
 
 from jobs.planning.plan import PlanResult, plan_request

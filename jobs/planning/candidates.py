@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,7 +112,8 @@ def evaluate(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, sizing
         spot=spot, cadence=cad, bubble=st.bubble, micro_batch=n.micro_batch)
 
 
-def best(cands: list[Candidate], auto_only: bool = False) -> Candidate | None:
-    """Highest throughput that fits; within 2% the simpler strategy wins (the order layouts() lists them in)."""
-    pool = [c for c in cands if c.fits and (c.layout.auto_ok or not auto_only)]
+def best(cands: list[Candidate], allowed: Callable[[Candidate], bool] | None = None) -> Candidate | None:
+    """Highest throughput that fits (among those `allowed`); within 2% the simpler strategy wins (the order
+    layouts() lists them in, counted over all of `cands` so that a filter does not change the ranking)."""
+    pool = [c for c in cands if c.fits and (allowed is None or allowed(c))]
     return max(pool, key=lambda c: c.throughput / 1.02 ** cands.index(c)) if pool else None

@@ -11,12 +11,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from contract.hyperparameters import TRAINING_STRATEGIES, TrainConfig, canonical_name
+from jobs.parallelism import TORCH_NATIVE, check_parallelism, parallel_hyperparameters
 from jobs.planning.shape import PlanInputError
 
 DEGREES = ("replicate", "shard", "tensor", "pipeline")
-# What `strategy: auto` may resolve to: strategies that need no degrees from the request's `parallel` section
-# (the renderer takes tp/pp degrees from there, not from the plan), among those the package runs.
-AUTO_STRATEGIES = tuple(s for s in ("single", "ddp", "fsdp") if s in TRAINING_STRATEGIES)
+# What `strategy: auto` may resolve to: every strategy the training package runs but smp (its own image, and
+# SMP's degrees are not the planner's). For hsdp, tp, pp and hybrid the renderer sends the chosen layout's
+# degrees (jobs.planner.Plan.parallel), so the job runs the mesh the planner sized.
+AUTO_STRATEGIES = tuple(s for s in TRAINING_STRATEGIES if s != "smp")
+# Strategies that split layers: the model must opt in (`tp_plan`, `blocks` and `pipeline_edges`), which the
+# reference models do; the planner cannot see whether a model of one's own does.
+LAYER_SPLITTING = ("tp", "pp", "hybrid")
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,21 @@ class Layout:
 
     def degrees(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in DEGREES}
+
+    def problems(self, layers: int | None, heads: int | None, micro_batch_size: int, schedule: str) -> list:
+        """jobs.parallelism.check_parallelism of these degrees (the launcher's and the training package's own
+        check): e.g. a pipeline whose stages do not split the layers, or micro-batches that do not divide."""
+        return check_parallelism(
+            self.strategy, hosts=self.nodes, per_host=self.gpus_per_node, tensor=self.tensor,
+            pipeline=self.pipeline, shard=self.shard if self.strategy in TORCH_NATIVE else 0,
+            microbatches=self.microbatches if self.pipeline > 1 else None, schedule=schedule,
+            n_layer=layers or None, n_head=heads or None, micro_batch_size=micro_batch_size)
+
+    def hyperparameters(self, schedule: str) -> dict[str, Any]:
+        """What the launcher sends for this layout (jobs.parallelism.parallel_hyperparameters); {} for data-only."""
+        return parallel_hyperparameters(self.strategy, self.tensor, self.pipeline,
+                                        self.shard if self.strategy in TORCH_NATIVE else 0,
+                                        self.microbatches if self.pipeline > 1 else None, schedule)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs import catalog
+from jobs.planning.auto import AutoScope, auto_scope
 from jobs.planning.candidates import Candidate, best, evaluate, layouts
 from jobs.planning.layout import AUTO_STRATEGIES, Numerics, numerics
 from jobs.planning.shape import ModelFacts, PlanInputError, model_facts
@@ -26,6 +27,7 @@ class PlanResult:
     warnings: list[PlanWarning] = field(default_factory=list)
     model: ModelFacts | None = None
     reason: str = ""
+    scope: AutoScope | None = None  # what `strategy: auto` may run here
 
     def to_dict(self) -> dict[str, Any]:
         return {"recommendation": self.recommendation.to_dict() if self.recommendation else None,
@@ -106,18 +108,22 @@ def plan_request(request: Any, platform: Any = None, now: dt.datetime | None = N
     mine = shape_candidates(m, n, spec, nodes, per_node, sizing, spot, pp_micro)
     least = min(mine, key=lambda c: c.memory_gib)
     rec = best(mine) or least
-    auto = best(mine, auto_only=True) or min((c for c in mine if c.layout.auto_ok), key=lambda c: c.memory_gib)
+    whole = request.instance is not None and (nodes, per_node) == (count, spec.accelerators)
+    scope = auto_scope(request.model, m, n, whole, request.parallel)
+    auto = scope.pick(mine)
     others = other_shapes(m, n, spec.instance_type, sizing, spot, (spec.instance_type, nodes, per_node))
-    result = PlanResult(rec, auto, mine + others, model=m, reason=_reason(rec, auto))
+    result = PlanResult(rec, auto, mine + others, model=m, reason=_reason(rec, auto), scope=scope)
     add_warnings(result, request, platform, now or dt.datetime.now(dt.UTC))
     return result
 
 
-def _reason(rec: Candidate, auto: Candidate) -> str:
+def _reason(rec: Candidate, auto: Candidate | None) -> str:
     lay = rec.layout
     fit = (f"{rec.memory_gib:.1f} of {rec.capacity_gib:.0f} GiB per GPU" if rec.fits
            else f"needs {rec.memory_gib:.1f} GiB per GPU, more than {rec.capacity_gib:.0f}")
     text = f"{lay.strategy} over {lay.gpus} GPU(s): {fit}, {rec.step_time_s:.3g} s/step"
-    if auto is not rec:
+    if auto is None:
+        text += "; `strategy: auto` finds no layout the training package runs on this shape"
+    elif auto is not rec:
         text += f"; `strategy: auto` runs {auto.layout.strategy} (auto picks among {', '.join(AUTO_STRATEGIES)})"
     return text

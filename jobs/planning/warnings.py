@@ -38,9 +38,8 @@ def add_warnings(result: Any, request: Any, platform: Any, now: dt.datetime) -> 
             f"no strategy fits {rec.layout.nodes} x {rec.instance_type}: the best needs {rec.memory_gib:.1f} GiB per "
             f"GPU of {rec.capacity_gib:.0f}; set hyperparameters.activation_checkpointing, lower micro_batch_size"
             + (f", or use {_shape(smallest)}" if smallest else "") + ".")))
-    if result.auto is not rec and rec.fits:
-        why = "needs degrees from the request's `parallel` section" if rec.layout.runnable else \
-            "is not in the training package yet"
+    if result.auto is not None and result.auto is not rec and rec.fits:
+        why = (result.scope and result.scope.refusal(rec)) or "is not one auto picks"
         w.append(PlanWarning("auto_picks_other", (
             f"{rec.layout.strategy} would be best, but it {why}: `strategy: auto` "
             f"runs {result.auto.layout.strategy} ({result.auto.step_time_s:.3g} s/step against "

@@ -85,7 +85,9 @@ def test_plan_shows_what_auto_picked_and_why(platform_file, offline, tmp_path):
     path.write_text(json.dumps(request))
     result = run("plan", path, "--platform", platform_file, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    assert "auto -> fsdp (" in result.stdout
+    # auto may split layers (issue 11): the plan shows the pick and the mesh the job is rendered with.
+    assert "auto -> tp (" in result.stdout
+    assert "tp: mesh (pipeline x replicate x shard x tensor) = 1 x 1 x 2 x 4" in result.stdout
 
 
 # ---- user errors: exit 2, one message, no traceback ------------------------------------------------

@@ -1,4 +1,9 @@
-"""Fixtures for the job model: the example platform, the examples, and a strict CreateTrainingJob check."""
+"""Fixtures for the job model: a test platform, the examples, and a strict CreateTrainingJob check.
+
+The test platform (data/platform.json) is wider than examples/platform-settings.json, which is what a synth of the
+default cdk.json publishes (test_examples_on_default_platform keeps it so): more instance types, a `p5-reserved`
+training plan and no dataset_prefix, so the rules for those are exercised without a custom synth.
+"""
 
 from __future__ import annotations
 
@@ -15,11 +20,12 @@ from jobs.platform import PlatformSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
+PLATFORM_FILE = Path(__file__).with_name("data") / "platform.json"
 REQUEST_EXAMPLES = sorted(p for p in EXAMPLES.glob("*.json") if p.name != "platform-settings.json")
 
 
 def load_platform() -> PlatformSettings:
-    return PlatformSettings.from_json((EXAMPLES / "platform-settings.json").read_text())
+    return PlatformSettings.from_json(PLATFORM_FILE.read_text())
 
 
 @pytest.fixture(scope="session")

@@ -44,9 +44,10 @@ def test_catalog_is_consistent():
 
 @pytest.mark.parametrize(("model", "size", "instance_type", "count", "strategy"), [
     ("gpt", "125m", "ml.g5.12xlarge", 1, "ddp"),   # ~1.9 GiB of state: a replica per 24 GiB A10G
-    ("gpt", "1b", "ml.g5.12xlarge", 2, "fsdp"),    # ~15 GiB leaves too little of 24 GiB for activations
+    ("gpt", "1b", "ml.g5.12xlarge", 2, "hybrid"),  # fsdp's ~34 GiB overflow 24 GiB: tensor 4 x pipeline 2
+    ("gpt", "350m", "ml.g5.12xlarge", 2, "fsdp"),  # fits sharded, and splits no layers it need not split
     ("gpt", "1b", "ml.p4de.24xlarge", 1, "ddp"),   # fits an 80 GiB A100 with room to spare
-    ("gpt", "7b", "ml.p5.48xlarge", 2, "fsdp"),
+    ("gpt", "7b", "ml.p5.48xlarge", 2, "tp"),      # tensor 8 in a node, sharded over 2 (fsdp needs ~190 GiB)
     ("gpt", "tiny", "ml.g5.2xlarge", 1, "single"),
     ("gpt", "7b", "ml.c5.4xlarge", 1, "ddp"),
     ("my.pkg:build", "big", "ml.p4d.24xlarge", 1, "fsdp"),

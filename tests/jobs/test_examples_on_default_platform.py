@@ -1,9 +1,11 @@
 """Every cloud example plans and renders on a platform synthesized from the default cdk.json: the settings
-document the platform stack publishes, resolved by tools/platform_settings.py."""
+document the platform stack publishes, resolved by tools/platform_settings.py; examples/platform-settings.json
+is that document, checked in (the job-model tests use the wider tests/jobs/data/platform.json)."""
 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -42,6 +44,25 @@ def test_every_cloud_example_plans_and_renders_on_the_default_platform(synthesiz
     assert create["AlgorithmSpecification"]["TrainingImage"] in {
         uri for versions in synthesized["images"].values() for devices in versions.values()
         for uri in devices.values()}
+
+
+def test_the_checked_in_example_is_what_the_default_synth_publishes(synthesized):
+    """examples/platform-settings.json is generated, not hand-written: regenerate it after a change to the stacks
+    or cdk.json with `python -m tools.platform_settings --cdk-out cdk.out` (after `make synth`)."""
+    checked_in = tool.EXAMPLE.read_text()
+    # The source bundle's asset hash changes with every edit of training/ or contract/: masked on both sides.
+    assert re.search(r"/[0-9a-f]{64}\.gz\"", checked_in), "the example names a real source bundle"
+    assert tool.masked(checked_in) == tool.masked(tool.render(synthesized))
+
+
+def test_check_ignores_the_asset_hash_only(cdk_out, tmp_path):
+    out = tmp_path / "platform-settings.json"
+    assert tool.main(["--cdk-out", str(cdk_out), "--out", str(out)]) == 0
+    text = out.read_text()
+    out.write_text(re.sub(r"[0-9a-f]{64}", "0" * 64, text))
+    assert tool.main(["--cdk-out", str(cdk_out), "--out", str(out), "--check"]) == 0
+    out.write_text(text.replace('"default_warm_pool_minutes": 0', '"default_warm_pool_minutes": 5'))
+    assert tool.main(["--cdk-out", str(cdk_out), "--out", str(out), "--check"]) == 1
 
 
 def test_the_tool_refuses_what_it_cannot_resolve():

@@ -12,7 +12,7 @@ from contract.errors import RequestInvalid
 from jobs.platform import settings_json_schema
 from jobs.request import parse_request, request_json_schema
 
-from .conftest import EXAMPLES, REQUEST_EXAMPLES, ROOT
+from .conftest import EXAMPLES, PLATFORM_FILE, REQUEST_EXAMPLES, ROOT
 
 GOOD = {"name": "gpt-small", "dataset": "s3://datasets-bucket/tokens/", "instance": {"type": "ml.g5.12xlarge"}}
 
@@ -39,8 +39,8 @@ def test_every_example_request_passes_the_schema(request_validator, path):
     assert [e.message for e in request_validator.iter_errors(document)] == []
 
 
-@pytest.mark.parametrize("path", [EXAMPLES / "platform-settings.json", ROOT / "tests/launcher/platform_settings.json"],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [EXAMPLES / "platform-settings.json", PLATFORM_FILE,
+                                  ROOT / "tests/launcher/platform_settings.json"], ids=lambda p: str(p.relative_to(ROOT)))
 def test_platform_settings_documents_pass_the_settings_schema(path):
     schema = settings_json_schema()
     Draft202012Validator.check_schema(schema)
@@ -76,7 +76,7 @@ def test_bad_requests_fail_the_schema_and_the_parser(request_validator, document
 
 def test_bad_settings_fail_the_settings_schema():
     validator = Draft202012Validator(settings_json_schema())
-    document = json.loads((EXAMPLES / "platform-settings.json").read_text())
+    document = json.loads(PLATFORM_FILE.read_text())
     assert list(validator.iter_errors({**document, "subnet_ids": "subnet-1"}))
     assert list(validator.iter_errors({**document, "training_plans": {"p": {"arn": "x", "instance_type": "y"}}}))
     assert list(validator.iter_errors({**document, "regoin": "us-east-1"}))

@@ -1,4 +1,5 @@
-"""The platform-settings document: read by the schema engine, one problem per bad key, and back to JSON."""
+"""The platform-settings document (the wide test one, tests/jobs/data/platform.json): read by the schema engine,
+one problem per bad key, and back to JSON."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ import pytest
 
 from jobs.platform import PlatformSettings, PlatformSettingsInvalid, TrainingPlan
 
-from .conftest import EXAMPLES
+from .conftest import PLATFORM_FILE
 
 
 def document() -> dict:
-    return json.loads((EXAMPLES / "platform-settings.json").read_text())
+    return json.loads(PLATFORM_FILE.read_text())
 
 
 def problems_of(doc) -> dict[str, str]:
@@ -21,7 +22,7 @@ def problems_of(doc) -> dict[str, str]:
     return {p.path: p.message for p in info.value.problems}
 
 
-def test_the_example_reads_and_round_trips(platform):
+def test_the_test_platform_reads_and_round_trips(platform):
     assert platform.training_plans["p5-reserved"] == TrainingPlan(
         "p5-reserved", "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p5-reserved", "ml.p5.48xlarge", 4)
     assert platform.fsx is not None and platform.fsx.linked_path == "datasets"

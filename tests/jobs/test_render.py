@@ -372,7 +372,7 @@ def test_platform_settings_round_trip(platform):
 
 
 @pytest.mark.parametrize(("size", "instance", "strategy"), [
-    ("7b", {"type": "ml.p5.48xlarge", "count": 2}, "fsdp"),
+    ("7b", {"type": "ml.p5.48xlarge", "count": 2}, "tp"),
     ("125m", {"type": "ml.g5.12xlarge", "count": 1}, "ddp"),
 ])
 def test_auto_strategy_renders_the_planners_choice(platform, size, instance, strategy):
@@ -387,7 +387,7 @@ def test_torchrun_gets_a_shutdown_grace_that_fits_sagemakers_120_seconds():
     from jobs.request import parse_request
     from tests.conftest import ROOT
 
-    platform = PlatformSettings.from_json((ROOT / "examples" / "platform-settings.json").read_text())
+    platform = PlatformSettings.from_json((ROOT / "tests" / "jobs" / "data" / "platform.json").read_text())
     request = parse_request({**json.loads((ROOT / "examples" / "ddp-gpt-125m.json").read_text()),
                              "environment": {"MY_FLAG": "1"}})
     env = render_create_training_job(request, platform, run_id="r1", attempt=1)["Environment"]

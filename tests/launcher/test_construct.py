@@ -212,7 +212,8 @@ def test_alarms_notify_the_topic(launcher_template):
         a["Properties"]["AlarmName"]: a["Properties"]
         for a in resources(launcher_template, "AWS::CloudWatch::Alarm").values()
     }
-    assert set(alarms) == {"mltrain-job-launcher-failed-executions", "mltrain-training-low-gpu-utilization"}
+    assert set(alarms) == {"mltrain-job-launcher-failed-executions", "mltrain-training-low-gpu-utilization",
+                           "mltrain-training-checkpoint-overdue"}
     for alarm in alarms.values():
         assert alarm["AlarmActions"] == [topic_ref] and alarm["OKActions"] == [topic_ref]
         assert alarm["TreatMissingData"] == "notBreaching"

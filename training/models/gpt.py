@@ -33,6 +33,10 @@ class Attention(nn.Module):
 class Block(nn.Module):
     # Tensor parallelism (training.strategies.tp): Megatron's split, one all-reduce per attention and per MLP.
     tp_plan = {"attn.qkv": "colwise", "attn.proj": "rowwise", "fc": "colwise", "out": "rowwise"}
+    # With sequence parallelism: the norms on sequence shards, the attention gathering the whole sequence
+    # first (it reads its length), the row-parallel outputs reduce-scattered back onto the sequence.
+    sp_plan = {"ln1": "sequence", "attn": "gather", "attn.qkv": "colwise", "attn.proj": "rowwise_to_sequence",
+               "ln2": "sequence", "fc": "colwise_from_sequence", "out": "rowwise_to_sequence"}
 
     def __init__(self, c: GPTConfig) -> None:
         super().__init__()
@@ -65,6 +69,11 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(c.d_model)
         # Not tied to `tok`: safetensors refuses shared storage and FSDP shards the two separately anyway.
         self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+
+    @property
+    def sequence_length(self) -> int:
+        """Tokens per sample (what sequence parallelism splits)."""
+        return self.c.seq_len
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         # A pipeline stage lacks the embeddings (it gets hidden states) or the head (it returns them).

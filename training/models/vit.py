@@ -13,6 +13,8 @@ from contract.models import ViTConfig
 
 class EncoderBlock(nn.Module):
     tp_plan = {"qkv": "colwise", "proj": "rowwise", "fc": "colwise", "out": "rowwise"}  # see gpt.Block
+    sp_plan = {"ln1": "sequence", "qkv": "colwise_from_sequence", "proj": "rowwise_to_sequence",
+               "ln2": "sequence", "fc": "colwise_from_sequence", "out": "rowwise_to_sequence"}
 
     def __init__(self, c: ViTConfig) -> None:
         super().__init__()
@@ -26,8 +28,9 @@ class EncoderBlock(nn.Module):
         self.drop = nn.Dropout(c.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, _ = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, t, -1, 3, self.head_dim).permute(3, 0, 2, 1, 4)
+        qkv = self.qkv(self.ln1(x))
+        b, t, _ = qkv.shape  # the whole sequence, also when `x` is a sequence shard (sequence parallelism)
+        q, k, v = qkv.view(b, t, -1, 3, self.head_dim).permute(3, 0, 2, 1, 4)
         y = F.scaled_dot_product_attention(q, k, v)
         x = x + self.drop(self.proj(y.transpose(1, 2).reshape(b, t, -1)))
         return x + self.drop(self.out(F.gelu(self.fc(self.ln2(x)))))
@@ -46,6 +49,11 @@ class ViT(nn.Module):
         self.blocks = nn.ModuleList(EncoderBlock(c) for _ in range(c.n_layer))
         self.ln_f = nn.LayerNorm(c.d_model)
         self.head = nn.Linear(c.d_model, c.num_classes)
+
+    @property
+    def sequence_length(self) -> int:
+        """Tokens per sample: the patches and the class token (197 at 224/16: tp rarely divides it)."""
+        return self.c.num_patches + 1
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         if self.patch is not None:

@@ -48,7 +48,9 @@ def apply_pp(model: nn.Module, mesh: DeviceMesh, degrees: Degrees, device: torch
     model, stages = split(model.to(device), n_stages, pp_mesh.get_local_rank(), degrees.pp)
     if degrees.tp > 1:
         check_heads(model, degrees.tp)
-        tensor_parallelize(model, mesh["tp"])
+        # Each stage runs its own blocks back to back: the sequence is split and gathered per stage, so what
+        # travels between pipeline ranks is whole.
+        tensor_parallelize(model, mesh["tp"], [list(stage.blocks) for stage in stages.values()])
     sharded = degrees.data > 1
     if sharded:
         for stage in stages.values():

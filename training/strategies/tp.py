@@ -5,19 +5,27 @@ out head-major and infer the local head count from the sharded width) and its ou
 likewise; a GPT's embedding and head are split by vocabulary. Plans are the models' `tp_plan` attributes
 (sub-module name -> style), so a model of one's own opts in the same way.
 
-Sequence parallelism (norms and dropout on sequence shards) is left off: the reference models add
-position embeddings and norms on plain tensors, which stay replicated; their gradients are equal on every
-tensor rank because their inputs are. The tensor ranks train on one batch, pooled from their sampler
-slices (`Parallelized.batch_group`).
+Inside the blocks, sequence parallelism (training.strategies.sequence) splits the norms, residual adds and
+dropouts over the tensor ranks along the sequence, for a model whose blocks carry an `sp_plan`, where a
+probe finds that torch and the backend compute it right; elsewhere the blocks' `tp_plan` runs with the norms
+replicated (their gradients are equal on every tensor rank because their inputs are), and rank 0 says which
+and why. Embeddings, the final norm and the head stay outside it. The tensor ranks train on one batch,
+pooled from their sampler slices (`Parallelized.batch_group`).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.distributed as torch_dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import Replicate
-from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    ParallelStyle,
+    RowwiseParallel,
+    parallelize_module,
+)
 
 from contract.errors import ConfigError
 from training.grad_norm import clip_grad_norm
@@ -25,6 +33,8 @@ from training.mesh import Degrees, batch_group, data_mesh
 from training.precision import Precision
 from training.strategies import Parallelized
 from training.strategies.fsdp import gradient_sync, shard_model
+from training.strategies.sequence import STYLES as SEQUENCE_STYLES
+from training.strategies.sequence import sequence_parallel_problem, shard_sequence_through
 
 STYLES = {
     "colwise": lambda: ColwiseParallel(),
@@ -33,20 +43,46 @@ STYLES = {
     "embedding": lambda: RowwiseParallel(input_layouts=Replicate()),
     # The output head: vocabulary-sharded logits gathered whole for the loss.
     "colwise_gather": lambda: ColwiseParallel(output_layouts=Replicate()),
+    **SEQUENCE_STYLES,
 }
 
 
-def tensor_parallelize(model: nn.Module, tp_mesh: DeviceMesh) -> None:
-    """Apply every `tp_plan` found on the model and its blocks (a pipeline stage: what it has left)."""
+def tensor_parallelize(model: nn.Module, tp_mesh: DeviceMesh, runs: list[list[nn.Module]] | None = None) -> bool:
+    """Apply the model's `tp_plan` and each block's `sp_plan` (sequence parallel) or `tp_plan` (a pipeline
+    stage: what it has left). `runs`: the blocks that run back to back (a pipeline rank's stages), where the
+    sequence enters split and leaves whole; default all of them. True when sequence parallelism is on."""
     blocks = list(getattr(model, "blocks", []))
     if not blocks or not hasattr(blocks[0], "tp_plan"):
         raise ConfigError(f"tensor parallelism needs a model whose `blocks` carry a `tp_plan` "
                           f"({type(model).__name__} has none): use the gpt or vit reference models, or fsdp/hsdp")
-    for module in [model, *blocks]:
-        plan = {name: STYLES[style]() for name, style in getattr(module, "tp_plan", {}).items()
-                if _present(module, name)}
-        if plan:
-            parallelize_module(module, tp_mesh, plan)
+    sequence = _sequence_parallel(model, blocks, tp_mesh)
+    _apply_plan(model, tp_mesh, getattr(model, "tp_plan", {}))
+    for block in blocks:
+        _apply_plan(block, tp_mesh, block.sp_plan if sequence else block.tp_plan)
+    if sequence:
+        for run in runs or [blocks]:
+            shard_sequence_through(list(run), tp_mesh)
+    return sequence
+
+
+def _apply_plan(module: nn.Module, tp_mesh: DeviceMesh, names: dict[str, str]) -> None:
+    plan: dict[str, ParallelStyle] = {name: STYLES[style]() for name, style in names.items() if _present(module, name)}
+    if plan:
+        parallelize_module(module, tp_mesh, plan)
+
+
+def _sequence_parallel(model: nn.Module, blocks: list[nn.Module], tp_mesh: DeviceMesh) -> bool:
+    """On when every block has an `sp_plan` and the probe passes at the model's sequence length (unknown:
+    tp + 1 tokens, the uneven case, which is the one that fails where any does)."""
+    if not all(hasattr(b, "sp_plan") for b in blocks):
+        return False
+    seq_len = getattr(model, "sequence_length", None) or tp_mesh.size() + 1
+    problem = sequence_parallel_problem(tp_mesh, seq_len)
+    if torch_dist.get_rank() == 0:
+        state = "on: norms and residuals split over the sequence" if problem is None else (
+            f"off, norms replicated: the probe at {seq_len} tokens failed ({problem})")
+        print(f"[tp] sequence parallelism {state}", flush=True)
+    return problem is None
 
 
 def _present(module: nn.Module, name: str) -> bool:

@@ -1,0 +1,56 @@
+"""`strategy: auto`: which of one shape's sized layouts a request may run, and the pick among them.
+
+Auto picks among jobs.planning.layout.AUTO_STRATEGIES; the renderer sends the pick's degrees (jobs.planner), so a
+torch-native pick must be a mesh the training package builds on the cluster the job gets:
+- its degrees pass jobs.parallelism.check_parallelism (the launcher's and training's own check) with the
+  request's micro_batch_size and pipeline schedule;
+- the sized shape is the whole cluster of one instance type (not cut by sizing.max_gpus, no instance_groups);
+- tp, pp and hybrid only for the reference models: they opt in to layer splitting (`tp_plan`, `blocks`,
+  `pipeline_edges`); whether a model of one's own does cannot be seen from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from contract.models import REFERENCE_MODELS
+from jobs.parallelism import TORCH_NATIVE
+from jobs.planning.candidates import Candidate, best
+from jobs.planning.layout import LAYER_SPLITTING, Numerics
+from jobs.planning.shape import ModelFacts
+
+
+@dataclass(frozen=True)
+class AutoScope:
+    model: ModelFacts
+    native: bool  # hsdp, tp, pp, hybrid allowed: the sized shape is the job's whole cluster
+    split_layers: bool  # tp, pp, hybrid allowed: native, and a reference model
+    micro_batch: int  # the request's micro_batch_size: training checks pipeline micro-batches against it
+    schedule: str
+
+    def refusal(self, c: Candidate) -> str | None:
+        """Why `strategy: auto` may not run `c` (a phrase after "it"), or None when it may."""
+        lay = c.layout
+        if not lay.auto_ok:
+            return "is not in the training package yet" if not lay.runnable else "is not one auto picks"
+        if lay.strategy in TORCH_NATIVE and not self.native:
+            return ("needs its mesh over the job's whole cluster of one instance type (sizing.max_gpus or "
+                    "instance_groups size another shape)")
+        if lay.strategy in LAYER_SPLITTING and not self.split_layers:
+            return ("splits layers, which auto does only for the reference models (set strategy and `parallel` "
+                    "for a model of your own that has a tp_plan and pipeline_edges)")
+        problems = lay.problems(self.model.layers, self.model.heads, self.micro_batch, self.schedule)
+        return f"has degrees the training package refuses ({problems[0].message})" if problems else None
+
+    def pick(self, cands: list[Candidate]) -> Candidate | None:
+        """The best that fits among those auto may run; when none fits, the one needing the least memory."""
+        allowed = [c for c in cands if self.refusal(c) is None]
+        ids = {id(c) for c in allowed}
+        return best(cands, lambda c: id(c) in ids) or min(allowed, key=lambda c: c.memory_gib, default=None)
+
+
+def auto_scope(model: str, m: ModelFacts, n: Numerics, whole_cluster: bool, parallel: object = None) -> AutoScope:
+    """`whole_cluster`: the shape sized is every GPU of the job (one instance type, no sizing.max_gpus cut);
+    `parallel`: the request's `parallel` section (its pipeline schedule), None for the default."""
+    return AutoScope(m, native=whole_cluster, split_layers=whole_cluster and model in REFERENCE_MODELS,
+                     micro_batch=n.micro_batch, schedule=getattr(parallel, "pipeline_schedule", None) or "1f1b")

@@ -1,0 +1,107 @@
+"""The checkpoint-age alarm end to end: the job prints `checkpoint_overdue` (its checkpoint age in cadences),
+the synthesized dashboard plots it and the alarm fires when the most overdue job stays above twice its cadence."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from aws_cdk import App, Stack
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_stepfunctions as sfn
+
+from contract.metrics import METRIC_NAMES, METRIC_NAMESPACE, format_metrics, parse_metric_line
+from platform_constructs.monitoring import LauncherMonitoring
+from tests.launcher.conftest import launcher_stack_template
+from tests.training.helpers import SEQ, config, write_tokens
+from training.distributed import StopFlag, setup
+from training.loop import train
+from training.meter import checkpoint_overdue
+
+ALARM = "mltrain-training-checkpoint-overdue"
+
+
+def _alarms(templates: dict[str, dict]) -> dict[str, dict]:
+    launcher = launcher_stack_template(templates)
+    return {r["Properties"]["AlarmName"]: r["Properties"]
+            for r in launcher["Resources"].values() if r["Type"] == "AWS::CloudWatch::Alarm"}
+
+
+def test_the_alarm_takes_the_most_overdue_job_above_twice_its_cadence(templates):
+    alarms = _alarms(templates)
+    alarm = alarms[ALARM]
+    (query,) = alarm["Metrics"]
+    assert query["Expression"] == (
+        f'SELECT MAX(checkpoint_overdue) FROM SCHEMA("{METRIC_NAMESPACE}", TrainingJobName)')
+    assert query["ReturnData"] is True and query["Period"] == 300
+    assert alarm["Threshold"] == 2 and alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    # "Stays above": every datapoint of 10 minutes, not one stale sample.
+    assert alarm["EvaluationPeriods"] == alarm["DatapointsToAlarm"] == 2
+    assert alarm["TreatMissingData"] == "notBreaching"
+    # Same notifications as the launcher's other alarms.
+    gpu = alarms["mltrain-training-low-gpu-utilization"]
+    assert alarm["AlarmActions"] == gpu["AlarmActions"] and alarm["OKActions"] == gpu["OKActions"]
+
+
+def test_the_dashboard_plots_the_age_and_the_alarm(templates):
+    launcher = launcher_stack_template(templates)
+    (dashboard,) = [r for r in launcher["Resources"].values() if r["Type"] == "AWS::CloudWatch::Dashboard"]
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    for metric in ("checkpoint_age_s", "checkpoint_overdue"):
+        search = f"SEARCH('{{{METRIC_NAMESPACE},TrainingJobName}} MetricName=\\\\\\\"{metric}\\\\\\\"', 'Maximum', 300)"
+        assert search in body, metric
+    assert "alarm above 2" in body and '\\"value\\":2,\\"label\\":\\"alarm threshold\\"' in body
+    assert body.count(ALARM) == 0  # the alarm status widget refers to it by ARN (a Fn::GetAtt), not by name
+    alarm_id = next(k for k, r in launcher["Resources"].items()
+                    if r["Type"] == "AWS::CloudWatch::Alarm" and r["Properties"]["AlarmName"] == ALARM)
+    assert alarm_id in body
+
+
+def test_monitoring_checks_the_overdue_props():
+    stack = Stack(App(), "M")
+    machine = sfn.StateMachine(stack, "Machine", definition_body=sfn.DefinitionBody.from_chainable(sfn.Pass(stack, "P")))
+    topic = sns.Topic(stack, "T")
+    for props, name in (({"checkpoint_overdue_factor": 1}, "checkpoint_overdue_factor"),
+                        ({"checkpoint_overdue_minutes": 7}, "checkpoint_overdue_minutes")):
+        with pytest.raises(ValueError, match=name):
+            LauncherMonitoring(stack, name, name_prefix="mltrain", state_machine=machine, topic=topic, **props)
+
+
+@pytest.mark.parametrize(("every_s", "interval", "step_s", "expected"), [
+    (60.0, 0, None, 90 / 60),          # checkpoint_minutes=1: its seconds
+    (0.0, 100, 0.3, 90 / 30),          # checkpoint_interval=100 steps of 0.3 s
+    (600.0, 100, 0.3, 90 / 30),        # both: a save comes at whichever is first
+    (20.0, 100, 0.3, 90 / 20),
+    (0.0, 100, None, 0.0),             # no step timed yet: no step cadence in seconds
+    (0.0, 0, 0.3, 0.0),                # no cadence at all: never overdue
+])
+def test_overdue_is_the_age_in_cadences(every_s, interval, step_s, expected):
+    assert checkpoint_overdue(90.0, every_s, interval, step_s) == pytest.approx(expected)
+
+
+def test_the_line_carries_it_for_the_metric_definitions():
+    assert "checkpoint_overdue" in METRIC_NAMES
+    assert parse_metric_line(format_metrics({"step": 3, "checkpoint_overdue": 2.34567})) == {
+        "step": 3, "checkpoint_overdue": 2.3457}
+
+
+def test_a_run_prints_its_checkpoint_age_in_cadences(tmp_path):
+    """Before the first save the age grows step by step; one step after a save it is a fraction of a cadence."""
+    rng = np.random.default_rng(0)
+    write_tokens(tmp_path / "corpus" / "train", [rng.integers(0, 64, SEQ * 16 + 1)])
+    cfg = config(tmp_path, tmp_path / "corpus", validation_dir="", max_steps=9, checkpoint_interval=4)
+    train(cfg, setup(cfg), StopFlag())
+    records = {r["step"]: r for r in map(json.loads, (tmp_path / "output" / "metrics.jsonl").read_text().splitlines())}
+    overdue = {step: r["checkpoint_overdue"] for step, r in records.items()}
+    assert sorted(overdue) == list(range(1, 10))
+    # Before the first save the age spans every timed step (and the start-up before them): at least k/4 of the
+    # 4-step cadence by step k. Step 4's metrics are logged before its save.
+    assert all(overdue[k] >= k / 4 for k in range(1, 5))
+    # One step after the saves of steps 4 and 8: about a quarter of a cadence; then it grows again.
+    assert 0 < overdue[5] < 1 <= overdue[4] and 0 < overdue[9] < 1
+    assert overdue[5] < overdue[8]
+    # The cadence in seconds is 4 x the run's mean step time (every step is logged: the mean of their times).
+    for step in (3, 5, 9):
+        mean_step_s = sum(records[s]["step_time_ms"] for s in range(1, step + 1)) / step / 1000
+        assert records[step]["checkpoint_age_s"] / overdue[step] == pytest.approx(4 * mean_step_s, rel=1e-6)

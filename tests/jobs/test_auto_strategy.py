@@ -1,0 +1,126 @@
+"""`strategy: auto` (issue 11): the planner may pick hsdp, tp, pp or hybrid, and the job gets the degrees it sized.
+
+What is checked is what the job would meet: the rendered CreateTrainingJob request's hyperparameters, decoded
+and read by the training package (training.config, training.mesh) on the cluster's world, and the launcher's
+own check (jobs.parallelism.check_parallelism).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import training.config as training_config
+from contract.models import PRESETS
+from jobs import catalog
+from jobs.parallelism import check_parallelism
+from jobs.planner import plan_for_request
+from jobs.planning import plan_request
+from jobs.platform_rules import validate_for_platform
+from jobs.render import render_create_training_job
+from jobs.request import parse_request
+from training.mesh import resolve_degrees
+
+from .conftest import assert_valid_create_request
+from .test_training_contract import toolkit_args
+
+DATASET = "s3://mltrain-datasets-123456789012-us-east-1/tokens/train/"
+
+
+def request(size: str, instance_type: str, count: int, **hyperparameters):
+    return parse_request({"name": f"auto-{size}", "strategy": "auto", "model": "gpt", "model_size": size,
+                          "dataset": DATASET, "instance": {"type": instance_type, "count": count},
+                          "hyperparameters": hyperparameters})
+
+
+def rendered(req, platform) -> tuple[dict, dict]:
+    validate_for_platform(req, platform)
+    create = render_create_training_job(req, platform, run_id="auto-0a1b2c3d", attempt=1)
+    assert_valid_create_request(create)
+    return create, {k: json.loads(v) for k, v in create["HyperParameters"].items()}
+
+
+# gpt 7b (32 layers, 32 heads) on GPUs far smaller than its ~110 GiB of training state: layers must be split.
+@pytest.mark.parametrize(("instance_type", "count", "hps", "strategy"), [
+    ("ml.p4d.24xlarge", 2, {}, "tp"),  # 40 GiB A100s: tensor 8 within a node, FSDP over the 2 nodes
+    ("ml.g5.48xlarge", 2, {"micro_batch_size": 4}, "hybrid"),  # 24 GiB A10Gs: tensor 8 x pipeline 2
+    ("ml.g5.12xlarge", 4, {"micro_batch_size": 2, "activation_checkpointing": True}, "pp"),  # 4 stages
+])
+def test_auto_splits_a_7b_model_over_small_gpus_with_degrees_every_check_accepts(
+        platform, instance_type, count, hps, strategy):
+    req = request("7b", instance_type, count, **hps)
+    create, values = rendered(req, platform)
+    assert values["strategy"] == strategy
+    assert {t["Key"]: t["Value"] for t in create["Tags"]}["mltrain:strategy"] == strategy
+    per_host = catalog.lookup(instance_type).accelerators
+    preset = PRESETS["gpt"]["7b"]
+    tensor, pipeline = values["tp_degree"], values["pp_degree"]
+    assert (tensor > 1, pipeline > 1) == {"tp": (True, False), "pp": (False, True), "hybrid": (True, True)}[strategy]
+    assert check_parallelism(strategy, hosts=count, per_host=per_host, tensor=tensor, pipeline=pipeline,
+                             shard=values["dp_shard"], microbatches=values.get("pp_microbatches"),
+                             schedule=values["pp_schedule"], n_layer=preset.n_layer, n_head=preset.n_head,
+                             micro_batch_size=hps.get("micro_batch_size", 8)) == []
+    # The training package reads the same values and builds the mesh the planner sized, on the whole cluster.
+    cfg = training_config.parse_args(toolkit_args(create["HyperParameters"]), env={})
+    mesh = resolve_degrees(cfg, count * per_host, per_host)
+    picked = plan_request(req).auto.layout
+    assert (mesh.pp, mesh.replicate, mesh.shard, mesh.tp) == (
+        picked.pipeline, picked.replicate, picked.shard, picked.tensor)
+    assert mesh.pp * mesh.replicate * mesh.shard * mesh.tp == count * per_host
+    assert plan_for_request(req).parallel == {k: values[k] for k in plan_for_request(req).parallel}
+
+
+@pytest.mark.parametrize(("size", "instance_type", "count"), [
+    ("125m", "ml.g5.12xlarge", 1), ("125m", "ml.g5.48xlarge", 2), ("350m", "ml.p5.48xlarge", 2)])
+def test_a_small_model_still_resolves_to_ddp_with_no_degrees(platform, size, instance_type, count):
+    _, values = rendered(request(size, instance_type, count), platform)
+    assert values["strategy"] == "ddp"
+    assert not {"tp_degree", "pp_degree", "dp_shard", "pp_microbatches", "pp_schedule"} & set(values)
+
+
+def test_auto_keeps_to_data_parallel_where_the_mesh_would_not_be_the_planners(platform):
+    # sizing.max_gpus sizes 8 of the 16 GPUs: degrees for 8 would be wrong on the job's 16.
+    cut = parse_request({"name": "cut", "strategy": "auto", "model": "gpt", "model_size": "7b", "dataset": DATASET,
+                         "instance": {"type": "ml.p4d.24xlarge", "count": 2}, "sizing": {"max_gpus": 8}})
+    assert plan_for_request(cut).strategy in ("ddp", "fsdp") and plan_for_request(cut).parallel == {}
+    # A model of one's own may lack tp_plan and pipeline_edges: auto does not split its layers.
+    own = parse_request({"name": "own", "strategy": "auto", "model": "my.pkg:build", "model_size": "x",
+                         "dataset": DATASET, "instance": {"type": "ml.p4d.24xlarge", "count": 2},
+                         "model_shape": {"kind": "decoder", "layers": 32, "hidden": 4096, "heads": 32,
+                                         "seq_len": 4096, "vocab_size": 32000}})
+    assert plan_for_request(own).strategy in ("ddp", "fsdp", "hsdp")
+    result = plan_request(own)
+    assert result.recommendation.layout.strategy in ("tp", "hybrid")  # what the planner would run, were it allowed
+    assert any(w.code == "auto_picks_other" and "reference models" in w.message for w in result.warnings)
+
+
+def test_auto_skips_degrees_the_training_package_refuses(platform):
+    # micro_batch_size 1: a 2-stage pipeline's 4 micro-batches do not divide the 2 samples a pipeline step pools,
+    # so pp is never the pick here, whatever its speed.
+    req = request("7b", "ml.g5.12xlarge", 2, micro_batch_size=1, activation_checkpointing=True)
+    result = plan_request(req)
+    pp = [c for c in result.candidates if c.layout.strategy == "pp" and c.instance_type == "ml.g5.12xlarge"
+          and c.layout.nodes == 2]
+    assert pp and "does not divide" in result.scope.refusal(pp[0])
+    assert result.auto.layout.strategy != "pp"
+    _, values = rendered(req, platform)
+    assert values["strategy"] == result.auto.layout.strategy
+
+
+def test_an_attempt_on_a_fallback_type_gets_degrees_for_its_gpus(platform):
+    # 8 GPUs per p4d node: tensor 8. A capacity retry on the 4-GPU g5.12xlarge must not send tensor 8.
+    req = parse_request({"name": "auto-fb", "strategy": "auto", "model": "gpt", "model_size": "7b", "dataset": DATASET,
+                         "instance": {"type": "ml.p4d.24xlarge", "count": 2, "fallbacks": ["ml.g5.12xlarge"]}})
+    validate_for_platform(req, platform)
+    first = render_create_training_job(req, platform, run_id="auto-0a1b2c3d", attempt=1)
+    retry = render_create_training_job(req, platform, run_id="auto-0a1b2c3d", attempt=2,
+                                       instance_type="ml.g5.12xlarge")
+    assert json.loads(first["HyperParameters"]["tp_degree"]) == 8
+    values = {k: json.loads(v) for k, v in retry["HyperParameters"].items()}
+    assert values["tp_degree"] in (2, 4) and retry["ResourceConfig"]["InstanceType"] == "ml.g5.12xlarge"
+    assert check_parallelism(values["strategy"], hosts=2, per_host=4, tensor=values["tp_degree"],
+                             pipeline=values["pp_degree"], shard=values["dp_shard"],
+                             microbatches=values.get("pp_microbatches"), n_layer=32, n_head=32,
+                             micro_batch_size=8) == []
+    assert {t["Key"]: t["Value"] for t in retry["Tags"]}["mltrain:strategy"] == values["strategy"]
