@@ -25,9 +25,10 @@ from tests.training.test_parallel_models import gpt4, vit4
 
 pytestmark = pytest.mark.slow
 
-# Measured here (torch 2.13 and 2.8, CPU, fp32): logits within 1.2e-7 and gradients within 6e-8 of the
-# unsplit model, split or not (only the order of the reductions differs).
-TOL = 1e-6
+# Differences relative to each tensor's largest magnitude. Measured here (torch 2.13 and 2.8, CPU, fp32):
+# logits within 2.7e-7 and every gradient within 6.6e-7 of the unsplit model, split or not (only the order
+# of the reductions differs).
+TOL = 1e-5
 
 
 def _inputs(name: str) -> tuple[torch.nn.Module, torch.Tensor]:
@@ -35,6 +36,7 @@ def _inputs(name: str) -> tuple[torch.nn.Module, torch.Tensor]:
     model = gpt4(None, {"vocab_size": 64}) if name == "gpt" else vit4(None, {})
     model.init_weights()
     with torch.no_grad():  # non-trivial norms, so that a wrong norm gradient would show
+        model.head.weight.normal_(0.0, 0.5)  # the ViT's head starts at zero: no gradient would reach the blocks
         for block in model.blocks:
             block.ln1.weight.uniform_(0.5, 1.5)
             block.ln2.bias.uniform_(-0.5, 0.5)
@@ -48,6 +50,15 @@ def _full(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if isinstance(t, DTensor) else t
 
 
+def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The largest difference, relative to the tensor's largest magnitude."""
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item()
+
+
+def _placement(p) -> str:  # str() differs between torch versions ("S(1)" / "Shard(dim=1)")
+    return "Shard(1)" if p.is_shard(1) else "Replicate" if p.is_replicate() else repr(p)
+
+
 def _check(name: str, mesh, forced_off: bool) -> dict:
     from torch.distributed.tensor import DTensor
 
@@ -57,25 +68,27 @@ def _check(name: str, mesh, forced_off: bool) -> dict:
     model, x = _inputs(name)
     reference = copy.deepcopy(model)
     sequence._PROBED.clear()
+    probe, log, seen = sequence._probe, io.StringIO(), {}
     if forced_off:
         sequence._probe = lambda tp_mesh, seq_len: "forced off by the test"
-    seen = {}
-    log = io.StringIO()
-    with contextlib.redirect_stdout(log):
-        on = tensor_parallelize(model, mesh["tp"])
+    try:
+        with contextlib.redirect_stdout(log):
+            on = tensor_parallelize(model, mesh["tp"])
+    finally:
+        sequence._probe = probe
     model.blocks[1].ln1.register_forward_hook(lambda m, args, out: seen.update(
-        placements=[str(p) for p in getattr(out, "placements", [])], local_tokens=
+        placements=[_placement(p) for p in getattr(out, "placements", [])], local_tokens=
         (out.to_local() if isinstance(out, DTensor) else out).shape[1]))
     out = model(x)
     out.float().pow(2).mean().backward()
     ref = reference(x)
     ref.float().pow(2).mean().backward()
     weight = model.blocks[1].ln1.weight
-    grads = {n: (_full(p.grad) - q.grad).abs().max().item()
+    grads = {n: _relative(_full(p.grad), q.grad)
              for (n, p), q in zip(model.named_parameters(), reference.parameters(), strict=True)}
     return {"on": on, "log": log.getvalue(), "norm_is_dtensor": isinstance(weight, DTensor),
-            "norm_placements": [str(p) for p in getattr(weight, "placements", [])], **seen,
-            "logits": (out - ref).abs().max().item(), "grads": grads}
+            "norm_placements": [_placement(p) for p in getattr(weight, "placements", [])], **seen,
+            "logits": _relative(out, ref), "grads": grads}
 
 
 def _worker(rank: int, world: int, port: int, out: str) -> None:
@@ -92,6 +105,7 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
                    for name in ("gpt", "vit") for mode in ("auto", "off")}
         if rank == 0:
             Path(out).write_text(json.dumps(results))
+        torch_dist.barrier()  # no rank tears gloo down while another still talks (an abort at exit otherwise)
     finally:
         torch_dist.destroy_process_group()
 
@@ -116,16 +130,16 @@ def test_the_decoder_runs_its_norms_on_sequence_shards(results):
     sees half of the 16 tokens."""
     r = results["gpt_auto"]
     assert r["on"] and "sequence parallelism on" in r["log"]
-    assert r["norm_is_dtensor"] and r["norm_placements"] == ["Replicate()"]
-    assert r["placements"] == ["Shard(dim=1)"] and r["local_tokens"] == 8
+    assert r["norm_is_dtensor"] and r["norm_placements"] == ["Replicate"]
+    assert r["placements"] == ["Shard(1)"] and r["local_tokens"] == 8
 
 
 def test_the_vit_splits_its_uneven_sequence_where_the_probe_passes(results):
     r = results["vit_auto"]
     if r["on"]:  # torch 2.13: 5 tokens split 3 + 2
-        assert r["norm_is_dtensor"] and r["placements"] == ["Shard(dim=1)"] and r["local_tokens"] == 3
+        assert r["norm_is_dtensor"] and r["placements"] == ["Shard(1)"] and r["local_tokens"] == 3
     else:  # torch 2.8: the probe names the failure, and the norms stay plain tensors
-        assert "off, norms replicated: the probe at 5 tokens failed" in r["log"]
+        assert "off, norms replicated: 5 tokens over 2 tensor ranks fail the probe" in r["log"]
         assert not r["norm_is_dtensor"] and r["placements"] == []
 
 

@@ -1,5 +1,6 @@
-"""hsdp, tp, pp (1F1B, interleaved, GPipe) and 3-D runs on 2 and 4 gloo ranks against one process; exact
-resume for each; checkpoints resumed onto other degrees (a 2-stage pipeline and a TP=2 run on 1 process).
+"""hsdp, tp (sequence parallel where torch supports it: test_parallel_sequence), tp with FSDP2, pp (1F1B,
+interleaved, GPipe) and 3-D runs on 2 and 4 gloo ranks against one process; exact resume for each;
+checkpoints resumed onto other degrees (a 2-stage pipeline and a TP=2 run on 1 process).
 
 Weights are read from each run's final checkpoint (torch.distributed.checkpoint holds the whole model under
 its original names for every strategy) and compared with the single process's export.
@@ -39,6 +40,8 @@ FOUR = {
     "hsdp": {"strategy": "hsdp", "dp_shard": 2},  # 2 replicas x 2 shards
     "hybrid": {"strategy": "hybrid", "pp_degree": 2, "tp_degree": 2},  # 2 stages x 2 tensor ranks
     "pp_fsdp": {"strategy": "pp", "pp_degree": 2, "dp_shard": 2},  # 2 stages x 2 shards
+    # 2 shards x 2 tensor ranks: FSDP2 over sequence-parallel blocks (their norms: DTensors on the tp mesh).
+    "tp_fsdp": {"strategy": "tp", "tp_degree": 2},
 }
 RESUMED = {2: ("tp", "pp_interleaved"), 4: ("hsdp", "hybrid")}
 

@@ -80,7 +80,8 @@ def _sequence_parallel(model: nn.Module, blocks: list[nn.Module], tp_mesh: Devic
     problem = sequence_parallel_problem(tp_mesh, seq_len)
     if torch_dist.get_rank() == 0:
         state = "on: norms and residuals split over the sequence" if problem is None else (
-            f"off, norms replicated: the probe at {seq_len} tokens failed ({problem})")
+            f"off, norms replicated: {seq_len} tokens over {tp_mesh.size()} tensor ranks fail the probe "
+            f"({problem})")
         print(f"[tp] sequence parallelism {state}", flush=True)
     return problem is None
 
