@@ -13,12 +13,14 @@ SM_* environment, and starts `torchrun` (gloo on CPU, NCCL when there are GPUs):
       output/data/                SM_OUTPUT_DATA_DIR: metrics.jsonl, training_status.json
       output/logs/                each worker's stdout and stderr (torchrun --log-dir; when not in a terminal)
 
-Running it again with the same workdir resumes from the checkpoints there. SIGINT/SIGTERM become a SIGTERM
-to each worker (SageMaker's stop signal), never to torchrun: torchrun (in a session of its own, so Ctrl-C
-does not reach it) would give its workers a fixed 30 s before torch 2.12 and then kill them mid-save, and
-print its SignalException. The workers checkpoint and exit 0, then torchrun exits 0. A second signal kills
-the run. A failure the training package knows (a line in output/failure, contract.failures) is printed as
-that one line and the run exits 2; torchrun's own ChildFailedError traceback is not shown.
+Running it again with the same workdir resumes from the checkpoints there. The first SIGINT/SIGTERM
+creates the stop file (`stop` in the workdir, contract.container.ENV_STOP_FILE), as the platform's
+container entry does on SageMaker's SIGTERM: every worker sees it at its next step, they checkpoint and
+exit 0, then torchrun exits 0. torchrun itself is never signalled (it runs in a session of its own, so
+Ctrl-C does not reach it): it would give its workers a fixed 30 s before torch 2.12, then kill them
+mid-save. A second signal kills the run. A failure the training package knows (a line in output/failure,
+contract.failures) is printed as that one line and the run exits 2; torchrun's own ChildFailedError
+traceback is not shown.
 This module imports nothing of `jobs`: it takes the rendered dict.
 """
 
@@ -38,8 +40,8 @@ from typing import Any
 from bundles.sourcedir import build_archive_bytes
 from contract.container import (
     ENV_CHECKPOINT_DIR,
+    ENV_STOP_FILE,
     FAILURE_FILE,
-    TORCHRUN_SHUTDOWN_SECONDS,
     channel_variable,
 )
 from contract.failures import parse_failure_line
@@ -53,8 +55,6 @@ try:
 except ChildFailedError:
     sys.exit(1)
 """
-# A worker not yet started when the stop came still gets it: look again this often.
-_STOP_RESEND_SECONDS = 0.5
 
 HOST = "algo-1"
 
@@ -191,7 +191,6 @@ def prepare_layout(request: dict, workdir: Path, nproc: int, data_dirs: dict[str
         "SM_USER_ARGS": json.dumps(script_args(hps)),
         "SM_RESOURCE_CONFIG": json.dumps(resource),
         ENV_CHECKPOINT_DIR: str(ckpt_dir),
-        "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(TORCHRUN_SHUTDOWN_SECONDS),
         "PYTHONUNBUFFERED": "1",
     })
     for name, path in channels.items():
@@ -212,21 +211,11 @@ def _launch_command(hps: dict[str, Any], entry: str, nproc: int, log_dir: Path) 
         return [sys.executable, entry]
     cmd = [sys.executable, "-c", _TORCHRUN, "--nnodes", "1", "--nproc_per_node", str(nproc),
            "--master_addr", "127.0.0.1", "--master_port", str(_free_port())]
-    if _torchrun_has_shutdown_timeout():
-        cmd += ["--shutdown_timeout", str(TORCHRUN_SHUTDOWN_SECONDS)]
     if not sys.stderr.isatty():
         # Not a terminal (CI, a pipe): keep each worker's output under output/logs as well. In a terminal the
         # workers write to it directly, so rank 0 can draw its progress bar.
         cmd += ["--log_dir", str(log_dir), "--tee", "3"]
     return [*cmd, entry]
-
-
-def _torchrun_has_shutdown_timeout() -> bool:
-    """torchrun from torch 2.12 takes --shutdown_timeout; older ones reject it ("unrecognized arguments") and
-    wait a fixed 30 s after forwarding a signal. Asked of torchrun's own parser, not of the version string."""
-    from torch.distributed.run import get_args_parser
-
-    return any("--shutdown_timeout" in action.option_strings for action in get_args_parser()._actions)
 
 
 def run_local(create_request: dict, *, workdir: Path, nproc: int | None = None,
@@ -236,12 +225,14 @@ def run_local(create_request: dict, *, workdir: Path, nproc: int | None = None,
     hps = decode_hyperparameters(create_request.get("HyperParameters") or {})
     distributed = not (hps.get("sagemaker_torch_distributed_enabled") is False or hps.get("strategy") == "single")
     nproc = (nproc or default_nproc()) if distributed else 1
-    cmd, env, workdir = prepare_layout(create_request, Path(workdir), nproc, data_dirs, extra_env)
+    stop_file = (Path(workdir) / "stop").resolve()
+    cmd, env, workdir = prepare_layout(create_request, Path(workdir), nproc, data_dirs,
+                                       {ENV_STOP_FILE: str(stop_file), **(extra_env or {})})
     failure = workdir / "output" / Path(FAILURE_FILE).name
-    failure.unlink(missing_ok=True)  # an earlier run's: the package writes the file only if it is absent
-    entry = next(a for a in cmd if a.endswith(".py"))  # the entry script: what each worker runs
+    for stale in (failure, stop_file):  # an earlier run's: a failure line is written only if absent
+        stale.unlink(missing_ok=True)
     proc = subprocess.Popen(cmd, cwd=workdir / "code", env=env, start_new_session=True)
-    code = _wait_stopping_workers(proc, entry, launcher=distributed)
+    code = _wait_stopping_on_signal(proc, stop_file)
     line = failure.read_text().strip() if failure.exists() else ""
     if code != 0 and parse_failure_line(line):
         print(f"error: {line}", file=sys.stderr, flush=True)
@@ -249,18 +240,16 @@ def run_local(create_request: dict, *, workdir: Path, nproc: int | None = None,
     return code
 
 
-def _wait_stopping_workers(proc: subprocess.Popen, entry: str, *, launcher: bool) -> int:
-    """Wait for the run; the first SIGINT/SIGTERM asks every worker to stop (SIGTERM), the second kills."""
+def _wait_stopping_on_signal(proc: subprocess.Popen, stop_file: Path) -> int:
+    """Wait for the run; the first SIGINT/SIGTERM creates the stop file, the second kills the run."""
     signals: list[int] = []
-    signalled: set[int] = set()
 
     def on_signal(signum, frame) -> None:
         signals.append(signum)
         if len(signals) == 1:
-            print("\n[local] stopping: SIGTERM sent to the workers, waiting for their checkpoint "
-                  "(signal again to kill)", file=sys.stderr, flush=True)
-            if not launcher:
-                proc.send_signal(signal.SIGTERM)
+            stop_file.touch()
+            print("\n[local] stopping: the workers checkpoint at their next step (signal again to kill)",
+                  file=sys.stderr, flush=True)
         else:
             os.killpg(proc.pid, signal.SIGKILL)
 
@@ -268,54 +257,10 @@ def _wait_stopping_workers(proc: subprocess.Popen, entry: str, *, launcher: bool
     try:
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, on_signal)
-    except ValueError:  # not the main thread: no forwarding, the caller owns the signals
+    except ValueError:  # not the main thread: the caller owns the signals
         previous = {}
     try:
-        while True:
-            try:
-                return proc.wait(timeout=_STOP_RESEND_SECONDS)
-            except subprocess.TimeoutExpired:
-                if signals and launcher:
-                    _signal_workers(proc.pid, entry, signalled)
+        return proc.wait()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def _signal_workers(launcher_pid: int, entry: str, already: set[int]) -> None:
-    """SIGTERM each of torchrun's workers (its children running `entry`) not signalled yet."""
-    for pid in _children(launcher_pid):
-        if pid in already or entry not in _command_line(pid):
-            continue
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            continue
-        already.add(pid)
-
-
-def _children(pid: int) -> list[int]:
-    """Direct children: /proc on Linux, `pgrep -P` elsewhere (macOS)."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-        return [int(p) for p in found.split()]
-    children = []
-    for stat in proc.glob("[0-9]*/stat"):
-        try:  # the parent pid follows the command name's last ')'
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                children.append(int(stat.parent.name))
-        except (OSError, IndexError, ValueError):
-            continue
-    return children
-
-
-def _command_line(pid: int) -> str:
-    path = Path(f"/proc/{pid}/cmdline")
-    if path.parent.parent.is_dir():
-        try:
-            return path.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            return ""
-    found = subprocess.run(["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True)
-    return found.stdout

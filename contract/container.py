@@ -37,6 +37,15 @@ METRICS_FILE = "metrics.jsonl"  # in the output data dir: every metrics record w
 # ---- stopping ----
 # SageMaker sends SIGTERM on a stop or a Spot reclaim and SIGKILL this long after.
 STOP_KILL_AFTER_SECONDS = 120
+# SageMaker signals the container's PID 1 only. In its PyTorch images that is `bash -m
+# start_with_right_hostname.sh train`, which neither handles nor forwards SIGTERM, and the toolkit under it
+# forwards nothing either (aws/sagemaker-training-toolkit issues 125 and 173, aws/deep-learning-containers
+# issue 632): a training script never sees the stop. The platform therefore starts those images through its
+# own entry (jobs.container_entry), which turns SIGTERM into this file; every rank polls it once per step,
+# and its modification time is when the stop came.
+STOP_FILE = "/tmp/trainctl-stop"
+# Not a SageMaker variable: `trainctl local` and tests move the stop file with it.
+ENV_STOP_FILE = "TRAINING_STOP_FILE"
 # What torchrun (from torch 2.12) waits for its workers after forwarding the signal: inside the 120 s, with
 # room for the process tree to exit. Older torchrun ignores it and waits a fixed 30 s.
 TORCHRUN_SHUTDOWN_SECONDS = 110

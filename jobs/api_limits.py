@@ -29,9 +29,9 @@ MAX_REQUEST_BYTES = 256 * 1024
 MAX_CHECKPOINT_INTERVAL = 10_000_000
 
 PLATFORM_ENVIRONMENT = {
-    # The toolkit builds the torchrun command itself, so its --shutdown_timeout cannot be passed: torchrun reads
-    # this instead. SageMaker sends SIGKILL 120 s after SIGTERM; torchrun's default grace is 30 s, too short
-    # for the workers to agree on a step and write the checkpoint.
+    # The stop reaches the ranks through the stop file (jobs.container_entry), not through torchrun. Should a
+    # torchrun be signalled anyway (an image that delivers SIGTERM to it), one from torch 2.12 reads this
+    # (the toolkit builds the command, so --shutdown_timeout cannot be passed) and waits inside the 120 s.
     "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(TORCHRUN_SHUTDOWN_SECONDS),
 }
 MAX_ENVIRONMENT = MAX_ENVIRONMENT_VARIABLES - len(PLATFORM_ENVIRONMENT)

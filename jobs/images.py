@@ -13,14 +13,17 @@ from jobs import catalog
 from jobs.platform import PlatformSettings
 from jobs.request_schema import JobRequest
 
+PYTORCH_FRAMEWORK = "pytorch"  # SageMaker's PyTorch training images (aws/deep-learning-containers)
+SMP_FRAMEWORK = "pytorch-smp"  # the SMP v2 image
+
 
 def image_key(request: JobRequest, platform: PlatformSettings, instance_type: str) -> tuple[str, str, str]:
     """(framework, version, device) to look up in platform.images."""
     spec = catalog.lookup(instance_type)
     device = spec.kind if spec else "gpu"
     if request.strategy is Strategy.SMP:
-        return "pytorch-smp", request.framework_version or platform.default_smp_version, device
-    return "pytorch", request.framework_version or platform.default_framework_version, device
+        return SMP_FRAMEWORK, request.framework_version or platform.default_smp_version, device
+    return PYTORCH_FRAMEWORK, request.framework_version or platform.default_framework_version, device
 
 
 def resolve_image(request: JobRequest, platform: PlatformSettings, instance_type: str) -> str:

@@ -26,7 +26,8 @@ from contract.hyperparameters import Strategy
 from contract.metrics import metric_definitions
 from jobs import catalog
 from jobs.api_limits import PLATFORM_ENVIRONMENT
-from jobs.images import resolve_image
+from jobs.container_entry import container_entrypoint
+from jobs.images import PYTORCH_FRAMEWORK, image_key, resolve_image
 from jobs.parallelism import request_hyperparameters
 from jobs.planner import plan_for_request
 from jobs.platform import PlatformSettings
@@ -142,7 +143,16 @@ def _algorithm(request: JobRequest, platform: PlatformSettings, instance_type: s
         "TrainingInputMode": "File" if request.effective_input_mode == "FSx" else request.effective_input_mode,
         "MetricDefinitions": metrics,
         "EnableSageMakerMetricsTimeSeries": True,
+        **_entrypoint(request, platform, instance_type),
     }
+
+
+def _entrypoint(request: JobRequest, platform: PlatformSettings, instance_type: str) -> dict[str, Any]:
+    """The platform's PyTorch images start through jobs.container_entry, so that a stop reaches the ranks;
+    an image the platform did not pick keeps its own entry."""
+    if request.image or image_key(request, platform, instance_type)[0] != PYTORCH_FRAMEWORK:
+        return {}
+    return {"ContainerEntrypoint": container_entrypoint()}
 
 
 def training_hyperparameters(request: JobRequest, platform: PlatformSettings, job: str,

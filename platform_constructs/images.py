@@ -14,9 +14,11 @@ import aws_cdk as cdk
 from constructs import Construct
 from sagemaker.core import image_uris
 
+from jobs.images import PYTORCH_FRAMEWORK, SMP_FRAMEWORK
+
 # A GPU and a CPU instance type only steer the resolver to the -gpu- or -cpu- image tag.
 _PROBE_INSTANCE = {"gpu": "ml.p5.48xlarge", "cpu": "ml.c5.2xlarge"}
-FRAMEWORKS = {"pytorch": ("gpu", "cpu"), "pytorch-smp": ("gpu",)}
+FRAMEWORKS = {PYTORCH_FRAMEWORK: ("gpu", "cpu"), SMP_FRAMEWORK: ("gpu",)}
 
 
 def _versions_config(framework: str, version: str) -> dict:
@@ -42,7 +44,7 @@ class ImageTable:
 
     @classmethod
     def resolve(cls, pytorch_versions: tuple[str, ...], smp_versions: tuple[str, ...]) -> ImageTable:
-        versions = {"pytorch": pytorch_versions, "pytorch-smp": smp_versions}
+        versions = {PYTORCH_FRAMEWORK: pytorch_versions, SMP_FRAMEWORK: smp_versions}
         by_region: dict[str, dict[str, str]] = {}
         regions: set[str] | None = None
         for framework, kinds in FRAMEWORKS.items():

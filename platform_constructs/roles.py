@@ -12,10 +12,11 @@ from constructs import Construct
 
 from contract.container import LOG_GROUP
 from contract.metrics import METRIC_NAMESPACE
+from jobs.images import PYTORCH_FRAMEWORK, SMP_FRAMEWORK
 from platform_constructs.nag import acknowledge, logical_id
 
 # ECR repositories of the AWS deep-learning containers that jobs pull (PyTorch and SMP v2).
-IMAGE_REPOSITORIES = {"pytorch": "pytorch-training", "pytorch-smp": "smdistributed-modelparallel"}
+IMAGE_REPOSITORIES = {PYTORCH_FRAMEWORK: "pytorch-training", SMP_FRAMEWORK: "smdistributed-modelparallel"}
 
 
 class ExecutionRole(Construct):

@@ -15,6 +15,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from jobs.images import PYTORCH_FRAMEWORK, SMP_FRAMEWORK
 from jobs.platform import FsxSettings, PlatformSettings, TrainingPlan
 from platform_constructs.buckets import AccessLogBucket, SecureBucket
 from platform_constructs.dataset_fs import DatasetFileSystem
@@ -85,7 +86,7 @@ class PlatformStack(cdk.Stack):
         role = ExecutionRole(
             self, "Execution", name_prefix=name_prefix, key=key, dataset_bucket=datasets,
             dataset_prefix=dataset_prefix, checkpoint_bucket=checkpoints, output_bucket=outputs,
-            image_accounts={fw: image_mapping.account(fw) for fw in ("pytorch", "pytorch-smp")},
+            image_accounts={fw: image_mapping.account(fw) for fw in (PYTORCH_FRAMEWORK, SMP_FRAMEWORK)},
             vpc=net.vpc, subnets=subnets, security_groups=[net.training_security_group]).role
         source = TrainingSourceBundle(self, "TrainingSource", readers=[role])
         fsx_settings = None
@@ -126,8 +127,8 @@ class PlatformStack(cdk.Stack):
             dataset_prefix=self.dataset_prefix,
             source_dir_s3_uri=source.s3_uri,
             images=image_mapping.settings(),
-            default_framework_version=images.versions["pytorch"][0],
-            default_smp_version=images.versions["pytorch-smp"][0],
+            default_framework_version=images.versions[PYTORCH_FRAMEWORK][0],
+            default_smp_version=images.versions[SMP_FRAMEWORK][0],
             allowed_instance_types=list(jobs.allowed_instance_types),
             fsx=fsx_settings,
             training_plans={plan.name: plan for plan in jobs.training_plans},

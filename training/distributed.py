@@ -6,6 +6,7 @@ process and no process group is created (the `single` strategy on a laptop).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -19,7 +20,7 @@ import torch.distributed as dist
 from contract.container import ENV_NUM_GPUS
 from contract.errors import ConfigError
 from contract.hyperparameters import TrainConfig
-from training.environment import container
+from training.environment import container, stop_file_path
 
 
 @dataclass
@@ -131,20 +132,25 @@ def _free_port() -> int:
 
 
 class StopFlag:
-    """SIGTERM (SageMaker stop, Spot reclaim) and SIGINT (Ctrl-C) set a flag; the loop checks it once per step.
+    """A stop: SageMaker's (its SIGTERM, turned into the stop file by the container entry), a Spot reclaim,
+    `trainctl local`'s (the same file), or a signal sent to this process (SIGTERM, Ctrl-C's SIGINT).
 
-    SageMaker sends SIGKILL 120 s after SIGTERM, so the handler does no work itself: the ranks agree at the
-    next step boundary (one tiny all-reduce), write a checkpoint if it fits in the time left, and exit 0.
-    The signal reaches the ranks themselves (the supervisor in train.py, or `trainctl local`, sends it to
-    each worker), never torchrun, whose own grace (a fixed 30 s before torch 2.12) would cut a long save.
-    `raised_at` is when the first signal arrived (wall clock): the checkpoint manager measures the time
-    left against it.
+    SageMaker sends SIGKILL 120 s after SIGTERM, so nothing here does work: the loop reads `raised` once
+    per step, the ranks agree at that step boundary (one tiny all-reduce), write a checkpoint if it fits in
+    the time left, and exit 0. torchrun is never signalled, so its own grace (a fixed 30 s before torch
+    2.12) cannot cut a long save. `raised_at` is when the stop came (wall clock: the file's modification
+    time, or the signal's arrival): the checkpoint manager measures the time left against it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, stop_file: Path | None = None) -> None:
         self.signum: int | None = None
         self.raised_at: float | None = None
+        self.stop_file = stop_file
         self._previous = {}
+
+    @classmethod
+    def for_environment(cls, env=None) -> StopFlag:
+        return cls(stop_file_path(os.environ if env is None else env))
 
     def install(self) -> StopFlag:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -166,82 +172,11 @@ class StopFlag:
 
     @property
     def raised(self) -> bool:
+        if self.signum is None and self.stop_file is not None:
+            # One stat a step: microseconds against steps of tens of milliseconds and more.
+            with contextlib.suppress(FileNotFoundError):
+                self.raise_(signal.SIGTERM, at=self.stop_file.stat().st_mtime)
         return self.signum is not None
 
     def seconds_since(self) -> float:
         return 0.0 if self.raised_at is None else max(0.0, time.time() - self.raised_at)
-
-
-# ---- the supervisor: torchrun started here, the stop sent to the workers ---------------------------------
-# The sagemaker-training toolkit's torchrun port; the supervisor starts torchrun as the toolkit would.
-TORCHRUN_MASTER_PORT = 7777
-# A worker not yet started when the stop came still gets it: the supervisor looks again this often.
-_STOP_RESEND_SECONDS = 0.5
-
-
-def should_supervise(cfg: TrainConfig, env=None) -> bool:
-    """A multi-process strategy started as a plain process (not under torchrun): start torchrun here."""
-    env = os.environ if env is None else env
-    return cfg.strategy in ("ddp", "fsdp") and "LOCAL_RANK" not in env and "TORCHELASTIC_RUN_ID" not in env
-
-
-def torchrun_command(entry: str, args: list[str], env=None) -> list[str]:
-    """torchrun over this host's GPUs (one process on a CPU host), node rank from SM_HOSTS/SM_CURRENT_HOST:
-    the command the toolkit's torch_distributed runner builds."""
-    import sys
-
-    where = container(os.environ if env is None else env)
-    hosts = list(where.hosts) or ["localhost"]
-    node_rank = hosts.index(where.current_host) if where.current_host in hosts else 0
-    master = hosts[0] if len(hosts) > 1 else "127.0.0.1"
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(hosts)),
-            "--nproc_per_node", str(max(1, where.num_gpus)), "--node_rank", str(node_rank),
-            "--master_addr", master, "--master_port", str(TORCHRUN_MASTER_PORT), entry, *args]
-
-
-def supervise(entry, args: list[str], stop: StopFlag) -> int:
-    """Run torchrun in its own session; on a stop, SIGTERM each worker (not torchrun) and wait: the ranks
-    save and exit 0, then torchrun exits 0. Returns torchrun's exit code."""
-    import subprocess
-
-    proc = subprocess.Popen(torchrun_command(str(entry), args), start_new_session=True)
-    signalled: set[int] = set()
-    while True:
-        try:
-            return proc.wait(timeout=_STOP_RESEND_SECONDS)
-        except subprocess.TimeoutExpired:
-            if stop.raised:
-                signal_workers(proc.pid, str(entry), signalled)
-
-
-def signal_workers(launcher_pid: int, entry: str, already: set[int]) -> None:
-    """SIGTERM each worker of a torchrun (its children running `entry`) not signalled yet."""
-    for pid in child_pids(launcher_pid):
-        if pid in already or entry not in _cmdline(pid):
-            continue
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            continue
-        already.add(pid)
-
-
-def child_pids(pid: int) -> list[int]:
-    """The direct children of `pid`, from /proc (Linux: the container)."""
-    children = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            # The command name (field 2) may hold spaces and parentheses: the parent pid follows the last ')'.
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == pid:
-            children.append(int(stat.parent.name))
-    return children
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""

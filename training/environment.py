@@ -43,6 +43,15 @@ def container(env: typing.Mapping[str, str]) -> Container:
     return Container(hosts=hosts, current_host=current, num_gpus=num_gpus)
 
 
+def stop_file_path(env: typing.Mapping[str, str]) -> Path | None:
+    """The file whose appearance means "stop": where the variable puts it (`trainctl local`, tests), else
+    the container entry's in a SageMaker container (the toolkit sets SM_HOSTS), else none: a plain process
+    on a workstation stops on its own signals only and never reads a stray file in /tmp."""
+    if env.get(sm.ENV_STOP_FILE):
+        return Path(env[sm.ENV_STOP_FILE])
+    return Path(sm.STOP_FILE) if sm.ENV_HOSTS in env else None
+
+
 def path_defaults(env: typing.Mapping[str, str]) -> dict[str, str]:
     """The path hyperparameters as the container sets them; a channel that is absent is left out."""
     paths = {

@@ -1,12 +1,8 @@
 """Entry script: `sagemaker_program` names it. Runs as `python -m training.train`, as `training/train.py`,
 and as the copy `train.py` that the source dir holds at its root next to the `training/` package.
 
-Two roles:
-  worker      under torchrun (LOCAL_RANK set), or one process for `single`: trains (training.loop).
-  supervisor  a multi-process strategy started as a plain process (the toolkit with
-              sagemaker_torch_distributed_enabled=false): starts torchrun in a session of its own and
-              turns the stop signal it gets into a SIGTERM to each worker, so torchrun itself is never
-              signalled and its fixed grace (30 s before torch 2.12) cannot cut a stop-time checkpoint.
+Each process trains (training.loop): one per GPU under torchrun (the toolkit's, or `trainctl local`'s),
+or a single process for `single`. A stop reaches it as the stop file or a signal (training.distributed).
 
 Exit codes: 0 when the run completed, stopped early, or was stopped by SIGTERM/SIGINT; 2 for a configuration
 mistake; 1 for the other failures it knows. Every known failure also writes ONE line to the failure file
@@ -35,13 +31,13 @@ if not __package__:
 from contract.errors import ConfigError  # noqa: E402
 from contract.failures import FailureCode, failure_line  # noqa: E402
 from training.config import parse_args  # noqa: E402
-from training.distributed import StopFlag, setup, should_supervise, supervise, teardown  # noqa: E402
+from training.distributed import StopFlag, setup, teardown  # noqa: E402
 from training.environment import DataMissing  # noqa: E402
 from training.outcome import TrainingFailure, write_failure  # noqa: E402
 
 
 def main(argv: list[str] | None = None, *, stop_at: int | None = None) -> int:
-    stop = StopFlag().install()
+    stop = StopFlag.for_environment().install()
     for signum, at in _EARLY_STOP:
         stop.raise_(signum, at)
     args = sys.argv[1:] if argv is None else argv
@@ -51,8 +47,6 @@ def main(argv: list[str] | None = None, *, stop_at: int | None = None) -> int:
             from training.strategies.smp import import_smp
 
             import_smp()
-        if argv is None and should_supervise(cfg):
-            return supervise(Path(sys.argv[0]).resolve(), args, stop)
         dist = setup(cfg)
         try:
             from training.loop import train

@@ -10,8 +10,10 @@ from botocore.exceptions import ParamValidationError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from contract.container import STOP_FILE
 from contract.metrics import MAX_METRIC_DEFINITIONS, METRIC_NAMES, metric_definitions
 from jobs import catalog
+from jobs.container_entry import IMAGE_START
 from jobs.platform import PlatformSettings
 from jobs.render import (
     CREATE_REQUEST_KEYS,
@@ -131,6 +133,20 @@ def test_images_follow_the_device(platform):
     assert (gpu, cpu) == (platform.images["pytorch"]["2.8.0"]["gpu"], platform.images["pytorch"]["2.8.0"]["cpu"])
     assert render({"image": "my.registry/train:1"}, platform)["AlgorithmSpecification"]["TrainingImage"] == \
         "my.registry/train:1"
+
+
+def test_the_platforms_pytorch_images_start_through_the_stop_forwarding_entry(platform):
+    """SageMaker signals only PID 1, which in its PyTorch images drops SIGTERM: the platform's own entry runs
+    the image's script and turns the signal into the stop file. Images it did not pick keep their entry."""
+    for doc in ({}, {"instance": {"type": "ml.c5.4xlarge"}}, {"strategy": "single", "instance": {"type": "ml.g5.2xlarge"}}):
+        create = render(doc, platform)
+        entry = create["AlgorithmSpecification"]["ContainerEntrypoint"]
+        assert entry[:2] == ["bash", "-c"] and STOP_FILE in entry[2] and IMAGE_START in entry[2]
+        assert_valid_create_request(create)  # botocore's model: at most 100 items of at most 256 characters
+    assert "ContainerEntrypoint" not in render({"image": "my.registry/train:1"}, platform)["AlgorithmSpecification"]
+    smp = render({"strategy": "smp", "instance": {"type": "ml.p5.48xlarge", "count": 2},
+                  "parallel": {"tensor_parallel_degree": 4, "hybrid_shard_degree": 2}}, platform)
+    assert "ContainerEntrypoint" not in smp["AlgorithmSpecification"]
 
 
 def test_spot_sets_max_wait_and_on_demand_drops_it(platform):

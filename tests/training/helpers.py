@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -84,3 +88,46 @@ def bigram_model(cfg, data_meta: dict):
 
     vocab = int(data_meta.get("vocab_size", 256))
     return nn.Sequential(nn.Embedding(vocab, 16), nn.Linear(16, vocab))
+
+
+def create_request(hps: dict) -> dict:
+    """A CreateTrainingJob request as the renderer sends it, by hand, for `trainctl local`'s engine."""
+    encoded = {"sagemaker_program": "train.py", "sagemaker_submit_directory": "s3://bucket/code/sourcedir.tar.gz",
+               "sagemaker_region": "us-east-1", "sagemaker_torch_distributed_enabled": True,
+               "sagemaker_instance_type": "ml.g5.12xlarge", **hps}
+    return {
+        "TrainingJobName": "local-demo-1",
+        "AlgorithmSpecification": {"TrainingImage": "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.8.0-gpu-py312",
+                                   "TrainingInputMode": "File"},
+        "RoleArn": "arn:aws:iam::123456789012:role/training",
+        "HyperParameters": {k: json.dumps(v) for k, v in encoded.items()},
+        "InputDataConfig": [
+            {"ChannelName": name, "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": f"s3://bucket/{name}/"}}}
+            for name in ("train", "validation")
+        ],
+        "OutputDataConfig": {"S3OutputPath": "s3://bucket/output/"},
+        "ResourceConfig": {"InstanceType": "ml.g5.12xlarge", "InstanceCount": 1, "VolumeSizeInGB": 50},
+        "CheckpointConfig": {"S3Uri": "s3://bucket/checkpoints/local-demo/"},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 3600},
+        "Environment": {"LOCAL_TEST_MARKER": "1"},
+    }
+
+
+def sigterm_at_step(metrics: Path, step: int, done: threading.Event, sent: list[float],
+                    pid: int | None = None) -> threading.Thread:
+    """Like SageMaker stopping the job: SIGTERM to `pid` (default: this process, as the one running the
+    container) once `step` is in the metrics file; the monotonic time it was sent goes into `sent`."""
+
+    def watch() -> None:
+        deadline = time.time() + 120
+        while time.time() < deadline and not done.is_set():
+            if metrics.exists() and any(json.loads(line).get("step", 0) >= step
+                                        for line in metrics.read_text().splitlines() if line.strip()):
+                sent.append(time.monotonic())
+                os.kill(os.getpid() if pid is None else pid, signal.SIGTERM)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
