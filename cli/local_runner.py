@@ -63,7 +63,7 @@ def run_request_locally(loaded: LoadedRequest, *, workdir: Path | None, nproc: i
     if strategy == "single" and nproc is not None and nproc > 1:
         raise UserError(f"--nproc {nproc} with strategy 'single': that strategy runs one process",
                         "drop --nproc, or set the request's strategy to ddp or fsdp")
-    _check_parallelism(loaded, nproc)
+    _check_parallelism(loaded, create, nproc)
     channels = data_channels(data) or request_channels(create)
     for name, path in (channels or {}).items():
         if not path.is_dir():
@@ -81,18 +81,38 @@ def run_request_locally(loaded: LoadedRequest, *, workdir: Path | None, nproc: i
         raise UserError(str(exc), "pass --data DIR with the dataset's local copy") from None
 
 
-def _check_parallelism(loaded: LoadedRequest, nproc: int | None) -> None:
-    """hsdp, tp, pp and hybrid against this machine's processes (the cloud check used the instance's GPUs)."""
-    from jobs.parallelism import TORCH_NATIVE, request_problems
+def _check_parallelism(loaded: LoadedRequest, create: dict[str, Any], nproc: int | None) -> None:
+    """The degrees the job will run, against this machine's processes, before any process starts. They are read
+    from the rendered hyperparameters: for `strategy: auto` that is the planner's pick, sized for the request's
+    instances rather than for this machine, so checking the request's own `parallel` section would miss it."""
+    from jobs.parallelism import TORCH_NATIVE, rendered_problems
 
-    if loaded.request.strategy.value not in TORCH_NATIVE:
+    values = {k: json.loads(v) for k, v in (create.get("HyperParameters") or {}).items()}
+    if values.get("strategy") not in TORCH_NATIVE:
         return
     from cli.local import default_nproc
 
-    problems = request_problems(loaded.request, hosts=1, per_host=nproc or default_nproc())
-    if problems:
-        raise UserError("; ".join(str(p) for p in problems),
-                        f"pass --nproc with a process count the degrees divide, or change {problems[0].path}")
+    request, processes = loaded.request, nproc or default_nproc()
+    problems = rendered_problems(values, request.model, request.model_size, hosts=1, per_host=processes)
+    if not problems:
+        return
+    if request.strategy.value == "auto":
+        raise _auto_degrees_error(request, values, processes, problems)
+    raise UserError("; ".join(str(p) for p in problems),
+                    f"pass --nproc with a process count the degrees divide, or change {problems[0].path}")
+
+
+def _auto_degrees_error(request: Any, values: dict[str, Any], processes: int, problems: list) -> UserError:
+    """`strategy: auto` whose pick cannot run here: say what was picked, for which cluster, and what would run."""
+    tensor, pipeline, shard = values.get("tp_degree", 1), values.get("pp_degree", 1), values.get("dp_shard", 0)
+    cluster = f"{request.instance.count} x {request.instance.type}" if request.instance else "the instance groups"
+    picked = (f"strategy 'auto' resolves to {values['strategy']} (tp_degree {tensor}, pp_degree {pipeline}, "
+              f"dp_shard {shard}), the planner's pick for {cluster}")
+    # tensor x pipeline x shard processes satisfy every world-size rule of jobs.parallelism.check_parallelism.
+    needed = tensor * pipeline * max(shard, 1)
+    return UserError(f"{picked}; it cannot run on {processes} local processes: "
+                     + "; ".join(p.message for p in problems),
+                     f"pass --nproc {needed}, or for this machine set strategy (e.g. fsdp) and `parallel` yourself")
 
 
 def _check_workdir(workdir: Path) -> None:

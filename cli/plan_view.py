@@ -223,7 +223,8 @@ def sizing_result(request: Any, platform: Any) -> Any:
 
 
 def _money(value: float | None) -> str:
-    return "-" if value is None else f"${value:,.0f}"
+    """A cost, or "price unknown" where the catalog cites no price for the type (never a made-up figure)."""
+    return "price unknown" if value is None else f"${value:,.0f}"
 
 
 def shortlist(result: Any) -> list[Any]:
@@ -310,6 +311,9 @@ def draw_chart(result: Any, path: Any) -> None:
     if costs:
         cost_ax.plot(*zip(*costs, strict=True), "s--", color="tab:orange", label="cost (USD)")
         cost_ax.set_ylabel("USD")
+    else:  # no cited price for the type: say so on the chart rather than leave the cost axis silently empty
+        cost_ax.set_yticks([])
+        cost_ax.set_ylabel(f"cost: price unknown for {rec.instance_type}")
     hours_ax.plot([rec.layout.gpus], [rec.hours], "r*", markersize=16, label="recommendation")
     hours_ax.legend(loc="upper center")
     fig.tight_layout()

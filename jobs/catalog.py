@@ -4,13 +4,23 @@ Sources (every figure below cites one of these by its tag):
   [ec2]    Amazon EC2 instance types, "Accelerated computing" and "Compute/General purpose" pages and the
            per-family pages (https://aws.amazon.com/ec2/instance-types/p4/, /p5/, /g5/, /g6/, /g6e/, /p3/,
            /trn1/): GPUs, vCPUs, memory, EFA, network bandwidth (Gbit/s per instance), instance store.
-  [smp]    Amazon SageMaker AI pricing, "Training" tab, US East (N. Virginia), on-demand $/hour
-           (https://aws.amazon.com/sagemaker/ai/pricing/), as read in 2024. AWS lowered P4 and P5 prices in
-           June 2025 (What's New, "up to 45% price reduction for P4 and P5"): re-check before budgeting.
-           None where the page lists no on-demand training price (p5e, p5en, p6: training plans only).
-  [spot]   SageMaker managed Spot training says "up to 90%" savings (docs: model-managed-spot-training.html);
-           the Spot Instance Advisor (https://aws.amazon.com/ec2/spot/instance-advisor/) lists GPU families at
-           50-70% savings and ">20%" monthly interruption frequency: we take 60% and 20%/instance/month.
+  [smp]    SageMaker AI on-demand *training* prices, us-east-1 (https://aws.amazon.com/sagemaker/ai/pricing/,
+           "Training" tab). None everywhere today: no public source for them could be read and cited. That page
+           draws its price table with JavaScript, and neither it nor the AWS Price List API's AmazonSageMaker
+           offer file was in the searchable stores this catalog was checked against (2026). The figures kept here
+           before were a 2024 list written from memory, without a source, so they were removed rather than kept
+           as if verified. Copies seen elsewhere were not used: a GitHub README quoting the page's *notebook*
+           table (ml.p3.2xlarge $3.825, ml.p3.8xlarge $14.688, ml.p3.16xlarge $28.152, ml.p3dn.24xlarge $35.894;
+           github.com/goerlitz/nlp-classification, notebooks/10kGNAD/sagemaker/README.md, undated), and GitHub
+           configs quoting *endpoint* prices that disagree with each other (ml.p5.48xlarge $113.068 in one,
+           $98.32 in another). To price a type, add it to PRICE_USD_HOUR with the page's URL and the date it was
+           read; until then `trainctl plan` says "price unknown" and cannot check sizing.budget_usd.
+  [spot]   ASSUMPTIONS, not published figures for these instance types. AWS states only an upper bound for the
+           saving: managed Spot training optimizes cost "up to 90%" over on demand (SageMaker developer guide,
+           model-managed-spot-training.html). The Spot Instance Advisor (https://aws.amazon.com/ec2/spot/
+           instance-advisor/) publishes per-type savings and an interruption band (its highest: ">20%" of
+           instances a month) for EC2, not for SageMaker; we did not read its current values for these types.
+           We take a 60% saving and 20% of instances interrupted a month: change them here if you know better.
   [v100] [a100] [h100] [h200] [b200] [a10] [l4] [l40s] [t4]: NVIDIA data sheets (nvidia.com/en-us/data-center/
            <gpu>/): dense (not 2:1 sparse) tensor-core bf16 (fp16 on V100/T4, which have no bf16) TFLOPS, memory
            bandwidth GB/s, NVLink GB/s per GPU (both directions; a ring uses one, half of it).
@@ -66,17 +76,11 @@ NETWORK_GBITS: dict[str, float] = {
     "trn1.2xlarge": 12.5, "trn1.32xlarge": 800, "trn1n.32xlarge": 1600, "trn2.48xlarge": 3200,
 }
 
-# [smp] on-demand training $/hour in us-east-1 (None: no public on-demand training price to cite).
-PRICE_USD_HOUR: dict[str, float] = {
-    "p3.2xlarge": 3.825, "p3.8xlarge": 14.688, "p3.16xlarge": 28.152, "p3dn.24xlarge": 35.894,
-    "p4d.24xlarge": 37.688, "p5.48xlarge": 113.07,
-    "g4dn.xlarge": 0.736, "g4dn.2xlarge": 0.94, "g4dn.4xlarge": 1.505, "g4dn.8xlarge": 2.72,
-    "g4dn.12xlarge": 4.89, "g4dn.16xlarge": 5.44,
-    "g5.xlarge": 1.408, "g5.2xlarge": 1.515, "g5.4xlarge": 2.03, "g5.8xlarge": 3.06, "g5.12xlarge": 7.09,
-    "g5.16xlarge": 4.10, "g5.24xlarge": 10.18, "g5.48xlarge": 20.36,
-}
-SPOT_SAVINGS = 0.60  # [spot] typical saving of Spot over on demand for GPU families
-SPOT_INTERRUPTIONS_PER_INSTANCE_MONTH = 0.20  # [spot] the advisor's worst band, ">20%"
+# [smp] on-demand training $/hour in us-east-1, each with its source URL and the date read; a type missing here has
+# no cited price (InstanceSpec.price_usd_hour None: "price unknown").
+PRICE_USD_HOUR: dict[str, float] = {}
+SPOT_SAVINGS = 0.60  # [spot] ASSUMPTION: Spot's saving over on demand (AWS states "up to 90%")
+SPOT_INTERRUPTIONS_PER_INSTANCE_MONTH = 0.20  # [spot] ASSUMPTION: the Spot Instance Advisor's highest band, ">20%"
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,7 @@ class InstanceSpec:
     efa: bool  # Elastic Fabric Adapter available
     local_nvme: bool  # instance store volumes: no VolumeKmsKeyId
     network_gbits: float = 0.0  # per instance, Gbit/s [ec2]
-    price_usd_hour: float | None = None  # SageMaker on-demand training, us-east-1 [smp]
+    price_usd_hour: float | None = None  # SageMaker on-demand training, us-east-1 [smp]; None: price unknown
 
     @property
     def accelerated(self) -> bool:

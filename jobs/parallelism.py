@@ -49,12 +49,32 @@ def strategy_degree_problems(strategy: str, tensor: int, pipeline: int) -> list[
     if strategy in rules:
         ok, why = rules[strategy]
         return [] if ok else [Problem("strategy", f"'{strategy}' contradicts the parallel degrees: {why}")]
+    if strategy == "auto":
+        return _auto_degree_problems(tensor, pipeline)
     if strategy in DATA_ONLY and (tensor > 1 or pipeline > 1):
         field = F_TP if tensor > 1 else F_PP
         return [Problem(field, f"strategy '{strategy}' splits no layers, but {field.split('.')[1]}="
                         f"{tensor if tensor > 1 else pipeline}: only the smp strategy and tp, pp, hybrid split "
                         "layers; use one of them, or set it to 1")]
     return []
+
+
+def degrees_strategy(tensor: int, pipeline: int) -> str | None:
+    """The torch-native strategy that splits layers into these degrees (None when neither splits)."""
+    return {(True, False): "tp", (False, True): "pp", (True, True): "hybrid"}.get((tensor > 1, pipeline > 1))
+
+
+def _auto_degree_problems(tensor: int, pipeline: int) -> list[Problem]:
+    """`strategy: auto` refuses layer-splitting degrees rather than ignoring them. Honouring them would make
+    auto exactly the strategy those degrees name (the section cannot tell "unset" from 1), and auto re-sizes
+    its degrees for each attempt's instance type (a capacity retry on a fallback type), which fixed degrees
+    contradict: so the request says which strategy to write instead."""
+    named = degrees_strategy(tensor, pipeline)
+    given = [(F_TP, tensor), (F_PP, pipeline)]
+    return [Problem(field, f"{field.split('.')[1]}={value} is set, but strategy 'auto' picks its own degrees "
+                           f"and would ignore it: set strategy '{named}' to run these degrees yourself, or leave "
+                           f"{field.split('.')[1]} at 1 for auto to choose")
+            for field, value in given if value > 1]
 
 
 def resolve_degrees(strategy: str, hosts: int, per_host: int, tensor: int = 1, pipeline: int = 1,
@@ -135,6 +155,21 @@ def request_problems(request, hosts: int, per_host: int) -> list[Problem]:
         pipeline=p.pipeline_parallel_degree, shard=p.hybrid_shard_degree, microbatches=p.pipeline_microbatches,
         schedule=p.pipeline_schedule, n_layer=getattr(preset, "n_layer", None), n_head=getattr(preset, "n_head", None),
         micro_batch_size=hps.get("micro_batch_size", TrainConfig.micro_batch_size))
+
+
+def rendered_problems(values: dict, model: str, model_size: str, hosts: int, per_host: int) -> list[Problem]:
+    """check_parallelism for a rendered job's hyperparameters (decoded): the degrees the job will actually run,
+    the planner's for `strategy: auto`, on `hosts` x `per_host` processes."""
+    from contract.hyperparameters import TrainConfig, canonical_name
+    from contract.models import PRESETS
+
+    preset = PRESETS.get(model, {}).get(model_size)
+    hps = {canonical_name(k): v for k, v in values.items()}
+    return check_parallelism(
+        hps["strategy"], hosts=hosts, per_host=per_host, tensor=hps.get("tp_degree", 1),
+        pipeline=hps.get("pp_degree", 1), shard=hps.get("dp_shard", 0), microbatches=hps.get("pp_microbatches"),
+        schedule=hps.get("pp_schedule", "1f1b"), n_layer=getattr(preset, "n_layer", None),
+        n_head=getattr(preset, "n_head", None), micro_batch_size=hps.get("micro_batch_size", TrainConfig.micro_batch_size))
 
 
 def request_hyperparameters(request) -> dict:

@@ -44,6 +44,20 @@ from jobs.request_fields import (
 from jobs.sizing import ModelShape, Sizing
 
 INPUT_MODES = ("File", "FastFile", "FSx")
+# When to use each strategy a request may name (contract.hyperparameters.REQUEST_STRATEGIES): the `strategy`
+# field's documentation, so README's reference and the JSON Schema say it; a test checks every one is here.
+STRATEGY_USES = {
+    "single": "one process on one GPU or CPU, for small models and debugging",
+    "ddp": "the model, its gradients and optimizer state fit one GPU (a copy per GPU, gradients all-reduced)",
+    "fsdp": "they do not fit one GPU (FSDP2 shards them over every GPU)",
+    "hsdp": "several nodes, and the state fits one node (FSDP2 within each node, replicas across nodes)",
+    "tp": "one layer's weights or activations crowd a GPU (each layer split over a node's GPUs, FSDP2 across nodes)",
+    "pp": "the layers do not fit one node (stages across nodes, FSDP2 within a stage)",
+    "hybrid": "the largest models (pipeline stages across nodes x tensor parallel within a node)",
+    "smp": "SageMaker model parallel v2, in its own image (its degrees from `parallel`)",
+    "auto": "the planner picks among the others but smp and sends its degrees (`trainctl plan` shows the pick; "
+            "leave the tensor and pipeline degrees at 1)",
+}
 
 
 @dataclass(frozen=True)
@@ -66,12 +80,14 @@ class InstanceGroup:
 
 @dataclass(frozen=True)
 class Parallelism:
-    tensor_parallel_degree: int = field(default=1, metadata=meta("GPUs a layer's tensors are split over (smp)", min=1))
+    tensor_parallel_degree: int = field(default=1, metadata=meta(
+        "GPUs a layer's tensors are split over (tp, hybrid, smp; 1 with auto, which picks its own)", min=1))
     pipeline_parallel_degree: int = field(default=1, metadata=meta(
-        "pipeline stages; SMP v2 has no pipeline parallelism, so only 1 runs today", min=1))
+        "pipeline stages (pp, hybrid; 1 with auto, which picks its own, and with smp, which has none)", min=1))
     context_parallel_degree: int = field(default=1, metadata=meta("GPUs a sequence is split over (smp)", min=1))
     hybrid_shard_degree: int = field(default=0, metadata=meta(
-        "GPUs parameters are sharded over (smp, hsdp; 0 = all data-parallel GPUs, for hsdp the GPUs of one node)",
+        "GPUs parameters are sharded over (smp, hsdp, tp, pp, hybrid; 0 = all data-parallel GPUs, for hsdp the GPUs of "
+        "one node)",
         min=0))
     pipeline_microbatches: int | None = field(default=None, metadata=meta(
         "micro-batches per pipeline step (pp, hybrid; at least the stage count; null: 2 x stages)", min=1))
@@ -125,7 +141,8 @@ class JobRequest:
     instance: InstanceConfig | None = field(default=None, metadata=meta(
         "instance type, count, fallbacks, volume (required unless instance_groups is given)"))
     strategy: Strategy = field(default=Strategy.DDP, metadata=meta(
-        "parallelism: single, ddp, fsdp, smp (SageMaker model parallel v2), auto (planner picks)",
+        "how the run is parallelized, and when to use each: "
+        + "; ".join(f"{name}: {use}" for name, use in STRATEGY_USES.items()),
         choices=REQUEST_STRATEGIES))
     model: str = field(default="gpt", metadata=meta("gpt, vit, or `package.module:factory`"))
     model_size: str = field(default="small", metadata=meta(
@@ -159,7 +176,8 @@ class JobRequest:
         "name of a SageMaker training plan the platform knows; its instance type must match"))
     instance_groups: tuple[InstanceGroup, ...] = field(default=(), metadata=meta(
         "heterogeneous cluster instead of `instance` (at most 5 groups)", max=MAX_INSTANCE_GROUPS))
-    parallel: Parallelism = field(default_factory=Parallelism, metadata=meta("model-parallel degrees (smp)"))
+    parallel: Parallelism = field(default_factory=Parallelism, metadata=meta(
+        "model-parallel degrees (hsdp, tp, pp, hybrid, smp)"))
     profiler: bool = field(default=False, metadata=meta("SageMaker system profiler (CPU/GPU/network monitoring)"))
     infra_check: bool = field(default=False, metadata=meta("hardware and network health checks before training"))
     network_isolation: bool = field(default=False, metadata=meta(

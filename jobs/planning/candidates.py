@@ -32,7 +32,9 @@ class Candidate:
     spot: bool
     cadence: Cadence
     bubble: float
-    micro_batch: int  # per rank and forward pass: the request's, lowered where global_batch_size needs it
+    step_samples: int  # samples per optimizer step over the job: micro_batch_size x world x grad accumulation
+    micro_batch: int  # micro_batch_size per rank (tensor/pipeline groups pool theirs): the request's, lowered where
+    # global_batch_size does not split evenly over the ranks
 
     @property
     def fits(self) -> bool:
@@ -47,7 +49,7 @@ class Candidate:
         return {
             "strategy": lay.strategy, "degrees": lay.degrees(), "runnable": lay.runnable,
             "instance_type": self.instance_type, "instance_count": lay.nodes, "gpus": lay.gpus,
-            "micro_batch_size": self.micro_batch,
+            "micro_batch_size": self.micro_batch, "samples_per_step": self.step_samples,
             "memory_per_gpu_gib": round(self.memory_gib, 2), "headroom_gib": round(self.headroom_gib, 2),
             "fits": self.fits, "step_time_s": round(self.step_time_s, 4),
             "throughput": round(self.throughput, 1), "throughput_unit": self.throughput_unit,
@@ -92,8 +94,7 @@ def total_samples(m: ModelFacts, n: Numerics, sizing: Any, step_samples: int) ->
 def evaluate(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, sizing: Any, spot: bool) -> Candidate:
     mem = memory_per_gpu(m, n, lay)
     st = step_time(m, n, spec, lay)
-    accum = lay.microbatches if lay.pipeline > 1 else n.accum(lay.data_parallel)
-    step_samples = n.micro_batch * accum * lay.data_parallel
+    step_samples = n.step_samples(lay.gpus)  # what the training package pools per optimizer step
     samples_s = step_samples / st.total
     ideal = n.micro_batch / micro_compute(m, n, spec, Layout("single", 1, 1))  # one GPU, no communication
     tokens = m.kind == "decoder"
@@ -109,7 +110,7 @@ def evaluate(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, sizing
         capacity_gib=float(spec.accelerator_memory_gib), step_time_s=st.total,
         throughput=samples_s * (m.tokens if tokens else 1), throughput_unit="tokens/s" if tokens else "samples/s",
         scaling_efficiency=samples_s / (ideal * lay.gpus), hours=hours, cost_usd=cost, cost_on_demand_usd=on_demand,
-        spot=spot, cadence=cad, bubble=st.bubble, micro_batch=n.micro_batch)
+        spot=spot, cadence=cad, bubble=st.bubble, step_samples=step_samples, micro_batch=n.micro_batch)
 
 
 def best(cands: list[Candidate], allowed: Callable[[Candidate], bool] | None = None) -> Candidate | None:

@@ -60,6 +60,18 @@ class Layout:
     def auto_ok(self) -> bool:
         return self.strategy in AUTO_STRATEGIES
 
+    def forward_batch(self, micro_batch: float) -> float:
+        """Samples one model replica runs per forward pass, as the training package runs them: the ranks of a
+        tensor/pipeline batch group pool their micro-batches (training.step.share_batch), and a pipeline step splits
+        the pooled batch into `microbatches` chunks (training.pipeline.Pipeline). Fractional where they do not
+        divide: check_parallelism refuses those, the sizing still reads."""
+        pooled = micro_batch * self.tensor * self.pipeline
+        return pooled / self.microbatches if self.pipeline > 1 else pooled
+
+    def chunks(self) -> int:
+        """Forward passes in one pipeline step (1 without a pipeline)."""
+        return self.microbatches if self.pipeline > 1 else 1
+
     def degrees(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in DEGREES}
 
@@ -93,28 +105,28 @@ class Numerics:
     compile: bool
     async_checkpoint: bool
 
-    def accum(self, data_parallel: int) -> int:
-        """Micro-batches per optimizer step per rank, as TrainConfig.batch_layout computes it (rounded up)."""
+    def accum(self, world: int) -> int:
+        """Micro-batches per optimizer step per rank, as TrainConfig.batch_layout computes it over the world size
+        (every rank, tensor and pipeline ranks too; rounded up). A pipeline runs one pipeline step per micro-batch."""
         if self.global_batch is None:
             return self.grad_accum or 1
-        return max(1, -(-self.global_batch // (self.micro_batch * data_parallel)))
+        return max(1, -(-self.global_batch // (self.micro_batch * world)))
 
-    def fitted(self, data_parallel: int, pipeline_microbatches: int = 1) -> Numerics | None:
-        """These numerics with the micro-batch lowered so `global_batch_size` splits evenly over the data-parallel
-        ranks (and a pipeline's micro-batches), as a user would lower it; None when it cannot (fewer samples than
-        ranks). The training package refuses an uneven split (TrainConfig.batch_layout)."""
+    def fitted(self, world: int) -> Numerics | None:
+        """These numerics with the micro-batch lowered so `global_batch_size` splits evenly over the `world` ranks, as
+        a user would lower it; None when it cannot (fewer samples than ranks). The training package refuses an uneven
+        split (TrainConfig.batch_layout divides by the world size, tensor and pipeline ranks included)."""
         if self.global_batch is None:
             return self
-        per_rank, left = divmod(self.global_batch, data_parallel * pipeline_microbatches)
+        per_rank, left = divmod(self.global_batch, world)
         if left or per_rank < 1:
             return None
-        if pipeline_microbatches > 1:  # a pipeline step is exactly its micro-batches: their size follows
-            return dataclasses.replace(self, micro_batch=per_rank)
         micro = max(m for m in range(1, min(self.micro_batch, per_rank) + 1) if per_rank % m == 0)
         return dataclasses.replace(self, micro_batch=micro)
 
-    def global_samples(self, data_parallel: int) -> int:
-        return self.global_batch or self.micro_batch * data_parallel * self.accum(data_parallel)
+    def step_samples(self, world: int) -> int:
+        """Samples per optimizer step over the whole job: micro_batch_size x world size x accumulation."""
+        return self.micro_batch * world * self.accum(world)
 
 
 def numerics(hyperparameters: dict[str, Any]) -> Numerics:

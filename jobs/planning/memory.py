@@ -17,7 +17,7 @@ Calibration (one H100, bf16 autocast, fp32 weights, fused AdamW, peak allocated)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from jobs.planning.layout import Layout, Numerics
 from jobs.planning.shape import ModelFacts
@@ -85,6 +85,8 @@ def activation_bytes(m: ModelFacts, n: Numerics, layout: Layout) -> float:
 
 
 def memory_per_gpu(m: ModelFacts, n: Numerics, layout: Layout) -> Memory:
+    """`n`: the rank's numerics; activations are those of one forward pass of the batch group's pooled samples
+    (Layout.forward_batch), gradients stay unsynced while more than one pass accumulates into them."""
     split = layout.state_split
     weights = 4 * m.params / split
     grads = 4 * m.params / split
@@ -102,6 +104,7 @@ def memory_per_gpu(m: ModelFacts, n: Numerics, layout: Layout) -> Memory:
         root = m.params - m.layers * m.block_params
         if layout.shard > 1 and root > 0:
             extra += n.compute_bytes * root / (layout.tensor * layout.pipeline)  # root stays gathered
-        if n.accum(layout.data_parallel) > 1:
+        if n.accum(layout.gpus) * layout.chunks() > 1:
             extra += n.compute_bytes * m.params / (layout.tensor * layout.pipeline)  # unsynced grads
-    return Memory(weights, grads, opt, activation_bytes(m, n, layout), extra)
+    fwd_n = replace(n, micro_batch=layout.forward_batch(n.micro_batch))
+    return Memory(weights, grads, opt, activation_bytes(m, fwd_n, layout), extra)

@@ -62,11 +62,11 @@ def _spec(instance_type: str) -> catalog.InstanceSpec:
 
 def shape_candidates(m: ModelFacts, n: Numerics, spec: catalog.InstanceSpec, nodes: int, per_node: int,
                      sizing: Any, spot: bool, pp_micro: int | None) -> list[Candidate]:
-    # Each layout gets the micro-batch that splits global_batch_size evenly over its data-parallel ranks; a layout
-    # with more ranks than samples per step is left out (the training package would refuse it).
+    # Each layout gets the micro-batch that splits global_batch_size evenly over its ranks (the training package
+    # divides by the world size); a layout with more ranks than samples per step is left out (it would refuse it).
     out = []
     for lay in layouts(m, nodes, per_node, pp_micro):
-        fitted = n.fitted(lay.data_parallel, lay.microbatches if lay.pipeline > 1 else 1)
+        fitted = n.fitted(lay.gpus)
         if fitted is not None:
             out.append(evaluate(m, fitted, spec, lay, sizing, spot))
     return out

@@ -94,20 +94,24 @@ def _data_parallel_comm(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Lay
 
 
 def step_time(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout) -> StepTime:
-    accum = lay.microbatches if lay.pipeline > 1 else n.accum(lay.data_parallel)
-    micro = micro_compute(m, n, spec, lay)
+    """`n`: the rank's numerics (micro_batch_size per rank). Each of the rank's `accum` micro-batches is one forward
+    and backward of the batch group's pooled samples; with a pipeline, one pipeline step of `chunks` forward
+    passes that fills and drains the pipeline (training.pipeline.Pipeline.step runs a schedule per micro-batch)."""
+    accum, chunks, stages = n.accum(lay.gpus), lay.chunks(), lay.pipeline
+    fwd_n = replace(n, micro_batch=lay.forward_batch(n.micro_batch))
+    micro = micro_compute(m, fwd_n, spec, lay)
     fwd, bwd = micro / 3, 2 * micro / 3
-    stages = lay.pipeline
-    bubble = (stages - 1) / (accum + stages - 1) if stages > 1 else 0.0
-    compute = micro * (accum + stages - 1)
+    slots = accum * (chunks + stages - 1)  # forward-backward slots per GPU, bubbles included
+    bubble = (stages - 1) / (chunks + stages - 1) if stages > 1 else 0.0
+    compute = micro * slots
     local = m.params / (lay.tensor * lay.pipeline)
     compute += (optimizer_bytes(int(local), 0, n.optimizer) + 12 * local) / (spec.gpu.memory_gbps * 1e9)
-    comm = _data_parallel_comm(m, n, spec, lay, fwd, bwd, accum)
-    if lay.tensor > 1:  # 4 all-reduce-sized exchanges of the block output per block per micro-batch, exposed
-        tokens = n.micro_batch * m.tokens
+    comm = _data_parallel_comm(m, n, spec, lay, fwd, bwd, accum * chunks)
+    if lay.tensor > 1:  # 4 all-reduce-sized exchanges of the block output per block per forward pass, exposed
+        tokens = fwd_n.micro_batch * m.tokens
         per_block = 4 * collective("ar", n.compute_bytes * tokens * m.hidden, spec, lay.tensor, 1, 1)
-        comm += per_block * -(-m.layers // stages) * (accum + stages - 1)
-    if stages > 1:  # activations and their gradients across each stage boundary (EFA), per micro-batch
-        boundary = n.compute_bytes * n.micro_batch * m.tokens * m.hidden / lay.tensor
-        comm += 2 * (accum + stages - 1) * collective("ag", boundary, spec, 1, 2, 1)
+        comm += per_block * -(-m.layers // stages) * slots
+    if stages > 1:  # activations and their gradients across each stage boundary (EFA), per forward pass
+        boundary = n.compute_bytes * fwd_n.micro_batch * m.tokens * m.hidden / lay.tensor
+        comm += 2 * slots * collective("ag", boundary, spec, 1, 2, 1)
     return StepTime(compute, comm, bubble)

@@ -62,10 +62,10 @@ def _deadline_and_budget(result: Any, sizing: Any, w: list) -> None:
     deadline = getattr(sizing, "deadline_hours", None)
     if deadline is not None and rec.hours > deadline:
         meets = [c for c in result.candidates if c.fits and c.hours <= deadline]
-        fastest = min(meets, key=lambda c: c.cost_usd or c.hours * c.layout.nodes, default=None)
+        pick = cheapest(meets)
         w.append(PlanWarning("deadline_unreachable", (
             f"the run takes {rec.hours:.2f} h, past the {deadline:g} h deadline; "
-            + (f"{_shape(fastest)} meets it in {fastest.hours:.2f} h" if fastest else
+            + (f"{_shape(pick)} meets it in {pick.hours:.2f} h" if pick else
                "no candidate within sizing.max_gpus meets it: extend the deadline or shrink the data/epochs") + ".")))
     elif deadline is not None and rec.spot:
         interruptions = rec.hours / rec.cadence.mtbi_h
@@ -76,8 +76,26 @@ def _deadline_and_budget(result: Any, sizing: Any, w: list) -> None:
                 f"{worst:.1f} h, past the {deadline:g} h deadline: set spot false, or "
                 "retry.interruptions_before_on_demand lower.")))
     budget = getattr(sizing, "budget_usd", None)
-    if budget is not None and rec.cost_usd is not None and rec.cost_usd > budget:
+    if rec.cost_usd is None:
+        w.append(PlanWarning("price_unknown", _price_unknown(rec.instance_type, budget)))
+    elif budget is not None and rec.cost_usd > budget:
         w.append(PlanWarning("over_budget", f"the run costs ${rec.cost_usd:,.0f}, over sizing.budget_usd={budget:g}."))
+
+
+def cheapest(cands: list) -> Any:
+    """By dollars when every candidate has a price, else by instance-hours: one unit, never dollars against hours."""
+    if all(c.cost_usd is not None for c in cands):
+        return min(cands, key=lambda c: c.cost_usd, default=None)
+    return min(cands, key=lambda c: c.hours * c.layout.nodes, default=None)
+
+
+def _price_unknown(instance_type: str, budget: float | None) -> str:
+    """The catalog cites no price for the type (jobs.catalog [smp]): say so rather than show a made-up cost."""
+    text = (f"price unknown: the instance catalog has no cited on-demand training price for {instance_type}, so the "
+            "plan shows no cost")
+    if budget is not None:
+        text += f" and cannot check sizing.budget_usd={budget:g}"
+    return text + " (add the price with its source to PRICE_USD_HOUR in jobs/catalog.py)."
 
 
 def _io(result: Any, request: Any, w: list) -> None:

@@ -140,3 +140,43 @@ def test_a_workdir_that_is_a_file_and_single_with_several_processes_are_refused(
     with pytest.raises(UserError, match="--nproc 2 with strategy 'single'"):
         run_request_locally(load_request(single), workdir=tmp_path / "w", nproc=2, data=None, run_local=fake)
     assert fake.calls == []
+
+
+def auto_request(tmp_path: Path) -> Path:
+    """`strategy: auto` for gpt 7b on 4 x ml.p4d.24xlarge: the planner splits layers over 8 GPUs per node."""
+    doc = {**json.loads((DATA / "local-tiny.json").read_text()), "name": "local-auto", "strategy": "auto",
+           "model_size": "7b", "instance": {"type": "ml.p4d.24xlarge", "count": 4}}
+    doc["hyperparameters"] = {**doc["hyperparameters"], "micro_batch_size": 8, "activation_checkpointing": True}
+    path = tmp_path / "auto.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_auto_is_checked_against_nproc_with_the_degrees_it_renders(corpus_dir, tmp_path):
+    # The request's own `parallel` section is all 1s; the job runs the planner's degrees, sized for 32 GPUs.
+    fake = FakeRunLocal()
+    loaded = load_request(auto_request(tmp_path))
+    with pytest.raises(UserError) as info:
+        run_request_locally(loaded, workdir=tmp_path / "w", nproc=4, data=None, run_local=fake)
+    assert fake.calls == []  # refused before any process starts
+    message, hint = str(info.value), info.value.hint
+    assert "strategy 'auto' resolves to " in message and "the planner's pick for 4 x ml.p4d.24xlarge" in message
+    assert "cannot run on 4 local processes" in message and "does not divide" in message
+    # The count the hint names runs: the same rendered degrees pass the check with it.
+    needed = int(hint.split("--nproc ")[1].split(",")[0])
+    assert run_request_locally(loaded, workdir=tmp_path / "w", nproc=needed, data=None, run_local=fake) == 0
+    ((create, kwargs),) = fake.calls
+    hp = {k: json.loads(v) for k, v in create["HyperParameters"].items()}
+    assert hp["strategy"] in ("hsdp", "tp", "pp", "hybrid") and kwargs["nproc"] == needed
+    assert needed == hp["tp_degree"] * hp["pp_degree"] * max(hp["dp_shard"], 1)
+
+
+def test_an_explicit_strategy_is_checked_against_nproc_too(corpus_dir, tmp_path):
+    doc = {**json.loads((DATA / "local-tiny.json").read_text()), "strategy": "tp",
+           "parallel": {"tensor_parallel_degree": 2}}
+    path = tmp_path / "tp.json"
+    path.write_text(json.dumps(doc))
+    fake = FakeRunLocal()
+    with pytest.raises(UserError, match="parallel.tensor_parallel_degree: tensor 2 x pipeline 1 = 2 does not divide"):
+        run_request_locally(load_request(path), workdir=tmp_path / "w", nproc=3, data=None, run_local=fake)
+    assert run_request_locally(load_request(path), workdir=tmp_path / "w", nproc=2, data=None, run_local=fake) == 0

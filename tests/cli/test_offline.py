@@ -81,13 +81,15 @@ def test_plan_shows_smp_degrees_and_the_fsx_channel(platform_file, offline):
 
 def test_plan_shows_what_auto_picked_and_why(platform_file, offline, tmp_path):
     request = json.loads((DATA / "ddp.json").read_text()) | {"strategy": "auto", "model_size": "7b"}
+    request["hyperparameters"] |= {"micro_batch_size": 2, "activation_checkpointing": True}
     path = tmp_path / "auto.json"
     path.write_text(json.dumps(request))
     result = run("plan", path, "--platform", platform_file, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    # auto may split layers (issue 11): the plan shows the pick and the mesh the job is rendered with.
-    assert "auto -> tp (" in result.stdout
-    assert "tp: mesh (pipeline x replicate x shard x tensor) = 1 x 1 x 2 x 4" in result.stdout
+    # auto may split layers (issue 11): the plan shows the pick and the mesh the job is rendered with. gpt 7b on
+    # 2 x 4 A10Gs fits only as 2 stages x tensor 4, checkpointed, the group's 8 x 2 samples in 4 chunks.
+    assert "auto -> hybrid (" in result.stdout
+    assert "hybrid: mesh (pipeline x replicate x shard x tensor) = 2 x 1 x 1 x 4" in result.stdout
 
 
 # ---- user errors: exit 2, one message, no traceback ------------------------------------------------

@@ -50,3 +50,52 @@ def test_chart_is_a_png(tmp_path):
     path = tmp_path / "c.png"
     draw_chart(sized(model="gpt", model_size="125m", instance={"type": "ml.p4d.24xlarge"}), path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def priced(monkeypatch):
+    """ml.p4d.24xlarge with a price (the catalog cites none today), for the priced side of the view."""
+    import dataclasses
+
+    from jobs import catalog
+
+    spec = catalog.lookup("ml.p4d.24xlarge")
+    monkeypatch.setitem(catalog.CATALOG, spec.instance_type, dataclasses.replace(spec, price_usd_hour=10.0))
+
+
+def table_text(result) -> str:
+    console = Console(record=True, width=250)
+    print_sizing(console, result)
+    return console.export_text()
+
+
+def test_an_unpriced_type_says_price_unknown_and_never_a_figure():
+    result = sized(model="gpt", model_size="125m", instance={"type": "ml.p5en.48xlarge"},
+                   sizing={"dataset_tokens": 10**9, "budget_usd": 100})
+    text = table_text(result)
+    assert "price unknown" in text and "price_unknown" in text and "cannot check sizing.budget_usd=100" in text
+    rows = [line for line in text.splitlines() if "x ml.p5en.48xlarge" in line]
+    assert rows and all("price unknown" in row and "$" not in row for row in rows)
+    assert json.loads(plan_json(result))["recommendation"]["cost_usd"] is None
+
+
+def test_a_priced_type_shows_its_cost_and_checks_the_budget(priced):
+    result = sized(model="gpt", model_size="125m", instance={"type": "ml.p4d.24xlarge"},
+                   sizing={"dataset_tokens": 10**10, "budget_usd": 1})
+    rec = result.recommendation
+    assert rec.cost_usd == pytest.approx(rec.hours * 10.0)
+    text = table_text(result)
+    assert f"${rec.cost_usd:,.0f}" in text and "over_budget" in text and "price_unknown" not in text
+
+
+@pytest.mark.parametrize("instance_type", ["ml.p5en.48xlarge", "ml.p4d.24xlarge"])
+def test_the_chart_says_when_the_price_is_unknown(monkeypatch, tmp_path, priced, instance_type):
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    figures = []
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: figures.append(self))
+    draw_chart(sized(model="gpt", model_size="125m", instance={"type": instance_type}), tmp_path / "c.png")
+    labels = [ax.get_ylabel() for ax in figures[0].axes]
+    assert ("cost: price unknown for ml.p5en.48xlarge" in labels) == (instance_type == "ml.p5en.48xlarge")
+    assert ("USD" in labels) == (instance_type == "ml.p4d.24xlarge")

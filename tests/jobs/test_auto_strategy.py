@@ -12,6 +12,7 @@ import json
 import pytest
 
 import training.config as training_config
+from contract.errors import RequestInvalid
 from contract.models import PRESETS
 from jobs import catalog
 from jobs.parallelism import check_parallelism
@@ -43,8 +44,9 @@ def rendered(req, platform) -> tuple[dict, dict]:
 
 # gpt 7b (32 layers, 32 heads) on GPUs far smaller than its ~110 GiB of training state: layers must be split.
 @pytest.mark.parametrize(("instance_type", "count", "hps", "strategy"), [
-    ("ml.p4d.24xlarge", 2, {}, "tp"),  # 40 GiB A100s: tensor 8 within a node, FSDP over the 2 nodes
-    ("ml.g5.48xlarge", 2, {"micro_batch_size": 4}, "hybrid"),  # 24 GiB A10Gs: tensor 8 x pipeline 2
+    # 40 GiB A100s, checkpointed: tensor 8 within a node, FSDP over the 4 nodes
+    ("ml.p4d.24xlarge", 4, {"activation_checkpointing": True}, "tp"),
+    ("ml.g5.48xlarge", 2, {"micro_batch_size": 1}, "hybrid"),  # 24 GiB A10Gs: tensor 8 x pipeline 2
     ("ml.g5.12xlarge", 4, {"micro_batch_size": 2, "activation_checkpointing": True}, "pp"),  # 4 stages
 ])
 def test_auto_splits_a_7b_model_over_small_gpus_with_degrees_every_check_accepts(
@@ -88,10 +90,11 @@ def test_auto_keeps_to_data_parallel_where_the_mesh_would_not_be_the_planners(pl
     own = parse_request({"name": "own", "strategy": "auto", "model": "my.pkg:build", "model_size": "x",
                          "dataset": DATASET, "instance": {"type": "ml.p4d.24xlarge", "count": 2},
                          "model_shape": {"kind": "decoder", "layers": 32, "hidden": 4096, "heads": 32,
-                                         "seq_len": 4096, "vocab_size": 32000}})
+                                         "seq_len": 4096, "vocab_size": 32000},
+                         "hyperparameters": {"micro_batch_size": 2}})
     assert plan_for_request(own).strategy in ("ddp", "fsdp", "hsdp")
     result = plan_request(own)
-    assert result.recommendation.layout.strategy in ("tp", "hybrid")  # what the planner would run, were it allowed
+    assert result.recommendation.layout.strategy in ("tp", "pp", "hybrid")  # what it would run, were it allowed
     assert any(w.code == "auto_picks_other" and "reference models" in w.message for w in result.warnings)
 
 
@@ -124,3 +127,35 @@ def test_an_attempt_on_a_fallback_type_gets_degrees_for_its_gpus(platform):
                              microbatches=values.get("pp_microbatches"), n_layer=32, n_head=32,
                              micro_batch_size=8) == []
     assert {t["Key"]: t["Value"] for t in retry["Tags"]}["mltrain:strategy"] == values["strategy"]
+
+
+@pytest.mark.parametrize(("parallel", "named"), [
+    ({"tensor_parallel_degree": 8}, "tp"),
+    ({"pipeline_parallel_degree": 2}, "pp"),
+    ({"tensor_parallel_degree": 4, "pipeline_parallel_degree": 2}, "hybrid"),
+])
+def test_auto_refuses_layer_degrees_rather_than_ignore_them(parallel, named):
+    # Before, the planner's own degrees replaced them silently. Now each one set is a problem naming the field,
+    # its value and the fix: the strategy those degrees make, or 1 for auto.
+    doc = {"name": "auto-deg", "strategy": "auto", "model": "gpt", "model_size": "7b", "dataset": DATASET,
+           "instance": {"type": "ml.p4d.24xlarge", "count": 2}, "parallel": parallel}
+    with pytest.raises(RequestInvalid) as info:
+        parse_request(doc)
+    problems = {p.path: p.message for p in info.value.problems}
+    assert set(problems) == {f"parallel.{k}" for k in parallel}
+    for key, value in parallel.items():
+        message = problems[f"parallel.{key}"]
+        assert f"{key}={value}" in message and "strategy 'auto'" in message
+        assert f"set strategy '{named}'" in message and f"leave {key} at 1" in message
+    # The strategy the message names takes the same section.
+    assert parse_request({**doc, "strategy": named}).strategy.value == named
+
+
+def test_auto_keeps_its_pipeline_schedule_and_micro_batches():
+    # The pipeline's micro-batch count and schedule are not degrees: auto uses them for the pipelines it sizes.
+    req = parse_request({"name": "auto-mb", "strategy": "auto", "model": "gpt", "model_size": "7b", "dataset": DATASET,
+                         "instance": {"type": "ml.g5.12xlarge", "count": 4},
+                         "parallel": {"pipeline_microbatches": 16, "pipeline_schedule": "gpipe"},
+                         "hyperparameters": {"micro_batch_size": 2, "activation_checkpointing": True}})
+    chosen = plan_for_request(req).parallel
+    assert (chosen["pp_degree"], chosen["pp_microbatches"], chosen["pp_schedule"]) == (4, 16, "gpipe")

@@ -42,18 +42,23 @@ def test_catalog_is_consistent():
     assert catalog.lookup("ml.nope") is None
 
 
-@pytest.mark.parametrize(("model", "size", "instance_type", "count", "strategy"), [
-    ("gpt", "125m", "ml.g5.12xlarge", 1, "ddp"),   # ~1.9 GiB of state: a replica per 24 GiB A10G
-    ("gpt", "1b", "ml.g5.12xlarge", 2, "hybrid"),  # fsdp's ~34 GiB overflow 24 GiB: tensor 4 x pipeline 2
-    ("gpt", "350m", "ml.g5.12xlarge", 2, "fsdp"),  # fits sharded, and splits no layers it need not split
-    ("gpt", "1b", "ml.p4de.24xlarge", 1, "ddp"),   # fits an 80 GiB A100 with room to spare
-    ("gpt", "7b", "ml.p5.48xlarge", 2, "tp"),      # tensor 8 in a node, sharded over 2 (fsdp needs ~190 GiB)
-    ("gpt", "tiny", "ml.g5.2xlarge", 1, "single"),
-    ("gpt", "7b", "ml.c5.4xlarge", 1, "ddp"),
-    ("my.pkg:build", "big", "ml.p4d.24xlarge", 1, "fsdp"),
+@pytest.mark.parametrize(("model", "size", "instance_type", "count", "hps", "strategy"), [
+    ("gpt", "125m", "ml.g5.12xlarge", 1, {}, "ddp"),   # ~1.9 GiB of state: a replica per 24 GiB A10G
+    # fsdp's ~34 GiB overflow 24 GiB; 2 stages hold half the layers each, on chunks of 8 x 2 / 4 samples.
+    ("gpt", "1b", "ml.g5.12xlarge", 2, {}, "pp"),
+    ("gpt", "350m", "ml.g5.12xlarge", 2, {}, "fsdp"),  # fits sharded, and splits no layers it need not split
+    ("gpt", "1b", "ml.p4de.24xlarge", 1, {}, "ddp"),   # fits an 80 GiB A100 with room to spare
+    # A tensor group pools its ranks' micro-batches, so tp saves no activation memory per GPU: at micro-batch 8
+    # nothing fits two p5 (fsdp ~188 GiB, tp ~186), and hybrid is the one needing the least.
+    ("gpt", "7b", "ml.p5.48xlarge", 2, {}, "hybrid"),
+    # With activation checkpointing: tensor 8 in a node, sharded over 4 nodes (fsdp's gathered blocks do not fit).
+    ("gpt", "7b", "ml.p4d.24xlarge", 4, {"activation_checkpointing": True}, "tp"),
+    ("gpt", "tiny", "ml.g5.2xlarge", 1, {}, "single"),
+    ("gpt", "7b", "ml.c5.4xlarge", 1, {}, "ddp"),
+    ("my.pkg:build", "big", "ml.p4d.24xlarge", 1, {}, "fsdp"),
 ])
-def test_planner(model, size, instance_type, count, strategy):
-    assert plan(model, size, instance_type, count).strategy == strategy
+def test_planner(model, size, instance_type, count, hps, strategy):
+    assert plan(model, size, instance_type, count, hyperparameters=hps).strategy == strategy
 
 
 def test_planner_figures_are_present_where_the_planner_needs_them():

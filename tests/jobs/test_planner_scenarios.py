@@ -48,8 +48,11 @@ def test_70b_decoder_needs_tensor_within_nodes_and_pipeline_across():
     one = plan_request(request(model="my.pkg:llama", instance={"type": "ml.p5.48xlarge"}, model_shape=shape,
                                hyperparameters={"micro_batch_size": 1}))
     assert "does_not_fit" in codes(one) and not one.recommendation.fits
+    # The 32 ranks of a tensor x pipeline group pool one sample each: at the default 8 micro-batches a pipeline
+    # step runs chunks of 4 (nothing fits); 32 micro-batches of one sample fit.
     four = plan_request(request(model="my.pkg:llama", instance={"type": "ml.p5.48xlarge", "count": 4},
-                                model_shape=shape, hyperparameters={"micro_batch_size": 1}))
+                                model_shape=shape, hyperparameters={"micro_batch_size": 1},
+                                parallel={"pipeline_microbatches": 32}))
     rec = four.recommendation
     assert rec.fits and rec.layout.tensor == 8 and rec.layout.pipeline == 4
 

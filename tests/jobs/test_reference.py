@@ -23,3 +23,14 @@ def test_every_request_field_is_in_the_reference():
     text = markdown()
     assert {"name", "dataset", "instance.type", "spot", "retry.max_attempts", "training_plan"} <= set(paths)
     assert all(f"| `{p}` |" in text for p in paths)
+
+
+def test_the_strategy_field_says_when_to_use_every_strategy_a_request_accepts():
+    from contract.hyperparameters import REQUEST_STRATEGIES
+    from jobs.request_schema import STRATEGY_USES
+
+    assert tuple(STRATEGY_USES) == REQUEST_STRATEGIES  # each accepted strategy has its line, in the same order
+    [doc] = [doc for path, _, _, doc in reference_rows(JobRequest) if path == "strategy"]
+    for name, use in STRATEGY_USES.items():
+        assert f"{name}: {use}" in doc and use.strip()
+    assert f"| `strategy` | string | `\"ddp\"` | {doc} |" in markdown()

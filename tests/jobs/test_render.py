@@ -387,12 +387,12 @@ def test_platform_settings_round_trip(platform):
     assert PlatformSettings.from_dict(json.loads(json.dumps(platform.to_dict()))) == platform
 
 
-@pytest.mark.parametrize(("size", "instance", "strategy"), [
-    ("7b", {"type": "ml.p5.48xlarge", "count": 2}, "tp"),
-    ("125m", {"type": "ml.g5.12xlarge", "count": 1}, "ddp"),
+@pytest.mark.parametrize(("size", "instance", "hps", "strategy"), [
+    ("7b", {"type": "ml.p4d.24xlarge", "count": 4}, {"activation_checkpointing": True}, "tp"),
+    ("125m", {"type": "ml.g5.12xlarge", "count": 1}, {}, "ddp"),
 ])
-def test_auto_strategy_renders_the_planners_choice(platform, size, instance, strategy):
-    create = render({"strategy": "auto", "model_size": size, "instance": instance}, platform)
+def test_auto_strategy_renders_the_planners_choice(platform, size, instance, hps, strategy):
+    create = render({"strategy": "auto", "model_size": size, "instance": instance, "hyperparameters": hps}, platform)
     assert decoded(create)["strategy"] == strategy
     assert {t["Key"]: t["Value"] for t in create["Tags"]}["mltrain:strategy"] == strategy
 
