@@ -58,11 +58,23 @@ def tensor_parallelize(model: nn.Module, tp_mesh: DeviceMesh, runs: list[list[nn
     sequence = _sequence_parallel(model, blocks, tp_mesh)
     _apply_plan(model, tp_mesh, getattr(model, "tp_plan", {}))
     for block in blocks:
-        _apply_plan(block, tp_mesh, block.sp_plan if sequence else block.tp_plan)
+        _apply_plan(unwrapped(block), tp_mesh, block.sp_plan if sequence else block.tp_plan)
     if sequence:
         for run in runs or [blocks]:
             shard_sequence_through(list(run), tp_mesh)
     return sequence
+
+
+def unwrapped(block: nn.Module) -> nn.Module:
+    """The block inside an activation-checkpointing wrapper (training.speedups), whose sub-modules the plans
+    name: the wrapper holds it as `_checkpoint_wrapped_module`, and `parallelize_module`, which walks
+    `named_children`, finds no `attn.qkv` under the wrapper. The plan then matched nothing: with sequence
+    parallelism the block failed (a plain norm met the sharded DTensor stream), without it the block silently
+    stayed whole on every tensor rank. The sequence boundaries (`shard_sequence_through`) stay on the wrapper,
+    outside the recomputed region: the checkpoint saves the 1/tp input, and the exit all-gather is not redone."""
+    while (inner := getattr(block, "_checkpoint_wrapped_module", None)) is not None:
+        block = inner
+    return block
 
 
 def _apply_plan(module: nn.Module, tp_mesh: DeviceMesh, names: dict[str, str]) -> None:
