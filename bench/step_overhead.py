@@ -82,7 +82,7 @@ def plain_step_fn(cfg: TrainConfig, device: torch.device, dtype: torch.dtype):
     return plain_step
 
 
-def main(argv: list[str] | None = None) -> None:  # ~65 lines: arguments, the two steps, timing, the table
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", default="small", help="gpt preset: tiny, small, 125m, 350m, 1b, 7b")
     p.add_argument("--batch", type=int, default=2)
@@ -91,23 +91,27 @@ def main(argv: list[str] | None = None) -> None:  # ~65 lines: arguments, the tw
     p.add_argument("--compile", action="store_true")
     p.add_argument("--steps", type=int, default=12, help="timed steps of each loop, alternating")
     p.add_argument("--warmup", type=int, default=2)
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
 
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    cfg = TrainConfig(model="gpt", model_size=args.size, seq_len=args.seq_len, micro_batch_size=args.batch,
-                      precision=args.precision, compile=args.compile, max_steps=10**6, warmup_steps=0,
-                      grad_clip=1.0, data="synthetic")
-    precision = resolve_precision(cfg.precision, device)
-    dtype = precision.param
-    package = package_step(cfg, device, precision)
-    par = package.par
-    plain_step = plain_step_fn(cfg, device, dtype)
 
-    vocab = par.model.c.vocab_size
+def train_config(args: argparse.Namespace) -> TrainConfig:
+    return TrainConfig(model="gpt", model_size=args.size, seq_len=args.seq_len, micro_batch_size=args.batch,
+                       precision=args.precision, compile=args.compile, max_steps=10**6, warmup_steps=0,
+                       grad_clip=1.0, data="synthetic")
+
+
+def fixed_batch(vocab: int, batch: int, seq_len: int,
+                device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """One batch of random tokens (seed 0), inputs and next-token targets."""
     g = torch.Generator().manual_seed(0)
-    tokens = torch.randint(0, vocab, (args.batch, args.seq_len + 1), generator=g).to(device)
-    x, y = tokens[:, :-1], tokens[:, 1:]
+    tokens = torch.randint(0, vocab, (batch, seq_len + 1), generator=g).to(device)
+    return tokens[:, :-1], tokens[:, 1:]
 
+
+def time_alternating(run_package, run_plain, steps: int, warmup: int,
+                     device: torch.device) -> tuple[list[float], list[float]]:
+    """Seconds per step of each loop, after `warmup` untimed steps of each; the loops alternate, and who goes
+    first alternates too, so that drift hits both alike."""
     def timed(fn) -> float:
         sync(device)
         t = time.perf_counter()
@@ -115,22 +119,24 @@ def main(argv: list[str] | None = None) -> None:  # ~65 lines: arguments, the tw
         sync(device)
         return time.perf_counter() - t
 
-    run_package = lambda: package([(x, y)])  # noqa: E731
-    run_plain = lambda: plain_step(x, y)  # noqa: E731
-    for _ in range(args.warmup):  # compile, allocator, optimizer state
+    for _ in range(warmup):  # compile, allocator, optimizer state
         run_package()
         run_plain()
     package_times, plain_times = [], []
-    for i in range(args.steps):  # alternate, and alternate who goes first, so drift hits both alike
+    for i in range(steps):
         first, second = (run_package, run_plain) if i % 2 == 0 else (run_plain, run_package)
         a, b = timed(first), timed(second)
         package_times.append(a if i % 2 == 0 else b)
         plain_times.append(b if i % 2 == 0 else a)
+    return package_times, plain_times
+
+
+def print_report(args: argparse.Namespace, device: torch.device, model, dtype: torch.dtype,
+                 package_times: list[float], plain_times: list[float]) -> None:
+    """Both loops' best and median step, tokens/s and honest MFU, and the package's overhead."""
     # Best-of-N is the comparison: on a shared machine other processes only ever add time. Medians too.
     t_pkg, t_plain = min(package_times), min(plain_times)
     med_pkg, med_plain = statistics.median(package_times), statistics.median(plain_times)
-
-    model = par.model
     tokens_per_step = args.batch * args.seq_len
     # Honest: no FLOPs for embedding lookups, output projection counted, attention as torchtitan (meter.py).
     flops = honest_flops_per_sample(model, args.seq_len) * args.batch
@@ -153,6 +159,19 @@ def main(argv: list[str] | None = None) -> None:  # ~65 lines: arguments, the tw
               f"model's flops_per_sample would say {model_flops / t_pkg / peak:.1%} for the package step")
     print(f"package overhead: {(t_pkg / t_plain - 1):+.1%} best-of-{args.steps}, "
           f"{(med_pkg / med_plain - 1):+.1%} median (alternating steps)")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    cfg = train_config(args)
+    precision = resolve_precision(cfg.precision, device)
+    package = package_step(cfg, device, precision)
+    plain_step = plain_step_fn(cfg, device, precision.param)
+    x, y = fixed_batch(package.par.model.c.vocab_size, args.batch, args.seq_len, device)
+    package_times, plain_times = time_alternating(lambda: package([(x, y)]), lambda: plain_step(x, y),
+                                                  args.steps, args.warmup, device)
+    print_report(args, device, package.par.model, precision.param, package_times, plain_times)
 
 
 if __name__ == "__main__":

@@ -5,5 +5,7 @@ Build-side only (app.py reads it and hands typed props to the stacks); the const
 
 from platform_config.loader import ConfigError, is_platform_key, load_config
 from platform_config.model import LOG_RETENTION_DAYS, PlatformConfig
+from platform_config.tested_torch import TESTED_TORCH_VERSIONS
 
-__all__ = ["LOG_RETENTION_DAYS", "ConfigError", "PlatformConfig", "is_platform_key", "load_config"]
+__all__ = ["LOG_RETENTION_DAYS", "TESTED_TORCH_VERSIONS", "ConfigError", "PlatformConfig", "is_platform_key",
+           "load_config"]

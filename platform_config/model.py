@@ -16,6 +16,7 @@ from typing import Any
 
 from contract.schema import meta
 from jobs.platform import TrainingPlan
+from platform_config.tested_torch import TESTED_TORCH_FILE, TESTED_TORCH_VERSIONS
 from platform_constructs.network import training_subnet_mask
 from platform_constructs.retention import RETENTION_PERIODS as LOG_RETENTION_DAYS
 
@@ -79,6 +80,21 @@ def _versions(versions: tuple[str, ...]) -> str | None:
     if versions and all(VERSION.match(v) for v in versions):
         return None
     return "must list one or more versions such as \"2.8.0\" (the first is the default)"
+
+
+def _tested_torch(versions: tuple[str, ...]) -> str | None:
+    """Every offered PyTorch image's torch is one CI tests the package on (platform_config.tested_torch)."""
+    if problem := _versions(versions):
+        return problem
+    untested = [v for v in versions if v not in TESTED_TORCH_VERSIONS]
+    if not untested:
+        return None
+    which = ", ".join(repr(v) for v in untested)
+    its = "it" if len(untested) == 1 else "them"
+    return (f"{'entry' if len(untested) == 1 else 'entries'} {which}: not a torch version CI tests the training "
+            f"package on (tested: {', '.join(TESTED_TORCH_VERSIONS)}); add {its} to "
+            f"{TESTED_TORCH_FILE.parent.name}/{TESTED_TORCH_FILE.name} so that `make test` runs the training "
+            f"tests on {its}, or drop {its} from pytorch_versions")
 
 
 def _tags(tags: dict[str, str]) -> str | None:
@@ -166,10 +182,12 @@ class PlatformConfig:
         0, 360, "must be 0 to 360 (SageMaker keeps warm pools up to 21600 s)"))
     notification_email: str | None = _f(None, "E-mail subscribed to run notifications", expects="a string or null",
                                         check=_optional(_matches(EMAIL, "must be an e-mail address or null")))
-    pytorch_versions: tuple[str, ...] = _f(("2.8.0",), "PyTorch image versions (first is the default)",
-                                           expects=_LIST, check=_versions)
-    smp_versions: tuple[str, ...] = _f(("2.8.0",), "SMP image versions (first is the default)", expects=_LIST,
-                                       check=_versions)
+    pytorch_versions: tuple[str, ...] = _f(("2.8.0",), "PyTorch image versions (first is the default); each one "
+                                           "CI tests the package on (platform_config/tested_torch.json)",
+                                           expects=_LIST, check=_tested_torch)
+    # Not checked against the tested set: the SMP image's torch (torch.sagemaker) exists only in that image.
+    smp_versions: tuple[str, ...] = _f(("2.8.0",), "SMP image versions (first is the default); not tested here: "
+                                       "the SMP library exists only in its image", expects=_LIST, check=_versions)
     retain_data: bool = _f(True, "Keep buckets, key, logs and file system when the stack is deleted",
                            expects="true or false")
     tags: dict[str, str] = _f({"project": "ml-training-platform"}, "Tags on every resource", check=_tags,

@@ -1,10 +1,14 @@
-"""Run the training and `trainctl local` tests on the PyTorch of every framework image the platform offers.
+"""Run the training and `trainctl local` tests on every torch version in the platform's tested set.
 
-The SageMaker images bring their own torch (the platform's default is cdk.json's `pytorch_versions[0]`),
-older than the torch pinned for development. For each offered version this makes `.venv-torch-<version>`,
-a venv that sees the main venv's packages through a .pth file but has that torch installed in front of
-them (PyPI's wheel: CPU-only builds are not on PyPI for these versions; the CUDA one runs on a CPU), and runs
-the tests with it. `make test` calls it; `python -m tools.image_torch --list` prints the versions.
+The tested set is `platform_config/tested_torch.json` (read here as a file: `tools` may not import
+`platform_config`, see docs/ARCHITECTURE.md). The config loader refuses a cdk.json `pytorch_versions` entry outside
+it, so every PyTorch image the platform offers (the default is `pytorch_versions[0]`) brings a torch tested here.
+The SMP images are the edge: their torch exists only in the image, so they are not run here.
+
+The SageMaker images bring their own torch, older than the torch pinned for development. For each tested version
+this makes `.venv-torch-<version>`, a venv that sees the main venv's packages through a .pth file but has that torch
+installed in front of them (PyPI's wheel: CPU-only builds are not on PyPI for these versions; the CUDA one runs on a
+CPU), and runs the tests with it. `make test` calls it; `python -m tools.image_torch --list` prints the versions.
 """
 
 from __future__ import annotations
@@ -21,9 +25,13 @@ ROOT = Path(__file__).resolve().parents[1]
 TESTS = ("tests/training", "tests/cli/test_local.py")
 
 
-def offered_versions() -> list[str]:
-    context = json.loads((ROOT / "cdk.json").read_text())["context"]
-    return list(context["pytorch_versions"])
+# The tested set, defined once; platform_config.tested_torch reads the same file for the config loader.
+TESTED_TORCH_FILE = ROOT / "platform_config" / "tested_torch.json"
+
+
+def tested_versions() -> tuple[str, ...]:
+    """The torch versions CI tests the package on, in the file's order."""
+    return tuple(json.loads(TESTED_TORCH_FILE.read_text())["versions"])
 
 
 def image_venv(version: str) -> Path:
@@ -46,21 +54,28 @@ def image_venv(version: str) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--list", action="store_true", help="print the offered torch versions and exit")
+    parser.add_argument("--list", action="store_true", help="print the tested torch versions and exit")
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (e.g. -n 2)")
     args = parser.parse_args(argv)
-    versions = offered_versions()
+    versions = tested_versions()
     if args.list:
         print(" ".join(versions))
         return 0
-    for version in versions:
+    failed = []
+    for version in versions:  # every version, so one run reports each version that fails
         python = image_venv(version)
         found = subprocess.run([str(python), "-c", "import torch; print(torch.__version__)"],
                                check=True, capture_output=True, text=True).stdout.strip()
-        print(f"== tests on torch {found} (the image's {version}) ==", flush=True)
-        result = subprocess.run([str(python), "-m", "pytest", *TESTS, *args.pytest_args], cwd=ROOT)
-        if result.returncode:
-            return result.returncode
+        if found.split("+")[0] != version:
+            print(f"{python} has torch {found}, not {version}: delete .venv-torch-{version} and run again",
+                  file=sys.stderr)
+            return 1
+        print(f"== tests on torch {found} (tested version {version}) ==", flush=True)
+        if subprocess.run([str(python), "-m", "pytest", *TESTS, *args.pytest_args], cwd=ROOT).returncode:
+            failed.append(version)
+    if failed:
+        print(f"tests failed on torch {', '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
 
 
