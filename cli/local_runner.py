@@ -64,6 +64,7 @@ def run_request_locally(loaded: LoadedRequest, *, workdir: Path | None, nproc: i
         raise UserError(f"--nproc {nproc} with strategy 'single': that strategy runs one process",
                         "drop --nproc, or set the request's strategy to ddp or fsdp")
     _check_parallelism(loaded, create, nproc)
+    _check_batch(create, nproc)
     channels = data_channels(data) or request_channels(create)
     for name, path in (channels or {}).items():
         if not path.is_dir():
@@ -100,6 +101,28 @@ def _check_parallelism(loaded: LoadedRequest, create: dict[str, Any], nproc: int
         raise _auto_degrees_error(request, values, processes, problems)
     raise UserError("; ".join(str(p) for p in problems),
                     f"pass --nproc with a process count the degrees divide, or change {problems[0].path}")
+
+
+def _check_batch(create: dict[str, Any], nproc: int | None) -> None:
+    """The batch sizes against this machine's processes, by the arithmetic the training package refuses them
+    with at startup (contract.hyperparameters.batch_layout): the launcher checks the cloud cluster the same way."""
+    from contract.errors import ConfigError
+    from contract.hyperparameters import TrainConfig, batch_layout, canonical_name
+
+    values = {canonical_name(k): json.loads(v) for k, v in (create.get("HyperParameters") or {}).items()}
+    if values.get("strategy") == "single":
+        world = 1
+    else:
+        from cli.local import default_nproc
+
+        world = nproc or default_nproc()
+    try:
+        batch_layout(world, values.get("micro_batch_size", TrainConfig.micro_batch_size),
+                     values.get("global_batch_size"), values.get("grad_accum"))
+    except ConfigError as exc:
+        raise UserError(f"on {world} local processes, {exc}",
+                        "pass --nproc with a process count that fits, or change hyperparameters.global_batch_size "
+                        "or micro_batch_size") from None
 
 
 def _auto_degrees_error(request: Any, values: dict[str, Any], processes: int, problems: list) -> UserError:

@@ -152,21 +152,9 @@ class TrainConfig:
     validation_dir: str = field(default="", metadata=_hp("validation channel folder", "container"))
 
     def batch_layout(self, world_size: int) -> tuple[int, int]:
-        """(global batch, grad accumulation steps) for this world size; one clear problem when they disagree."""
-        per_step = self.micro_batch_size * world_size
-        if self.global_batch_size is None:
-            accum = self.grad_accum or 1
-            return per_step * accum, accum
-        if self.global_batch_size % per_step:
-            raise ConfigError(
-                f"global_batch_size={self.global_batch_size} is not a multiple of micro_batch_size x world size "
-                f"= {self.micro_batch_size} x {world_size}: change global_batch_size or micro_batch_size")
-        accum = self.global_batch_size // per_step
-        if self.grad_accum is not None and self.grad_accum != accum:
-            raise ConfigError(
-                f"grad_accum={self.grad_accum} disagrees with global_batch_size={self.global_batch_size} / "
-                f"(micro_batch_size={self.micro_batch_size} x world size {world_size}) = {accum}: give one of them")
-        return self.global_batch_size, accum
+        """(global batch, grad accumulation steps) for this world size; one clear problem when they disagree
+        (`batch_layout` below: the launcher checks requests with the same function)."""
+        return batch_layout(world_size, self.micro_batch_size, self.global_batch_size, self.grad_accum)
 
     @property
     def effective_log_interval(self) -> int:
@@ -175,6 +163,41 @@ class TrainConfig:
     @property
     def effective_keep_checkpoints(self) -> int:
         return max(1, self.keep_checkpoints)
+
+
+def batch_layout(world_size: int, micro_batch_size: int, global_batch_size: int | None = None,
+                 grad_accum: int | None = None) -> tuple[int, int]:
+    """(global batch, grad accumulation steps) of a run over `world_size` processes; ConfigError when the three
+    batch hyperparameters cannot hold together there.
+
+    One optimizer step = micro_batch_size x world size x grad accumulation samples, for every strategy: each rank
+    reads its own micro-batch, and tensor/pipeline groups pool their ranks' micro-batches (training.step) rather
+    than share one, so every rank counts. The training package calls this at startup (TrainConfig.batch_layout)
+    and the launcher before launch (jobs.platform_rules), so a request is refused by the same arithmetic.
+    """
+    per_step = micro_batch_size * world_size
+    if global_batch_size is None:
+        accum = grad_accum or 1
+        return per_step * accum, accum
+    if global_batch_size % per_step:
+        raise ConfigError(
+            f"global_batch_size={global_batch_size} is not a multiple of micro_batch_size x world size "
+            f"= {micro_batch_size} x {world_size}: change global_batch_size or micro_batch_size")
+    accum = global_batch_size // per_step
+    if grad_accum is not None and grad_accum != accum:
+        raise ConfigError(
+            f"grad_accum={grad_accum} disagrees with global_batch_size={global_batch_size} / "
+            f"(micro_batch_size={micro_batch_size} x world size {world_size}) = {accum}: give one of them")
+    return global_batch_size, accum
+
+
+def nearest_global_batches(global_batch_size: int, step: int) -> tuple[int, ...]:
+    """The valid global batch sizes nearest `global_batch_size` when they must be multiples of `step`: the multiple
+    below (when there is one) and the one above; just itself when it already is one."""
+    below = global_batch_size // step * step
+    if below == global_batch_size:
+        return (global_batch_size,)
+    return tuple(v for v in (below, below + step) if v >= step)
 
 
 def hyperparameter_fields(set_by: str | None = None) -> tuple[str, ...]:

@@ -4,11 +4,22 @@ naming every problem's field."""
 
 from __future__ import annotations
 
-from contract.errors import Problem, RequestInvalid
+import math
+from dataclasses import dataclass
+
+from contract.errors import ConfigError, Problem, RequestInvalid
+from contract.hyperparameters import (
+    Strategy,
+    TrainConfig,
+    batch_layout,
+    canonical_name,
+    nearest_global_batches,
+)
 from jobs import catalog
 from jobs.api_limits import PLATFORM_TAGS
 from jobs.images import image_problem
 from jobs.parallelism import TORCH_NATIVE, request_problems
+from jobs.planner import plan_for_request
 from jobs.platform import PlatformSettings
 from jobs.request_fields import dataset_kind
 from jobs.request_schema import JobRequest
@@ -23,6 +34,7 @@ def validate_for_platform(request: JobRequest, platform: PlatformSettings) -> No
     found += _readable_problems(request, platform)
     found += _tag_problems(request, platform)
     found += _parallelism_problems(request, platform)
+    found += batch_problems(request, platform)
     if request.image is None and (problem := image_problem(request, platform)):
         found.append(Problem(*problem))
     if found:
@@ -102,9 +114,148 @@ def _dataset_problems(request: JobRequest, platform: PlatformSettings) -> list[P
 
 
 def _parallelism_problems(request: JobRequest, platform: PlatformSettings) -> list[Problem]:
-    """The torch-native degrees against the cluster: GPUs per instance and instances. `trainctl local` checks
-    them against its process count instead (it knows --nproc only when it runs)."""
+    """The torch-native degrees against the cluster: GPUs per instance and instances, on instance.type and on each
+    fallback type (a capacity retry keeps the degrees and the count). `trainctl local` checks them against its
+    process count instead (it knows --nproc only when it runs)."""
     if is_local_platform(platform) or request.instance is None or request.strategy.value not in TORCH_NATIVE:
         return []
-    spec = catalog.lookup(request.instance.type)
-    return request_problems(request, hosts=request.instance.count, per_host=max(1, spec.accelerators if spec else 1))
+    found: list[Problem] = []
+    for i, instance_type in enumerate(request.instance_types):
+        spec = catalog.lookup(instance_type)
+        for problem in request_problems(request, hosts=request.instance.count,
+                                        per_host=max(1, spec.accelerators if spec else 1)):
+            if i == 0:
+                found.append(problem)
+            elif not any(p.path == problem.path and p.message.startswith(problem.message) for p in found):
+                found.append(Problem(problem.path, f"{problem.message} (on instance.fallbacks[{i - 1}], "
+                                                   f"{instance_type})"))
+    return found
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """One cluster a request may run on: where the request names it, what it is, and its training processes."""
+
+    path: str  # instance.type, instance.fallbacks[i], instance_groups
+    label: str  # "2 x ml.p4d.24xlarge with 8 GPUs each"
+    world: int  # processes that read micro-batches (torchrun: one per GPU, one on a CPU instance)
+    strategy: str  # what the job runs there (auto: the planner's pick for that type)
+
+
+def request_clusters(request: JobRequest) -> list[Cluster]:
+    """Every cluster an attempt of this request may run on: instance.type, then each fallback type (a capacity
+    retry moves to it with the same count), or the heterogeneous cluster's training groups (those the toolkit
+    starts torchrun on: the accelerated ones). A type the training package cannot run (Trainium) or does not know
+    is left out: other rules refuse it."""
+    clusters = []
+    if request.instance is not None:
+        count = request.instance.count
+        for i, instance_type in enumerate(request.instance_types):
+            spec = catalog.lookup(instance_type)
+            if spec is None or not spec.runnable:
+                continue
+            path = "instance.type" if i == 0 else f"instance.fallbacks[{i - 1}]"
+            strategy = _strategy_on(request, instance_type)
+            label = f"{count} x {instance_type} with {_per_instance(spec)}"
+            clusters.append(Cluster(path, label, _world(strategy, count, spec), strategy))
+    elif request.instance_groups:
+        groups = [(g, catalog.lookup(g.type)) for g in request.instance_groups]
+        training = [(g, spec) for g, spec in groups if spec is not None and spec.accelerated]
+        if training and all(spec.runnable for _, spec in training):
+            strategy = _strategy_on(request, None)
+            world = 1 if strategy == Strategy.SINGLE else sum(g.count * spec.accelerators for g, spec in training)
+            label = " + ".join(f"{g.count} x {g.type} with {_per_instance(spec)}" for g, spec in training)
+            clusters.append(Cluster("instance_groups", label, world, strategy))
+    return clusters
+
+
+def _strategy_on(request: JobRequest, instance_type: str | None) -> str:
+    """The strategy the job runs on that type: the request's, or for `auto` the planner's (as jobs.render sends)."""
+    if request.strategy is not Strategy.AUTO:
+        return request.strategy.value
+    return plan_for_request(request, instance_type).strategy
+
+
+def _per_instance(spec: catalog.InstanceSpec) -> str:
+    return f"{spec.accelerators} GPU{'s' if spec.accelerators > 1 else ''} each" if spec.accelerators \
+        else "no GPU (1 process each)"
+
+
+def _world(strategy: str, count: int, spec: catalog.InstanceSpec) -> int:
+    """Training processes: `single` runs one plain process; every other strategy runs torchrun on each instance
+    with one process per GPU (the toolkit starts one on a CPU instance). Every process reads its own micro-batch,
+    tensor and pipeline ranks too (their groups pool them), so auto's degrees do not change this."""
+    return 1 if strategy == Strategy.SINGLE else count * max(1, spec.accelerators)
+
+
+def batch_problems(request: JobRequest, platform: PlatformSettings | None = None) -> list[Problem]:
+    """global_batch_size, micro_batch_size and grad_accum against every cluster the request may run on, with the
+    training package's own arithmetic (contract.hyperparameters.batch_layout): what it would refuse at startup,
+    after the instances were paid for. `trainctl local` is left out: its process count is --nproc, known only when
+    it runs."""
+    if platform is not None and is_local_platform(platform):
+        return []
+    keys = {canonical_name(k): k for k in request.hyperparameters}
+    values = {name: request.hyperparameters[key] for name, key in keys.items()}
+    micro = values.get("micro_batch_size", TrainConfig.micro_batch_size)
+    total = values.get("global_batch_size")
+    accum = values.get("grad_accum")
+    if not all(_count(v) for v in (micro, total)) or (accum is not None and not _count(accum)):
+        return []  # no global batch (nothing to split), or a value other rules refuse
+    clusters = request_clusters(request)
+    found = []
+    uneven = []
+    for c in clusters:
+        try:
+            batch_layout(c.world, micro, total)
+        except ConfigError:
+            uneven.append(c)
+    if uneven:
+        found.append(Problem(_field(keys, "global_batch_size"), _uneven_message(total, micro, uneven, clusters)))
+    elif accum is not None:
+        steps = {c: total // (micro * c.world) for c in clusters}
+        wrong = [c for c in clusters if steps[c] != accum]
+        if wrong:
+            found.append(Problem(_field(keys, "grad_accum"), _accum_message(total, micro, accum, steps, wrong)))
+    return found
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _field(keys: dict[str, str], name: str) -> str:
+    return f"hyperparameters.{keys.get(name, name)}"
+
+
+def _where(c: Cluster) -> str:
+    how = "strategy single runs 1 process" if c.strategy == Strategy.SINGLE else f"strategy {c.strategy}"
+    return f"{c.label} ({c.path}; {how})"
+
+
+def _uneven_message(total: int, micro: int, uneven: list[Cluster], clusters: list[Cluster]) -> str:
+    needs = "; ".join(
+        f"{'smaller than' if total < micro * c.world else 'not a multiple of'} micro_batch_size x world size = "
+        f"{micro} x {c.world} = {micro * c.world} on {_where(c)}" for c in uneven)
+    step = math.lcm(*(micro * c.world for c in clusters))
+    nearest = " or ".join(str(v) for v in nearest_global_batches(total, step))
+    every = "on every instance type the request may use" if len(clusters) > 1 else "there"
+    fix = f"use global_batch_size {nearest} (any multiple of {step} runs {every})"
+    worlds = math.lcm(*(c.world for c in clusters))
+    if total % worlds == 0:
+        # micro_batch_size m fits every cluster when m x lcm(worlds) divides the global batch.
+        fitting = [m for m in range(min(micro, total // worlds), 0, -1) if (total // worlds) % m == 0]
+        fix += f", or micro_batch_size {fitting[0]} to keep {total}"
+    return (f"{total} is {needs}. One optimizer step is micro_batch_size x world size x grad_accum samples (tensor "
+            f"and pipeline ranks pool their micro-batches, so every process counts): the training package refuses "
+            f"this at startup. {fix[0].upper()}{fix[1:]}")
+
+
+def _accum_message(total: int, micro: int, accum: int, steps: dict, wrong: list[Cluster]) -> str:
+    found = "; ".join(f"{total} / ({micro} x {c.world}) = {steps[c]} on {_where(c)}" for c in wrong)
+    if len(set(steps.values())) == 1:
+        fix = f"set grad_accum {next(iter(steps.values()))} or remove it (global_batch_size sets it)"
+    else:
+        fix = "remove it: global_batch_size sets it for each instance type"
+    return (f"{accum} disagrees with global_batch_size / (micro_batch_size x world size): {found}; the training "
+            f"package refuses this at startup. {fix[0].upper()}{fix[1:]}")

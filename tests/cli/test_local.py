@@ -180,3 +180,16 @@ def test_an_explicit_strategy_is_checked_against_nproc_too(corpus_dir, tmp_path)
     with pytest.raises(UserError, match="parallel.tensor_parallel_degree: tensor 2 x pipeline 1 = 2 does not divide"):
         run_request_locally(load_request(path), workdir=tmp_path / "w", nproc=3, data=None, run_local=fake)
     assert run_request_locally(load_request(path), workdir=tmp_path / "w", nproc=2, data=None, run_local=fake) == 0
+
+
+def test_a_global_batch_this_machine_cannot_split_is_refused_before_any_process(corpus_dir, tmp_path):
+    """The training package would refuse it at startup (contract.hyperparameters.batch_layout): say so first."""
+    doc = json.loads((DATA / "local-tiny.json").read_text())
+    doc["hyperparameters"] = {**doc["hyperparameters"], "micro_batch_size": 2, "global_batch_size": 8}
+    path = tmp_path / "batch.json"
+    path.write_text(json.dumps(doc))
+    fake = FakeRunLocal()
+    with pytest.raises(UserError, match=r"on 3 local processes, global_batch_size=8 is not a multiple .* = 2 x 3"):
+        run_request_locally(load_request(path), workdir=tmp_path / "w", nproc=3, data=None, run_local=fake)
+    assert fake.calls == []
+    assert run_request_locally(load_request(path), workdir=tmp_path / "w", nproc=2, data=None, run_local=fake) == 0
