@@ -15,6 +15,8 @@ from cli.errors import UserError
 from cli.platform_source import local_platform
 from cli.request_file import LoadedRequest, load_request, validate_for_platform
 from contract.container import STATUS_FILE
+from contract.errors import ConfigError
+from contract.hyperparameters import TrainConfig, batch_layout, canonical_name
 
 # Where `trainctl local` keeps a request's run when no --workdir is given; running again resumes it.
 DEFAULT_WORKDIR_ROOT = Path(".trainctl") / "local"
@@ -59,12 +61,18 @@ def run_request_locally(loaded: LoadedRequest, *, workdir: Path | None, nproc: i
     """Render, then run. `run_local` defaults to cli.local.run_local (imported here, not at the top: it
     brings torch, which the other commands do not need)."""
     create = render_for_local(loaded)
-    strategy = json.loads((create.get("HyperParameters") or {}).get("strategy", '""'))
-    if strategy == "single" and nproc is not None and nproc > 1:
-        raise UserError(f"--nproc {nproc} with strategy 'single': that strategy runs one process",
-                        "drop --nproc, or set the request's strategy to ddp or fsdp")
-    _check_parallelism(loaded, create, nproc)
-    _check_batch(create, nproc)
+    values = {canonical_name(k): json.loads(v) for k, v in (create.get("HyperParameters") or {}).items()}
+    if values.get("strategy") == "single":
+        if nproc is not None and nproc > 1:
+            raise UserError(f"--nproc {nproc} with strategy 'single': that strategy runs one process",
+                            "drop --nproc, or set the request's strategy to ddp or fsdp")
+        processes = 1
+    else:
+        from cli.local import default_nproc
+
+        processes = nproc or default_nproc()
+    _check_parallelism(loaded, values, processes)
+    _check_batch(values, processes)
     channels = data_channels(data) or request_channels(create)
     for name, path in (channels or {}).items():
         if not path.is_dir():
@@ -82,18 +90,15 @@ def run_request_locally(loaded: LoadedRequest, *, workdir: Path | None, nproc: i
         raise UserError(str(exc), "pass --data DIR with the dataset's local copy") from None
 
 
-def _check_parallelism(loaded: LoadedRequest, create: dict[str, Any], nproc: int | None) -> None:
+def _check_parallelism(loaded: LoadedRequest, values: dict[str, Any], processes: int) -> None:
     """The degrees the job will run, against this machine's processes, before any process starts. They are read
     from the rendered hyperparameters: for `strategy: auto` that is the planner's pick, sized for the request's
     instances rather than for this machine, so checking the request's own `parallel` section would miss it."""
     from jobs.parallelism import TORCH_NATIVE, rendered_problems
 
-    values = {k: json.loads(v) for k, v in (create.get("HyperParameters") or {}).items()}
     if values.get("strategy") not in TORCH_NATIVE:
         return
-    from cli.local import default_nproc
-
-    request, processes = loaded.request, nproc or default_nproc()
+    request = loaded.request
     problems = rendered_problems(values, request.model, request.model_size, hosts=1, per_host=processes)
     if not problems:
         return
@@ -103,24 +108,14 @@ def _check_parallelism(loaded: LoadedRequest, create: dict[str, Any], nproc: int
                     f"pass --nproc with a process count the degrees divide, or change {problems[0].path}")
 
 
-def _check_batch(create: dict[str, Any], nproc: int | None) -> None:
+def _check_batch(values: dict[str, Any], processes: int) -> None:
     """The batch sizes against this machine's processes, by the arithmetic the training package refuses them
     with at startup (contract.hyperparameters.batch_layout): the launcher checks the cloud cluster the same way."""
-    from contract.errors import ConfigError
-    from contract.hyperparameters import TrainConfig, batch_layout, canonical_name
-
-    values = {canonical_name(k): json.loads(v) for k, v in (create.get("HyperParameters") or {}).items()}
-    if values.get("strategy") == "single":
-        world = 1
-    else:
-        from cli.local import default_nproc
-
-        world = nproc or default_nproc()
     try:
-        batch_layout(world, values.get("micro_batch_size", TrainConfig.micro_batch_size),
+        batch_layout(processes, values.get("micro_batch_size", TrainConfig.micro_batch_size),
                      values.get("global_batch_size"), values.get("grad_accum"))
     except ConfigError as exc:
-        raise UserError(f"on {world} local processes, {exc}",
+        raise UserError(f"on {processes} local processes, {exc}",
                         "pass --nproc with a process count that fits, or change hyperparameters.global_batch_size "
                         "or micro_batch_size") from None
 

@@ -109,25 +109,13 @@ class LauncherMonitoring(Construct):
             label="GPU utilization of the least busy host (sum over its GPUs)",
             period=PERIOD,
         )
-        periods = minutes // 5
-        return cloudwatch.Alarm(
-            self,
-            "LowGpuUtilization",
-            alarm_name=f"{name_prefix}-training-low-gpu-utilization",
-            alarm_description=(
-                f"A training host averaged below {percent:g}% GPU utilization per GPU "
-                f"(assuming {gpus_per_host} GPUs per host) for {minutes} minutes: "
-                "the job is "
-                "probably IO-bound (data loading, checkpoint writes) or stuck."
-            ),
-            metric=least_busy_host,
-            threshold=self.threshold,
-            evaluation_periods=periods,
-            datapoints_to_alarm=periods,
-            comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
-            # No training job running means no data, which is not a problem.
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-        )
+        return self._sustained_alarm(
+            "LowGpuUtilization", f"{name_prefix}-training-low-gpu-utilization",
+            f"A training host averaged below {percent:g}% GPU utilization per GPU "
+            f"(assuming {gpus_per_host} GPUs per host) for {minutes} minutes: "
+            "the job is "
+            "probably IO-bound (data loading, checkpoint writes) or stuck.",
+            least_busy_host, self.threshold, minutes, cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD)
 
     @property
     def alarms(self) -> tuple[cloudwatch.Alarm, ...]:
@@ -140,23 +128,24 @@ class LauncherMonitoring(Construct):
             label="Checkpoint age of the most overdue job, in its cadences",
             period=PERIOD,
         )
+        return self._sustained_alarm(
+            "CheckpointOverdue", f"{name_prefix}-training-checkpoint-overdue",
+            f"A training job's newest complete checkpoint stayed older than {self.overdue_factor:g} times its "
+            f"checkpoint cadence for {minutes} minutes (metric checkpoint_overdue): its saves fail, hang or "
+            "take longer than the cadence allows, so a failure now would lose more work than planned. Read "
+            "the job's [checkpoint] log lines.",
+            most_overdue_job, self.overdue_factor, minutes, cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD)
+
+    def _sustained_alarm(self, construct_id: str, name: str, description: str, metric: cloudwatch.IMetric,
+                         threshold: float, minutes: int,
+                         comparison: cloudwatch.ComparisonOperator) -> cloudwatch.Alarm:
+        """An alarm on a training-job metric that breaches in every 5-minute period for `minutes`."""
         periods = minutes // 5
         return cloudwatch.Alarm(
-            self,
-            "CheckpointOverdue",
-            alarm_name=f"{name_prefix}-training-checkpoint-overdue",
-            alarm_description=(
-                f"A training job's newest complete checkpoint stayed older than {self.overdue_factor:g} times its "
-                f"checkpoint cadence for {minutes} minutes (metric checkpoint_overdue): its saves fail, hang or "
-                "take longer than the cadence allows, so a failure now would lose more work than planned. Read "
-                "the job's [checkpoint] log lines."
-            ),
-            metric=most_overdue_job,
-            threshold=self.overdue_factor,
-            evaluation_periods=periods,
-            datapoints_to_alarm=periods,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            # No job running (or none with a cadence printing yet) means no data, which is not a problem.
+            self, construct_id, alarm_name=name, alarm_description=description, metric=metric,
+            threshold=threshold, evaluation_periods=periods, datapoints_to_alarm=periods,
+            comparison_operator=comparison,
+            # No training job running (or none printing the metric yet) means no data, which is not a problem.
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
 

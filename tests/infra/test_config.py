@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from platform_config import ConfigError, PlatformConfig, load_config
+from platform_config import PlatformConfig, load_config
 from tests.conftest import ROOT, cdk_synth
-
-
-def cdk_json_context() -> dict:
-    return json.loads((ROOT / "cdk.json").read_text())["context"]
-
-
-def problems(**overrides) -> list[str]:
-    with pytest.raises(ConfigError) as err:
-        load_config({**cdk_json_context(), **overrides})
-    return err.value.problems
+from tests.infra.helpers import cdk_json_context, problems
 
 
 def test_cdk_json_defaults_are_valid_and_match_the_dataclass():

@@ -10,24 +10,12 @@ import json
 import subprocess
 from pathlib import Path
 
-import pytest
-
-from platform_config import TESTED_TORCH_VERSIONS, ConfigError, PlatformConfig, load_config, tested_torch
+from platform_config import TESTED_TORCH_VERSIONS, PlatformConfig, load_config, tested_torch
 from platform_config import model as config_model
-from tests.conftest import ROOT
+from tests.infra.helpers import cdk_json_context, problems
 from tools import image_torch
 
 UNTESTED = "1.13.1"  # a SageMaker PyTorch image version that is not in the tested set
-
-
-def cdk_json_context() -> dict:
-    return json.loads((ROOT / "cdk.json").read_text())["context"]
-
-
-def problems(**overrides) -> list[str]:
-    with pytest.raises(ConfigError) as err:
-        load_config({**cdk_json_context(), **overrides})
-    return err.value.problems
 
 
 def test_the_default_platform_offers_only_tested_torch():
