@@ -59,12 +59,20 @@ def plan_command(
         "--json", help="Print the sizing as JSON: recommendation, candidates, warnings.")] = False,
     chart: Annotated[Path | None, typer.Option(
         "--chart", metavar="FILE.png", help="Draw hours and cost against GPU count (needs matplotlib).")] = None,
+    prices: Annotated[str, typer.Option(
+        "--prices", metavar="auto|aws|none|FILE.json",
+        help="On-demand training prices for the costs: aws asks the AWS Price List API (pricing:GetProducts; "
+             "cached 7 days in ~/.cache/trainctl, aws refreshes it); FILE.json holds "
+             "{\"ml.p4d.24xlarge\": <USD per hour>, ...}; none plans without; auto uses aws when AWS credentials "
+             "are found, else none.")] = "auto",
 ) -> None:
     """Validate a request, show what would run, and size it: memory per GPU, step time, hours, cost.
 
-    No AWS call when --platform is given.
+    No AWS call when --platform is given and --prices is none or a file (auto asks the Price List API when AWS
+    credentials are found).
     """
-    render.show_plan(request, platform, Aws(region=region, prefix=prefix), as_json=as_json, chart=chart)
+    render.show_plan(request, platform, Aws(region=region, prefix=prefix), as_json=as_json, chart=chart,
+                     prices=prices)
 
 
 @app.command("render", rich_help_panel=OFFLINE)

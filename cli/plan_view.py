@@ -211,20 +211,50 @@ def print_plan(console: Console, request: Any, platform: Any, create: dict[str, 
 # ---- sizing: the planner's candidates (jobs.planning) -------------------------------------------------------
 
 
-def sizing_result(request: Any, platform: Any) -> Any:
-    """The planner's result; an input it cannot use is a UserError naming the field."""
+def sizing_result(request: Any, platform: Any, prices: Any = None) -> Any:
+    """The planner's result; an input it cannot use is a UserError naming the field. `prices`: instance type ->
+    on-demand training USD per hour (cli.prices.PriceTable.prices); None: the catalog's built-in table (empty)."""
     from cli.errors import UserError
     from jobs.planning import PlanInputError, plan_request
 
     try:
-        return plan_request(request, platform)
+        return plan_request(request, platform, prices=prices)
     except PlanInputError as exc:
         raise UserError(f"cannot size {request.name}: {exc}") from None
 
 
 def _money(value: float | None) -> str:
-    """A cost, or "price unknown" where the catalog cites no price for the type (never a made-up figure)."""
+    """A cost, or "price unknown" where the plan's prices have none for the type (never a made-up figure)."""
     return "price unknown" if value is None else f"${value:,.0f}"
+
+
+def _instance_types(result: Any) -> list[str]:
+    return list(dict.fromkeys(c.instance_type for c in result.candidates))
+
+
+def prices_line(result: Any, prices: Any) -> str:
+    """Where the costs come from (cli.prices.PriceTable), and how many of the plan's instance types it prices."""
+    if prices is None:
+        return "none: no price table was given (the catalog's built-in one is empty)"
+    if prices.source == "none":
+        return prices.describe()
+    from jobs.catalog import SPOT_SAVINGS
+
+    types = _instance_types(result)
+    priced = sum(1 for t in types if t in prices.prices)
+    text = (f"on-demand training USD per instance-hour from {prices.describe()}; {priced} of the {len(types)} "
+            "instance types sized have a price")
+    if any(c.spot and c.cost_usd is not None for c in result.candidates):
+        text += f"; Spot costs take {SPOT_SAVINGS:.0%} off (an assumption, jobs/catalog.py [spot])"
+    return text
+
+
+def prices_document(result: Any, prices: Any) -> dict[str, Any]:
+    """`--json`'s `prices`: the source, its date, and the price of each instance type sized (null: unknown)."""
+    if prices is not None:
+        return prices.to_dict(_instance_types(result))
+    return {"source": "none", "description": prices_line(result, None), "date": None,
+            "usd_per_hour": dict.fromkeys(_instance_types(result))}
 
 
 def shortlist(result: Any) -> list[Any]:
@@ -265,22 +295,28 @@ def sizing_table(result: Any) -> Table:
     return table
 
 
-def print_sizing(console: Console, result: Any) -> None:
+def print_sizing(console: Console, result: Any, prices: Any = None) -> None:
+    """The table, the recommendation, where the prices come from, and the warnings (the planner's, then the
+    prices')."""
     if result.recommendation is None:
         console.print(f"[yellow]not sized[/]: {escape(result.reason)}")
     else:
         console.print(sizing_table(result))
         console.print(f"[bold]recommendation[/] (*): {escape(result.reason)}")
+        console.print(f"[bold]prices[/]: {escape(prices_line(result, prices))}")
     for w in result.warnings:
         console.print(f"[yellow]{w.code}[/]: {escape(w.message)}")
+    for code, message in prices.warnings() if prices is not None else []:
+        console.print(f"[yellow]{code}[/]: {escape(message)}")
 
 
-def plan_json(result: Any) -> str:
-    return json.dumps(result.to_dict(), indent=2)
+def plan_json(result: Any, prices: Any = None) -> str:
+    return json.dumps(result.to_dict() | {"prices": prices_document(result, prices)}, indent=2)
 
 
-def draw_chart(result: Any, path: Any) -> None:
-    """Hours and cost against GPU count for the recommendation's instance type, the recommendation marked."""
+def draw_chart(result: Any, path: Any, prices: Any = None) -> None:
+    """Hours and cost against GPU count for the recommendation's instance type, the recommendation marked; the
+    title names the prices' source."""
     from cli.errors import UserError
 
     try:
@@ -311,9 +347,10 @@ def draw_chart(result: Any, path: Any) -> None:
     if costs:
         cost_ax.plot(*zip(*costs, strict=True), "s--", color="tab:orange", label="cost (USD)")
         cost_ax.set_ylabel("USD")
-    else:  # no cited price for the type: say so on the chart rather than leave the cost axis silently empty
+    else:  # no price for the type: say so on the chart rather than leave the cost axis silently empty
         cost_ax.set_yticks([])
         cost_ax.set_ylabel(f"cost: price unknown for {rec.instance_type}")
+    hours_ax.set_title(f"on-demand prices: {prices.short() if prices is not None else 'none'}", fontsize=9)
     hours_ax.plot([rec.layout.gpus], [rec.hours], "r*", markersize=16, label="recommendation")
     hours_ax.legend(loc="upper center")
     fig.tight_layout()

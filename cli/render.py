@@ -62,21 +62,24 @@ def _loaded_for_platform(request: Path, platform: Path | None, aws: Aws) -> tupl
 
 
 def show_plan(request: Path, platform: Path | None, aws: Aws, *, as_json: bool = False,
-              chart: Path | None = None) -> None:
-    """`trainctl plan`: validate, render the first attempt, print what would run and how it is sized."""
+              chart: Path | None = None, prices: str = "auto") -> None:
+    """`trainctl plan`: validate, render the first attempt, print what would run and how it is sized, its costs
+    from the prices `--prices` names (cli.prices)."""
     from cli.plan_view import draw_chart, plan_json, plan_run_id, print_plan, print_sizing, sizing_result
+    from cli.prices import resolve_prices
 
     loaded, settings = _loaded_for_platform(request, platform, aws)
     create = render_for_platform(loaded, settings, attempt=1, run_id=plan_run_id(loaded.request.name),
                                  instance_type=None, on_demand=False)
-    result = sizing_result(loaded.request, settings)
+    table = resolve_prices(prices, getattr(settings, "region", None), aws)
+    result = sizing_result(loaded.request, settings, table.prices)
     if chart is not None:
-        draw_chart(result, chart)
+        draw_chart(result, chart, table)
     if as_json:
-        typer.echo(plan_json(result))  # plain: a document for other programs
+        typer.echo(plan_json(result, table))  # plain: a document for other programs
         return
     print_plan(out(), loaded.request, settings, create)
-    print_sizing(out(), result)
+    print_sizing(out(), result, table)
 
 
 def print_rendered(request: Path, platform: Path | None, aws: Aws, *, attempt: int, run_id: str | None,

@@ -4,17 +4,14 @@ Sources (every figure below cites one of these by its tag):
   [ec2]    Amazon EC2 instance types, "Accelerated computing" and "Compute/General purpose" pages and the
            per-family pages (https://aws.amazon.com/ec2/instance-types/p4/, /p5/, /g5/, /g6/, /g6e/, /p3/,
            /trn1/): GPUs, vCPUs, memory, EFA, network bandwidth (Gbit/s per instance), instance store.
-  [smp]    SageMaker AI on-demand *training* prices, us-east-1 (https://aws.amazon.com/sagemaker/ai/pricing/,
-           "Training" tab). None everywhere today: no public source for them could be read and cited. That page
-           draws its price table with JavaScript, and neither it nor the AWS Price List API's AmazonSageMaker
-           offer file was in the searchable stores this catalog was checked against (2026). The figures kept here
-           before were a 2024 list written from memory, without a source, so they were removed rather than kept
-           as if verified. Copies seen elsewhere were not used: a GitHub README quoting the page's *notebook*
-           table (ml.p3.2xlarge $3.825, ml.p3.8xlarge $14.688, ml.p3.16xlarge $28.152, ml.p3dn.24xlarge $35.894;
-           github.com/goerlitz/nlp-classification, notebooks/10kGNAD/sagemaker/README.md, undated), and GitHub
-           configs quoting *endpoint* prices that disagree with each other (ml.p5.48xlarge $113.068 in one,
-           $98.32 in another). To price a type, add it to PRICE_USD_HOUR with the page's URL and the date it was
-           read; until then `trainctl plan` says "price unknown" and cannot check sizing.budget_usd.
+  [smp]    SageMaker AI on-demand *training* prices are not kept here: they change, differ by region, and no public
+           source for them could be read and cited when this catalog was checked (2026; the pricing page draws its
+           table with JavaScript). The figures kept here before were a 2024 list written from memory, without a
+           source, so they were removed. The planner takes its prices as an input instead (jobs.planning.
+           plan_request(prices=...): instance type -> USD per hour); `trainctl plan --prices` reads them from the
+           AWS Price List API (cli/prices.py, which cites the API's documentation) or from a file the user
+           writes. PRICE_USD_HOUR is the built-in default table, empty: without a table a type's cost is "price
+           unknown" and sizing.budget_usd cannot be checked.
   [spot]   ASSUMPTIONS, not published figures for these instance types. AWS states only an upper bound for the
            saving: managed Spot training optimizes cost "up to 90%" over on demand (SageMaker developer guide,
            model-managed-spot-training.html). The Spot Instance Advisor (https://aws.amazon.com/ec2/spot/
@@ -76,8 +73,8 @@ NETWORK_GBITS: dict[str, float] = {
     "trn1.2xlarge": 12.5, "trn1.32xlarge": 800, "trn1n.32xlarge": 1600, "trn2.48xlarge": 3200,
 }
 
-# [smp] on-demand training $/hour in us-east-1, each with its source URL and the date read; a type missing here has
-# no cited price (InstanceSpec.price_usd_hour None: "price unknown").
+# [smp] the built-in default price table (instance type, e.g. "ml.p4d.24xlarge" -> on-demand training USD per hour),
+# used when the planner is given none; empty: no price here has a source to cite.
 PRICE_USD_HOUR: dict[str, float] = {}
 SPOT_SAVINGS = 0.60  # [spot] ASSUMPTION: Spot's saving over on demand (AWS states "up to 90%")
 SPOT_INTERRUPTIONS_PER_INSTANCE_MONTH = 0.20  # [spot] ASSUMPTION: the Spot Instance Advisor's highest band, ">20%"
@@ -95,11 +92,16 @@ class InstanceSpec:
     efa: bool  # Elastic Fabric Adapter available
     local_nvme: bool  # instance store volumes: no VolumeKmsKeyId
     network_gbits: float = 0.0  # per instance, Gbit/s [ec2]
-    price_usd_hour: float | None = None  # SageMaker on-demand training, us-east-1 [smp]; None: price unknown
 
     @property
     def accelerated(self) -> bool:
         return self.kind != "cpu"
+
+    @property
+    def price_usd_hour(self) -> float | None:
+        """The built-in default price (PRICE_USD_HOUR [smp]; None: unknown). The planner does not read it: it prices
+        with the table it is given (jobs.planning.plan_request(prices=...))."""
+        return PRICE_USD_HOUR.get(self.instance_type)
 
     @property
     def family(self) -> str:
@@ -133,7 +135,6 @@ def _family(kind, accelerator, memory_gib, efa_sizes, local_nvme, sizes):
             efa=name.split(".")[1] in efa_sizes,
             local_nvme=local_nvme,
             network_gbits=NETWORK_GBITS.get(name, 0.0),
-            price_usd_hour=PRICE_USD_HOUR.get(name),
         )
         for name, (acc, vcpus, mem) in sizes.items()
     ]

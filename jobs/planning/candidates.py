@@ -91,7 +91,10 @@ def total_samples(m: ModelFacts, n: Numerics, sizing: Any, step_samples: int) ->
     return n.max_steps * step_samples
 
 
-def evaluate(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, sizing: Any, spot: bool) -> Candidate:
+def evaluate(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, sizing: Any, spot: bool,
+             price_usd_hour: float | None = None) -> Candidate:
+    """`price_usd_hour`: on-demand training USD per instance-hour from the plan's price table; None: unknown (the
+    candidate has no cost)."""
     mem = memory_per_gpu(m, n, lay)
     st = step_time(m, n, spec, lay)
     step_samples = n.step_samples(lay.gpus)  # what the training package pools per optimizer step
@@ -102,8 +105,7 @@ def evaluate(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, sizing
     cad = cadence(state, lay.nodes, spot, n.async_checkpoint)
     train_h = total_samples(m, n, sizing, step_samples) / samples_s / 3600
     hours = STARTUP_HOURS + train_h * (1 + cad.overhead)
-    price = spec.price_usd_hour
-    on_demand = None if price is None else hours * price * lay.nodes
+    on_demand = None if price_usd_hour is None else hours * price_usd_hour * lay.nodes
     cost = None if on_demand is None else on_demand * ((1 - SPOT_SAVINGS) if spot else 1.0)
     return Candidate(
         layout=lay, instance_type=spec.instance_type, memory_gib=mem.needed_gib,

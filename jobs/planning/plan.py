@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,19 +63,20 @@ def _spec(instance_type: str) -> catalog.InstanceSpec:
 
 
 def shape_candidates(m: ModelFacts, n: Numerics, spec: catalog.InstanceSpec, nodes: int, per_node: int,
-                     sizing: Any, spot: bool, pp_micro: int | None) -> list[Candidate]:
+                     sizing: Any, spot: bool, pp_micro: int | None,
+                     price_usd_hour: float | None = None) -> list[Candidate]:
     # Each layout gets the micro-batch that splits global_batch_size evenly over its ranks (the training package
     # divides by the world size); a layout with more ranks than samples per step is left out (it would refuse it).
     out = []
     for lay in layouts(m, nodes, per_node, pp_micro):
         fitted = n.fitted(lay.gpus)
         if fitted is not None:
-            out.append(evaluate(m, fitted, spec, lay, sizing, spot))
+            out.append(evaluate(m, fitted, spec, lay, sizing, spot, price_usd_hour))
     return out
 
 
 def other_shapes(m: ModelFacts, n: Numerics, request_type: str, sizing: Any, spot: bool,
-                 taken: tuple[str, int, int]) -> list[Candidate]:
+                 taken: tuple[str, int, int], prices: Mapping[str, float] | None = None) -> list[Candidate]:
     max_gpus = getattr(sizing, "max_gpus", None) or 10 ** 6
     out = []
     for instance_type in dict.fromkeys((request_type, *COMPARED_TYPES)):
@@ -82,14 +85,32 @@ def other_shapes(m: ModelFacts, n: Numerics, request_type: str, sizing: Any, spo
         for nodes, per_node in shapes:
             if nodes * per_node > max_gpus or (instance_type, nodes, per_node) == taken:
                 continue
-            pick = best(shape_candidates(m, n, spec, nodes, per_node, sizing, spot, None))
+            pick = best(shape_candidates(m, n, spec, nodes, per_node, sizing, spot, None,
+                                         (prices or {}).get(instance_type)))
             if pick is not None:
                 out.append(pick)
     return out
 
 
-def plan_request(request: Any, platform: Any = None, now: dt.datetime | None = None) -> PlanResult:
-    """Size a parsed JobRequest. Raises PlanInputError for inputs the planner cannot use."""
+def price_table(prices: Mapping[str, float] | None) -> Mapping[str, float]:
+    """The plan's prices (instance type -> on-demand training USD per instance-hour): the table given, else the
+    catalog's built-in default (jobs.catalog.PRICE_USD_HOUR, empty: no price there has a source to cite). The
+    planner reads no other: where the prices come from (the AWS Price List API, a file) is the caller's concern."""
+    if prices is None:
+        return catalog.PRICE_USD_HOUR
+    for instance_type, price in prices.items():
+        if isinstance(price, bool) or not isinstance(price, int | float) or not math.isfinite(price) or price <= 0:
+            raise PlanInputError(f"prices[{instance_type!r}]", price, "must be a positive number of USD per hour")
+    return prices
+
+
+def plan_request(request: Any, platform: Any = None, now: dt.datetime | None = None,
+                 prices: Mapping[str, float] | None = None) -> PlanResult:
+    """Size a parsed JobRequest. Raises PlanInputError for inputs the planner cannot use.
+
+    `prices`: on-demand training USD per instance-hour by instance type ("ml.p4d.24xlarge"); a type missing from it
+    has no cost ("price unknown"). None: the catalog's built-in default table (see price_table)."""
+    prices = price_table(prices)
     spec = _spec(request.training_instance_type)
     if spec.kind != "gpu":
         return PlanResult(None, None, [], [PlanWarning("not_sized", f"{spec.instance_type} has no GPU: the planner "
@@ -105,13 +126,13 @@ def plan_request(request: Any, platform: Any = None, now: dt.datetime | None = N
     spot = bool(request.spot) and (sizing.allow_spot if sizing else True)
     nodes, per_node = requested_shape(spec, count, sizing)
     pp_micro = request.parallel.pipeline_microbatches if request.parallel else None
-    mine = shape_candidates(m, n, spec, nodes, per_node, sizing, spot, pp_micro)
+    mine = shape_candidates(m, n, spec, nodes, per_node, sizing, spot, pp_micro, prices.get(spec.instance_type))
     least = min(mine, key=lambda c: c.memory_gib)
     rec = best(mine) or least
     whole = request.instance is not None and (nodes, per_node) == (count, spec.accelerators)
     scope = auto_scope(request.model, m, n, whole, request.parallel)
     auto = scope.pick(mine)
-    others = other_shapes(m, n, spec.instance_type, sizing, spot, (spec.instance_type, nodes, per_node))
+    others = other_shapes(m, n, spec.instance_type, sizing, spot, (spec.instance_type, nodes, per_node), prices)
     result = PlanResult(rec, auto, mine + others, model=m, reason=_reason(rec, auto), scope=scope)
     add_warnings(result, request, platform, now or dt.datetime.now(dt.UTC))
     return result

@@ -90,12 +90,14 @@ def cheapest(cands: list) -> Any:
 
 
 def _price_unknown(instance_type: str, budget: float | None) -> str:
-    """The catalog cites no price for the type (jobs.catalog [smp]): say so rather than show a made-up cost."""
-    text = (f"price unknown: the instance catalog has no cited on-demand training price for {instance_type}, so the "
+    """The plan's price table has no price for the type (jobs.planning.plan.price_table): say so rather than show a
+    made-up cost."""
+    text = (f"price unknown: the plan's price table has no on-demand training price for {instance_type}, so the "
             "plan shows no cost")
     if budget is not None:
         text += f" and cannot check sizing.budget_usd={budget:g}"
-    return text + " (add the price with its source to PRICE_USD_HOUR in jobs/catalog.py)."
+    return text + (" (`trainctl plan --prices aws` reads prices from the AWS Price List API, `--prices FILE.json` "
+                   "from a file of instance type -> USD per hour).")
 
 
 def _io(result: Any, request: Any, w: list) -> None:

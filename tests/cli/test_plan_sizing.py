@@ -10,11 +10,12 @@ from rich.console import Console
 
 from cli.errors import UserError
 from cli.plan_view import draw_chart, plan_json, print_sizing, sizing_result
+from cli.prices import load_price_file
 from jobs.request import parse_request
 
 
-def sized(**fields):
-    return sizing_result(parse_request({"name": "sizing", "dataset": "s3://bucket/data/", **fields}), None)
+def sized(prices=None, **fields):
+    return sizing_result(parse_request({"name": "sizing", "dataset": "s3://bucket/data/", **fields}), None, prices)
 
 
 def test_table_shows_the_recommendation_and_warnings():
@@ -52,20 +53,13 @@ def test_chart_is_a_png(tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.fixture
-def priced(monkeypatch):
-    """ml.p4d.24xlarge with a price (the catalog cites none today), for the priced side of the view."""
-    import dataclasses
-
-    from jobs import catalog
-
-    spec = catalog.lookup("ml.p4d.24xlarge")
-    monkeypatch.setitem(catalog.CATALOG, spec.instance_type, dataclasses.replace(spec, price_usd_hour=10.0))
+# ml.p4d.24xlarge with a synthetic price, for the priced side of the view (real ones: trainctl plan --prices).
+PRICES = {"ml.p4d.24xlarge": 10.0}
 
 
-def table_text(result) -> str:
-    console = Console(record=True, width=250)
-    print_sizing(console, result)
+def table_text(result, prices=None) -> str:
+    console = Console(record=True, width=250, soft_wrap=True)
+    print_sizing(console, result, prices)
     return console.export_text()
 
 
@@ -79,23 +73,34 @@ def test_an_unpriced_type_says_price_unknown_and_never_a_figure():
     assert json.loads(plan_json(result))["recommendation"]["cost_usd"] is None
 
 
-def test_a_priced_type_shows_its_cost_and_checks_the_budget(priced):
-    result = sized(model="gpt", model_size="125m", instance={"type": "ml.p4d.24xlarge"},
+def test_a_priced_type_shows_its_cost_and_checks_the_budget(tmp_path):
+    table = load_price_file(price_file(tmp_path))
+    result = sized(table.prices, model="gpt", model_size="125m", instance={"type": "ml.p4d.24xlarge"},
                    sizing={"dataset_tokens": 10**10, "budget_usd": 1})
     rec = result.recommendation
     assert rec.cost_usd == pytest.approx(rec.hours * 10.0)
-    text = table_text(result)
+    text = table_text(result, table)
     assert f"${rec.cost_usd:,.0f}" in text and "over_budget" in text and "price_unknown" not in text
+    assert f"prices: on-demand training USD per instance-hour from file {tmp_path / 'prices.json'} (modified " in text
+
+
+def price_file(tmp_path):
+    path = tmp_path / "prices.json"
+    path.write_text(json.dumps(PRICES))
+    return path
 
 
 @pytest.mark.parametrize("instance_type", ["ml.p5en.48xlarge", "ml.p4d.24xlarge"])
-def test_the_chart_says_when_the_price_is_unknown(monkeypatch, tmp_path, priced, instance_type):
+def test_the_chart_says_when_the_price_is_unknown_and_where_prices_come_from(monkeypatch, tmp_path, instance_type):
     pytest.importorskip("matplotlib")
     from matplotlib.figure import Figure
 
     figures = []
     monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: figures.append(self))
-    draw_chart(sized(model="gpt", model_size="125m", instance={"type": instance_type}), tmp_path / "c.png")
+    table = load_price_file(price_file(tmp_path))
+    draw_chart(sized(table.prices, model="gpt", model_size="125m", instance={"type": instance_type}),
+               tmp_path / "c.png", table)
     labels = [ax.get_ylabel() for ax in figures[0].axes]
     assert ("cost: price unknown for ml.p5en.48xlarge" in labels) == (instance_type == "ml.p5en.48xlarge")
     assert ("USD" in labels) == (instance_type == "ml.p4d.24xlarge")
+    assert figures[0].axes[0].get_title() == f"on-demand prices: prices.json, {table.date:%Y-%m-%d}"

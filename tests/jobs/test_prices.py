@@ -1,29 +1,31 @@
-"""Prices: the catalog cites each one or has none, and the planner says "price unknown" rather than invent one."""
+"""Prices: the planner takes them as an input (instance type -> USD per hour) and says "price unknown" rather than
+invent one. Every price here is synthetic; where real ones come from is cli/prices.py."""
 
 from __future__ import annotations
 
-import dataclasses
+import math
 from types import SimpleNamespace
 
 import pytest
 
 from jobs import catalog
-from jobs.planning import plan_request
+from jobs.planning import PlanInputError, plan_request
 from jobs.planning.warnings import cheapest
 from jobs.request import parse_request
 
 
-def sized(instance_type: str, **sizing):
+def sized(instance_type: str, prices=None, count: int = 1, **sizing):
     return plan_request(parse_request({"name": "prices", "dataset": "s3://bucket/data/", "model": "gpt",
-                                       "model_size": "125m", "instance": {"type": instance_type},
-                                       "sizing": {"dataset_tokens": 10**10, **sizing}}))
+                                       "model_size": "125m", "instance": {"type": instance_type, "count": count},
+                                       "sizing": {"dataset_tokens": 10**10, **sizing}}), prices=prices)
 
 
-def test_every_price_names_a_catalog_type_and_reaches_its_spec():
-    names = {t.removeprefix("ml.") for t in catalog.CATALOG}
-    assert set(catalog.PRICE_USD_HOUR) <= names
+def test_the_built_in_table_is_empty_and_names_catalog_types():
+    # No price there has a source to cite (jobs/catalog.py [smp]); a type in it is a full instance type.
+    assert catalog.PRICE_USD_HOUR == {}
+    assert set(catalog.PRICE_USD_HOUR) <= set(catalog.CATALOG)
     for spec in catalog.CATALOG.values():
-        assert spec.price_usd_hour == catalog.PRICE_USD_HOUR.get(spec.instance_type.removeprefix("ml."))
+        assert spec.price_usd_hour == catalog.PRICE_USD_HOUR.get(spec.instance_type)
 
 
 def test_spot_assumptions_stay_plausible():
@@ -32,26 +34,47 @@ def test_spot_assumptions_stay_plausible():
 
 
 @pytest.mark.parametrize("budget", [None, 50.0])
-def test_an_unpriced_type_warns_price_unknown_and_has_no_cost(budget):
-    spec = catalog.lookup("ml.p5en.48xlarge")
-    assert spec.price_usd_hour is None
-    result = sized(spec.instance_type, **({"budget_usd": budget} if budget else {}))
+@pytest.mark.parametrize("prices", [None, {}, {"ml.p4d.24xlarge": 10.0}])
+def test_an_unpriced_type_warns_price_unknown_and_has_no_cost(budget, prices):
+    result = sized("ml.p5en.48xlarge", prices, **({"budget_usd": budget} if budget else {}))
     rec = result.recommendation
     assert rec.cost_usd is None and rec.cost_on_demand_usd is None
     [warning] = [w for w in result.warnings if w.code == "price_unknown"]
-    assert "ml.p5en.48xlarge" in warning.message
+    assert "ml.p5en.48xlarge" in warning.message and "--prices aws" in warning.message
     assert ("cannot check sizing.budget_usd=50" in warning.message) == (budget is not None)
     assert "over_budget" not in {w.code for w in result.warnings}
 
 
-def test_a_priced_type_is_costed_and_checked_against_the_budget(monkeypatch):
-    spec = catalog.lookup("ml.p4d.24xlarge")
-    monkeypatch.setitem(catalog.CATALOG, spec.instance_type, dataclasses.replace(spec, price_usd_hour=10.0))
-    result = sized(spec.instance_type, budget_usd=1)
+@pytest.mark.parametrize("count", [1, 2])
+def test_a_priced_type_is_costed_and_checked_against_the_budget(count):
+    result = sized("ml.p4d.24xlarge", {"ml.p4d.24xlarge": 10.0}, count=count, budget_usd=1)
     rec = result.recommendation
-    assert rec.cost_usd == pytest.approx(rec.hours * rec.layout.nodes * 10.0)
+    assert rec.layout.nodes == count
+    assert rec.cost_usd == rec.cost_on_demand_usd == pytest.approx(rec.hours * count * 10.0)
     codes = {w.code for w in result.warnings}
     assert "over_budget" in codes and "price_unknown" not in codes
+
+
+def test_each_type_gets_its_own_price_and_a_missing_one_stays_unknown():
+    result = sized("ml.p4d.24xlarge", {"ml.p4d.24xlarge": 10.0, "ml.p5.48xlarge": 30.0})
+    by_type = {}
+    for c in result.candidates:
+        by_type.setdefault(c.instance_type, []).append(c)
+        price = {"ml.p4d.24xlarge": 10.0, "ml.p5.48xlarge": 30.0}.get(c.instance_type)
+        assert c.cost_usd == (None if price is None else pytest.approx(c.hours * c.layout.nodes * price))
+    assert {"ml.p4d.24xlarge", "ml.p5.48xlarge", "ml.g5.48xlarge"} <= set(by_type)
+
+
+def test_the_planner_reads_the_table_it_is_given_not_a_global(monkeypatch):
+    monkeypatch.setitem(catalog.PRICE_USD_HOUR, "ml.p4d.24xlarge", 10.0)
+    assert sized("ml.p4d.24xlarge", {}).recommendation.cost_usd is None  # given an empty table: no price
+    assert sized("ml.p4d.24xlarge").recommendation.cost_usd is not None  # given none: the built-in default
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, math.nan, math.inf, True, "10"])
+def test_an_unusable_price_is_refused_naming_the_type(bad):
+    with pytest.raises(PlanInputError, match=r"prices\['ml.p4d.24xlarge'\]"):
+        sized("ml.p4d.24xlarge", {"ml.p4d.24xlarge": bad})
 
 
 def test_cheapest_never_weighs_dollars_against_hours():
