@@ -65,7 +65,7 @@ def main() -> None:
     for _ in range(10):  # alternating, so drift hits every variant alike
         for name, forward in variants.items():
             times[name].append(step(forward))
-    flops, peak = honest_flops_per_sample(m, 2048) * 8, peak_flops(torch.cuda.get_device_name())
+    flops, peak = honest_flops_per_sample(m) * 8, peak_flops(torch.cuda.get_device_name())
     for name, ts in times.items():
         best, med = min(ts), sorted(ts)[len(ts) // 2]
         print(f"{name:<20} best {best * 1e3:.1f} ms  median {med * 1e3:.1f} ms  {8 * 2048 / best:.0f} tokens/s  "

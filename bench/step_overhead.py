@@ -2,12 +2,15 @@
 
 Same model (same init), same batch, same optimizer settings, timed side by side in one run, step by
 step alternating, so that drift (clocks, other processes) hits both alike. Prints both step times, the package's
-overhead, tokens/s and honest MFU (training.meter.honest_flops_per_sample; GPU peak from training.metrics.PEAK_FLOPS; on a CPU MFU is n/a).
+overhead, throughput (tokens/s for the decoder, images/s for the ViT) and honest MFU
+(training.meter.honest_flops_per_sample; GPU peak from training.metrics.PEAK_FLOPS; on a CPU MFU is n/a).
 
     # CPU, seconds:
     python -m bench.step_overhead
-    # one GPU, the ~1B decoder in bf16:
+    python -m bench.step_overhead --model vit --size tiny --batch 32
+    # one GPU, the ~1B decoder and ViT-L/16 in bf16:
     python -m bench.step_overhead --size 1b --batch 8 --seq-len 2048 --precision bf16 --compile
+    python -m bench.step_overhead --model vit --size large --batch 128 --precision bf16 --compile
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from contract.hyperparameters import TrainConfig
+from contract.models import PRESETS
 from training.distributed import Dist
 from training.meter import honest_flops_per_sample
 from training.metrics import peak_flops
@@ -29,6 +33,8 @@ from training.precision import resolve_precision
 from training.speedups import apply_compile
 from training.step import TrainStep
 from training.strategies import apply_strategy
+
+DEFAULT_SIZE = {"gpt": "small", "vit": "tiny"}
 
 
 def build(cfg: TrainConfig, device: torch.device):
@@ -61,7 +67,7 @@ def plain_step_fn(cfg: TrainConfig, device: torch.device, dtype: torch.dtype):
                                   weight_decay=cfg.weight_decay, fused=device.type == "cuda" or None)
     plain_scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
 
-    def cross_entropy(logits, y):
+    def cross_entropy(logits, y):  # next-token targets (decoder) or one label per image (ViT)
         return F.cross_entropy(logits.flatten(0, -2).float(), y.flatten())
 
     # The same kernels as the package: compiled, the loss is compiled too (training.step).
@@ -84,27 +90,37 @@ def plain_step_fn(cfg: TrainConfig, device: torch.device, dtype: torch.dtype):
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--size", default="small", help="gpt preset: tiny, small, 125m, 350m, 1b, 7b")
+    p.add_argument("--model", default="gpt", choices=list(PRESETS), help="reference model")
+    p.add_argument("--size", help=f"its preset (default {', '.join(f'{m}: {s}' for m, s in DEFAULT_SIZE.items())}): "
+                   + "; ".join(f"{m}: {', '.join(PRESETS[m])}" for m in PRESETS))
     p.add_argument("--batch", type=int, default=2)
-    p.add_argument("--seq-len", type=int, default=64)
+    p.add_argument("--seq-len", type=int, default=64, help="gpt only: tokens per sample (a ViT's follow its image)")
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16", "fp16"])
     p.add_argument("--compile", action="store_true")
     p.add_argument("--steps", type=int, default=12, help="timed steps of each loop, alternating")
     p.add_argument("--warmup", type=int, default=2)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.size = args.size or DEFAULT_SIZE[args.model]
+    if args.size not in PRESETS[args.model]:
+        p.error(f"--size {args.size!r} is not a {args.model} preset: use one of {', '.join(PRESETS[args.model])}")
+    return args
 
 
 def train_config(args: argparse.Namespace) -> TrainConfig:
-    return TrainConfig(model="gpt", model_size=args.size, seq_len=args.seq_len, micro_batch_size=args.batch,
+    return TrainConfig(model=args.model, model_size=args.size, seq_len=args.seq_len, micro_batch_size=args.batch,
                        precision=args.precision, compile=args.compile, max_steps=10**6, warmup_steps=0,
                        grad_clip=1.0, data="synthetic")
 
 
-def fixed_batch(vocab: int, batch: int, seq_len: int,
-                device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """One batch of random tokens (seed 0), inputs and next-token targets."""
+def fixed_batch(model, batch: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """One batch (seed 0): random tokens and their next-token targets for the decoder, random images and class
+    labels for the ViT."""
     g = torch.Generator().manual_seed(0)
-    tokens = torch.randint(0, vocab, (batch, seq_len + 1), generator=g).to(device)
+    c = model.c
+    if model.data_kind == "images":
+        images = torch.randn(batch, c.channels, c.image_size, c.image_size, generator=g)
+        return images.to(device), torch.randint(0, c.num_classes, (batch,), generator=g).to(device)
+    tokens = torch.randint(0, c.vocab_size, (batch, c.seq_len + 1), generator=g).to(device)
     return tokens[:, :-1], tokens[:, 1:]
 
 
@@ -133,14 +149,15 @@ def time_alternating(run_package, run_plain, steps: int, warmup: int,
 
 def print_report(args: argparse.Namespace, device: torch.device, model, dtype: torch.dtype,
                  package_times: list[float], plain_times: list[float]) -> None:
-    """Both loops' best and median step, tokens/s and honest MFU, and the package's overhead."""
+    """Both loops' best and median step, throughput and honest MFU, and the package's overhead."""
     # Best-of-N is the comparison: on a shared machine other processes only ever add time. Medians too.
     t_pkg, t_plain = min(package_times), min(plain_times)
     med_pkg, med_plain = statistics.median(package_times), statistics.median(plain_times)
-    tokens_per_step = args.batch * args.seq_len
-    # Honest: no FLOPs for embedding lookups, output projection counted, attention as torchtitan (meter.py).
-    flops = honest_flops_per_sample(model, args.seq_len) * args.batch
-    model_flops = model.flops_per_sample() * args.batch * args.seq_len / model.c.seq_len  # the preset's own count
+    images = model.data_kind == "images"
+    unit, per_step = ("images/s", args.batch) if images else ("tokens/s", args.batch * model.c.seq_len)
+    # Honest: no FLOPs for tables (embeddings, positions), the output projection counted, a ViT's classifier once
+    # per image, attention as torchtitan (training.meter).
+    flops = honest_flops_per_sample(model) * args.batch
     peak = peak_flops(torch.cuda.get_device_name()) if device.type == "cuda" else None
     name = torch.cuda.get_device_name() if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
 
@@ -149,14 +166,17 @@ def print_report(args: argparse.Namespace, device: torch.device, model, dtype: t
             return "n/a (no bf16/fp16 peak for this device)"
         return f"{flops / t / peak:.1%}"
 
-    print(f"device: {name}   model: gpt/{args.size} {count_params(model) / 1e6:.1f}M params   batch {args.batch} x "
-          f"{args.seq_len} tokens   precision {str(dtype).removeprefix('torch.')}   compile {args.compile}")
-    print(f"{'':<18}{'best ms':>10}{'median ms':>11}{'tokens/s':>12}  MFU")
+    shape = (f"{args.batch} images of {model.c.image_size} px ({model.sequence_length} tokens each)" if images
+             else f"{args.batch} x {model.c.seq_len} tokens")
+    print(f"device: {name}   model: {args.model}/{args.size} {count_params(model) / 1e6:.1f}M params   batch {shape}"
+          f"   precision {str(dtype).removeprefix('torch.')}   compile {args.compile}")
+    print(f"{'':<18}{'best ms':>10}{'median ms':>11}{unit:>12}  MFU")
     for label, t, med in (("training package", t_pkg, med_pkg), ("hand-written loop", t_plain, med_plain)):
-        print(f"{label:<18}{t * 1000:>10.1f}{med * 1000:>11.1f}{tokens_per_step / t:>12.1f}  {mfu(t)}")
+        print(f"{label:<18}{t * 1000:>10.1f}{med * 1000:>11.1f}{per_step / t:>12.1f}  {mfu(t)}")
     if peak is not None:
-        print(f"MFU convention: honest (6 x non-embedding params + 12 x layers x width x seq per token); the "
-              f"model's flops_per_sample would say {model_flops / t_pkg / peak:.1%} for the package step")
+        model_flops = model.flops_per_sample() * args.batch  # the model's own count: tables as matmuls
+        print(f"MFU convention: honest (training.meter); the model's flops_per_sample would say "
+              f"{model_flops / t_pkg / peak:.1%} for the package step")
     print(f"package overhead: {(t_pkg / t_plain - 1):+.1%} best-of-{args.steps}, "
           f"{(med_pkg / med_plain - 1):+.1%} median (alternating steps)")
 
@@ -168,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     precision = resolve_precision(cfg.precision, device)
     package = package_step(cfg, device, precision)
     plain_step = plain_step_fn(cfg, device, precision.param)
-    x, y = fixed_batch(package.par.model.c.vocab_size, args.batch, args.seq_len, device)
+    x, y = fixed_batch(package.par.model, args.batch, device)
     package_times, plain_times = time_alternating(lambda: package([(x, y)]), lambda: plain_step(x, y),
                                                   args.steps, args.warmup, device)
     print_report(args, device, package.par.model, precision.param, package_times, plain_times)

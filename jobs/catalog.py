@@ -10,8 +10,7 @@ Sources (every figure below cites one of these by its tag):
            source, so they were removed. The planner takes its prices as an input instead (jobs.planning.
            plan_request(prices=...): instance type -> USD per hour); `trainctl plan --prices` reads them from the
            AWS Price List API (cli/prices.py, which cites the API's documentation) or from a file the user
-           writes. PRICE_USD_HOUR is the built-in default table, empty: without a table a type's cost is "price
-           unknown" and sizing.budget_usd cannot be checked.
+           writes. Without a table a type's cost is "price unknown" and sizing.budget_usd cannot be checked.
   [spot]   ASSUMPTIONS, not published figures for these instance types. AWS states only an upper bound for the
            saving: managed Spot training optimizes cost "up to 90%" over on demand (SageMaker developer guide,
            model-managed-spot-training.html). The Spot Instance Advisor (https://aws.amazon.com/ec2/spot/
@@ -73,9 +72,6 @@ NETWORK_GBITS: dict[str, float] = {
     "trn1.2xlarge": 12.5, "trn1.32xlarge": 800, "trn1n.32xlarge": 1600, "trn2.48xlarge": 3200,
 }
 
-# [smp] the built-in default price table (instance type, e.g. "ml.p4d.24xlarge" -> on-demand training USD per hour),
-# used when the planner is given none; empty: no price here has a source to cite.
-PRICE_USD_HOUR: dict[str, float] = {}
 SPOT_SAVINGS = 0.60  # [spot] ASSUMPTION: Spot's saving over on demand (AWS states "up to 90%")
 SPOT_INTERRUPTIONS_PER_INSTANCE_MONTH = 0.20  # [spot] ASSUMPTION: the Spot Instance Advisor's highest band, ">20%"
 
@@ -96,12 +92,6 @@ class InstanceSpec:
     @property
     def accelerated(self) -> bool:
         return self.kind != "cpu"
-
-    @property
-    def price_usd_hour(self) -> float | None:
-        """The built-in default price (PRICE_USD_HOUR [smp]; None: unknown). The planner does not read it: it prices
-        with the table it is given (jobs.planning.plan_request(prices=...))."""
-        return PRICE_USD_HOUR.get(self.instance_type)
 
     @property
     def family(self) -> str:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from contract.errors import Problem
+from contract.hyperparameters import TrainConfig, canonical_name
+from contract.models import PRESETS
 
 F_TP = "parallel.tensor_parallel_degree"
 F_PP = "parallel.pipeline_parallel_degree"
@@ -144,9 +146,6 @@ def _pipeline_problems(pipeline: int, tensor: int, microbatches: int | None, sch
 
 def request_problems(request, hosts: int, per_host: int) -> list[Problem]:
     """check_parallelism for a parsed JobRequest on `hosts` x `per_host` GPUs (processes, locally)."""
-    from contract.hyperparameters import TrainConfig, canonical_name
-    from contract.models import PRESETS
-
     preset = PRESETS.get(request.model, {}).get(request.model_size)
     hps = {canonical_name(k): v for k, v in request.hyperparameters.items()}
     p = request.parallel
@@ -160,9 +159,6 @@ def request_problems(request, hosts: int, per_host: int) -> list[Problem]:
 def rendered_problems(values: dict, model: str, model_size: str, hosts: int, per_host: int) -> list[Problem]:
     """check_parallelism for a rendered job's hyperparameters (decoded): the degrees the job will actually run,
     the planner's for `strategy: auto`, on `hosts` x `per_host` processes."""
-    from contract.hyperparameters import TrainConfig, canonical_name
-    from contract.models import PRESETS
-
     preset = PRESETS.get(model, {}).get(model_size)
     hps = {canonical_name(k): v for k, v in values.items()}
     return check_parallelism(

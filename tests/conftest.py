@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,29 @@ def cdk_synth(out_dir: Path, *context: str) -> subprocess.CompletedProcess[str]:
     for pair in context:
         cmd += ["-c", pair]
     return subprocess.run(cmd, cwd=ROOT, env=offline_env(), capture_output=True, text=True, timeout=600)
+
+
+AWS_SETTINGS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_DEFAULT_PROFILE",
+                "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE",
+                "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_CREDENTIALS_FULL_URI")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def no_real_aws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The test session runs as on a fresh laptop: no credentials, region, profile or instance metadata, and an
+    empty cache folder (trainctl's price cache). On a developer's machine with AWS credentials, a test that forgot
+    to mock AWS would otherwise call it (`trainctl plan --prices auto` asks the Price List API when it finds
+    credentials). Session-scoped, so that module fixtures (the launcher's moto world) and tests set what they
+    need on top; moto brings its own fake keys."""
+    home = tmp_path_factory.mktemp("no-aws")
+    with pytest.MonkeyPatch.context() as patch:
+        for name in AWS_SETTINGS:
+            patch.delenv(name, raising=False)
+        patch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        patch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(home / "credentials"))
+        patch.setenv("AWS_CONFIG_FILE", str(home / "config"))
+        patch.setenv("XDG_CACHE_HOME", str(home / "cache"))
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ from contract.hyperparameters import TrainConfig
 from training.data import make_datasets, read_meta
 from training.distributed import Dist
 from training.environment import data_mode
+from training.meter import honest_flops_per_sample
 from training.models import build_model, count_params, data_kind, materialize, model_seq_len
 from training.precision import Precision, resolve_precision
 from training.speedups import apply_activation_checkpointing, apply_compile
@@ -30,7 +31,7 @@ class Job:
     global_batch: int
     precision: Precision
     n_params: int
-    flops_per_sample: float | None
+    flops_per_sample: float | None  # training.meter's honest convention where the model allows it
     export_config: dict
 
     @property
@@ -51,7 +52,9 @@ def build_job(cfg: TrainConfig, dist: Dist) -> Job:
     late_init = n_params >= META_INIT_MIN_PARAMS and cfg.strategy in ("fsdp", "smp", "hsdp", "tp")
     if not late_init:
         materialize(model, dist.device, cfg.seed)
-    flops = model.flops_per_sample() if hasattr(model, "flops_per_sample") else None
+    # Counted on the whole model, before a pipeline cuts it into stages or a wrapper hides its config.
+    flops = honest_flops_per_sample(model) or (model.flops_per_sample() if hasattr(model, "flops_per_sample")
+                                               else None)
     export_config = model.export_config() if hasattr(model, "export_config") else {"model": cfg.model}
     if cfg.activation_checkpointing:
         apply_activation_checkpointing(model)

@@ -18,7 +18,7 @@ from training.data import GlobalBatchSampler, micro_batches
 from training.distributed import Dist, StopFlag
 from training.evaluation import Evaluator
 from training.job import announce, build_job
-from training.meter import StepMeter, checkpoint_overdue, honest_flops_per_sample
+from training.meter import StepMeter, checkpoint_overdue
 from training.metrics import MetricsLogger
 from training.optim import build_optimizer, build_scheduler
 from training.outcome import Result, TrainingFailure, finish
@@ -47,9 +47,8 @@ def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = No
                            compile_loss=cfg.compile)
     evaluator = Evaluator(train_step, job.val_set, cfg, dist, job.global_batch)
     logger = MetricsLogger(cfg.output_data_dir, dist.is_main, cfg.max_steps)
-    flops = honest_flops_per_sample(job.model, job.seq_len) if job.kind == "tokens" else None
     meter = StepMeter(dist, job.precision, cfg.effective_log_interval, cfg.max_steps, job.global_batch,
-                      job.seq_len if job.kind == "tokens" else 1, job.kind, flops or job.flops_per_sample,
+                      job.seq_len if job.kind == "tokens" else 1, job.kind, job.flops_per_sample,
                       nonfinite_patience=cfg.nonfinite_patience, count_grad_norm=not scaler.is_enabled())
     job.model.train()
     while state.status == "running":

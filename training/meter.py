@@ -2,9 +2,11 @@
 watch on non-finite losses and gradient norms.
 
 MFU convention (`honest_flops_per_sample`, what the metrics and the bench print): training FLOPs per token
-= 6 x the parameters that do matrix work (every parameter except embedding tables, whose lookups do no
-FLOPs; the output projection counts) + 12 x layers x width x sequence length for attention's two matmuls,
-torchtitan's count; against the GPU's dense bf16 peak (training.metrics.PEAK_FLOPS).
+= 6 x the parameters that do matrix work (every parameter except embedding and position tables, whose
+lookups and additions do no matmul; the output projection counts; a ViT's classifier counts once per image,
+for the one token it reads, and its patch convolution 4 per token, having no input gradient) + 12 x layers x width x sequence length for attention's two matmuls,
+torchtitan's count; against the GPU's dense bf16 peak (training.metrics.PEAK_FLOPS). Checked against
+torch.utils.flop_counter on the models (tests/training/test_honest_flops.py).
 """
 
 from __future__ import annotations
@@ -23,17 +25,35 @@ from training.outcome import TrainingFailure
 from training.precision import Precision
 
 
-def honest_flops_per_sample(model: nn.Module, seq_len: int) -> float | None:
-    """Training FLOPs of one sequence of a decoder (the convention above); None for a model that does not
-    say its layers and width (`model.c.n_layer`, `model.c.d_model`): then the model's own figure is used."""
+def honest_flops_per_sample(model: nn.Module) -> float | None:
+    """Training FLOPs of one sample (the convention above), for a model that says its layers and width
+    (`model.c.n_layer`, `model.c.d_model`) and its tokens per sample (`model.sequence_length`); else None, and
+    the model's own `flops_per_sample` is used.
+
+    Tables are left out: `nn.Embedding` weights and what a model lists in `table_params` (ViT's class token
+    and position table, added, never multiplied). Modules a model lists in `per_sample_modules` see one token
+    per sample (ViT's classifier reads the class token alone): 6 FLOPs per parameter per sample, not per token.
+    Modules in `input_modules` read the data itself (ViT's patch convolution): no gradient flows to the pixels,
+    so their backward is half the usual, 4 FLOPs per parameter per token.
+    """
     inner = getattr(model, "module", model)  # DDP wraps; FSDP2 and compile keep the class and its modules
     c = getattr(inner, "c", None)
     layers, width = getattr(c, "n_layer", None), getattr(c, "d_model", None)
-    if not (layers and width):
+    tokens = getattr(inner, "sequence_length", None)
+    if not (layers and width and tokens):
         return None
-    lookups = {id(p) for m in inner.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
-    matmul_params = sum(p.numel() for p in inner.parameters() if id(p) not in lookups)
-    return (6 * matmul_params + 12 * layers * width * seq_len) * seq_len
+
+    def listed(attribute: str) -> set[int]:
+        found = (getattr(inner, name) for name in getattr(inner, attribute, ()))
+        return {id(p) for x in found if x is not None for p in ([x] if isinstance(x, nn.Parameter) else x.parameters())}
+
+    tables = listed("table_params") | {id(p) for m in inner.modules() if isinstance(m, nn.Embedding)
+                                       for p in m.parameters()}
+    once, inputs = listed("per_sample_modules"), listed("input_modules")
+    sizes = {id(p): p.numel() for p in inner.parameters()}
+    per_token = sum(n for i, n in sizes.items() if i not in tables | once | inputs)
+    return ((6 * per_token + 4 * sum(sizes[i] for i in inputs) + 12 * layers * width * tokens) * tokens
+            + 6 * sum(sizes[i] for i in once))
 
 
 def checkpoint_overdue(age_s: float, every_s: float, interval: int, step_s: float | None) -> float:

@@ -93,11 +93,11 @@ def other_shapes(m: ModelFacts, n: Numerics, request_type: str, sizing: Any, spo
 
 
 def price_table(prices: Mapping[str, float] | None) -> Mapping[str, float]:
-    """The plan's prices (instance type -> on-demand training USD per instance-hour): the table given, else the
-    catalog's built-in default (jobs.catalog.PRICE_USD_HOUR, empty: no price there has a source to cite). The
-    planner reads no other: where the prices come from (the AWS Price List API, a file) is the caller's concern."""
+    """The plan's prices (instance type -> on-demand training USD per instance-hour): the table given, else none
+    (jobs/catalog.py [smp]: no price kept in the code has a source to cite). The planner reads no other: where
+    the prices come from (the AWS Price List API, a file) is the caller's concern."""
     if prices is None:
-        return catalog.PRICE_USD_HOUR
+        return {}
     for instance_type, price in prices.items():
         if isinstance(price, bool) or not isinstance(price, int | float) or not math.isfinite(price) or price <= 0:
             raise PlanInputError(f"prices[{instance_type!r}]", price, "must be a positive number of USD per hour")
@@ -109,7 +109,7 @@ def plan_request(request: Any, platform: Any = None, now: dt.datetime | None = N
     """Size a parsed JobRequest. Raises PlanInputError for inputs the planner cannot use.
 
     `prices`: on-demand training USD per instance-hour by instance type ("ml.p4d.24xlarge"); a type missing from it
-    has no cost ("price unknown"). None: the catalog's built-in default table (see price_table)."""
+    has no cost ("price unknown"). None: no prices (see price_table)."""
     prices = price_table(prices)
     spec = _spec(request.training_instance_type)
     if spec.kind != "gpu":

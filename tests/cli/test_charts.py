@@ -150,12 +150,12 @@ def create_quiet(deployed):
 
 
 @pytest.mark.parametrize("value", ["chart.jpgx", "chart"])
-def test_a_chart_name_matplotlib_cannot_write_is_refused(value, tmp_path, offline):
+def test_a_chart_name_matplotlib_cannot_write_is_refused(value, tmp_path):
     result = run("status", "x", "--chart", tmp_path / value)
     assert result.exit_code == 2 and "the file name must end in .png, .svg, .pdf" in result.stderr
 
 
-def test_without_matplotlib_chart_says_how_to_install_it(monkeypatch, tmp_path, offline):
+def test_without_matplotlib_chart_says_how_to_install_it(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # what `import matplotlib` meets when it is absent
     for args in (("status", "x"), ("local", DATA / "local-tiny.json")):
         result = run(*args, "--chart", tmp_path / "c.png")

@@ -21,7 +21,7 @@ def _create_input_shape():
 
 
 @pytest.mark.parametrize("name", REQUESTS)
-def test_render_prints_a_create_training_job_request_botocore_accepts(name, platform_file, offline):
+def test_render_prints_a_create_training_job_request_botocore_accepts(name, platform_file):
     result = run("render", DATA / name, "--platform", platform_file)
     assert result.exit_code == 0, result.output
     create = json.loads(result.stdout)  # stdout is the document alone, so it pipes into jq or the AWS CLI
@@ -32,7 +32,7 @@ def test_render_prints_a_create_training_job_request_botocore_accepts(name, plat
     assert create["CheckpointConfig"]["S3Uri"].endswith("/checkpoints/")
 
 
-def test_attempts_get_fresh_names_and_share_the_checkpoint_prefix(platform_file, offline):
+def test_attempts_get_fresh_names_and_share_the_checkpoint_prefix(platform_file):
     first = json.loads(run("render", DATA / "spot-fallbacks.json", "--platform", platform_file).stdout)
     third = run("render", DATA / "spot-fallbacks.json", "--platform", platform_file, "--attempt", "3",
                 "--instance-type", "ml.p5.48xlarge", "--on-demand")
@@ -46,7 +46,7 @@ def test_attempts_get_fresh_names_and_share_the_checkpoint_prefix(platform_file,
     assert third["ResourceConfig"]["InstanceType"] == "ml.p5.48xlarge"
 
 
-def test_run_id_names_the_checkpoint_prefix(platform_file, offline):
+def test_run_id_names_the_checkpoint_prefix(platform_file):
     result = run("render", DATA / "ddp.json", "--platform", platform_file, "--run-id", "gpt-small-ddp-0badcafe")
     create = json.loads(result.stdout)
     assert create["CheckpointConfig"]["S3Uri"] == (
@@ -54,7 +54,7 @@ def test_run_id_names_the_checkpoint_prefix(platform_file, offline):
     assert create["TrainingJobName"] == "mltrain-gpt-small-ddp-0badcafe-a1"
 
 
-def test_plan_summarizes_what_would_run(platform_file, offline):
+def test_plan_summarizes_what_would_run(platform_file):
     result = run("plan", DATA / "spot-fallbacks.json", "--platform", platform_file, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     text = result.stdout
@@ -70,7 +70,7 @@ def test_plan_summarizes_what_would_run(platform_file, offline):
     assert "mltrain-gpt-1b-fsdp-spot-<8 hex>-a1, -a2" in text
 
 
-def test_plan_shows_smp_degrees_and_the_fsx_channel(platform_file, offline):
+def test_plan_shows_smp_degrees_and_the_fsx_channel(platform_file):
     result = run("plan", DATA / "smp.json", "--platform", platform_file, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "tensor parallel 4 x context parallel 1 x data parallel 8; parameters sharded within groups of 2 " \
@@ -79,7 +79,7 @@ def test_plan_shows_smp_degrees_and_the_fsx_channel(platform_file, offline):
     assert "FSx fs-0123456789abcdef0:/abcdefgh/datasets/c4 (ro)" in result.stdout
 
 
-def test_plan_shows_what_auto_picked_and_why(platform_file, offline, tmp_path):
+def test_plan_shows_what_auto_picked_and_why(platform_file, tmp_path):
     request = json.loads((DATA / "ddp.json").read_text()) | {"strategy": "auto", "model_size": "7b"}
     request["hyperparameters"] |= {"micro_batch_size": 2, "activation_checkpointing": True}
     path = tmp_path / "auto.json"
@@ -104,13 +104,13 @@ def _assert_user_error(result, *fragments: str) -> None:
 
 
 @pytest.mark.parametrize("command", ["render", "plan"])
-def test_invalid_request_names_every_field(command, platform_file, offline):
+def test_invalid_request_names_every_field(command, platform_file):
     result = run(command, DATA / "invalid.json", "--platform", platform_file)
     _assert_user_error(result, "invalid.json is not a valid job request", "spots: unknown field; did you mean 'spot'?",
                        "instance.count: must be at least 1", "name: 'bad request'")
 
 
-def test_cross_field_and_platform_rules_are_reported(platform_file, offline, tmp_path):
+def test_cross_field_and_platform_rules_are_reported(platform_file, tmp_path):
     request = json.loads((DATA / "ddp.json").read_text()) | {"max_wait_hours": 12}
     (tmp_path / "r.json").write_text(json.dumps(request))
     _assert_user_error(run("render", tmp_path / "r.json", "--platform", platform_file),
@@ -121,7 +121,7 @@ def test_cross_field_and_platform_rules_are_reported(platform_file, offline, tmp
                        "does not fit this platform", "instance.type: ml.p3.2xlarge is not allowed on this platform")
 
 
-def test_instance_type_override_must_be_allowed(platform_file, offline):
+def test_instance_type_override_must_be_allowed(platform_file):
     result = run("render", DATA / "ddp.json", "--platform", platform_file, "--instance-type", "ml.p3.2xlarge")
     assert result.exit_code == 2, result.output
     assert "--instance-type: ml.p3.2xlarge is not allowed on this platform" in result.stderr
@@ -130,24 +130,24 @@ def test_instance_type_override_must_be_allowed(platform_file, offline):
     assert "did you mean 'ml.p4d.24xlarge'?" in result.stderr
 
 
-def test_missing_request_file(platform_file, offline):
+def test_missing_request_file(platform_file):
     _assert_user_error(run("render", "no-such-request.json", "--platform", platform_file),
                        "job request file not found: no-such-request.json")
 
 
-def test_malformed_json_says_where(platform_file, offline, tmp_path):
+def test_malformed_json_says_where(platform_file, tmp_path):
     path = tmp_path / "broken.json"
     path.write_text('{\n  "name": "x",\n  "dataset": "s3://b/k/",\n}\n')
     _assert_user_error(run("render", path, "--platform", platform_file), "not valid JSON: line 4 column 1")
 
 
-def test_request_must_be_an_object(platform_file, offline, tmp_path):
+def test_request_must_be_an_object(platform_file, tmp_path):
     path = tmp_path / "list.json"
     path.write_text("[1, 2]")
     _assert_user_error(run("plan", path, "--platform", platform_file), "must be a JSON object, got list")
 
 
-def test_bad_platform_file(offline, tmp_path):
+def test_bad_platform_file(tmp_path):
     path = tmp_path / "platform.json"
     path.write_text(json.dumps({"name_prefix": "mltrain", "regoin": "us-east-1"}))
     _assert_user_error(run("render", DATA / "ddp.json", "--platform", path),
@@ -156,12 +156,12 @@ def test_bad_platform_file(offline, tmp_path):
                        "platform settings file not found")
 
 
-def test_without_platform_file_and_without_credentials(offline):
+def test_without_platform_file_and_without_credentials():
     result = run("render", DATA / "ddp.json", "--region", "us-east-1")
     _assert_user_error(result, "no AWS credentials found")
 
 
-def test_without_platform_file_and_without_region(offline):
+def test_without_platform_file_and_without_region():
     _assert_user_error(run("plan", DATA / "ddp.json"), "no AWS region configured", "--region")
 
 
@@ -176,7 +176,7 @@ def test_default_execution_names_are_valid_and_readable():
     assert len(long_name) == 80 and EXECUTION_NAME.fullmatch(long_name)
 
 
-def test_help_texts(offline):
+def test_help_texts():
     result = run("--help")
     assert result.exit_code == 0
     for command in ("plan", "render", "submit", "status", "list", "stop", "logs", "local"):
@@ -186,7 +186,7 @@ def test_help_texts(offline):
     assert "--on-demand" in render_help.stdout and "cli-input-json" in render_help.stdout
 
 
-def test_every_example_renders(platform_file, offline):
+def test_every_example_renders(platform_file):
     """Every request in examples/ renders with this CLI into a request botocore accepts."""
     examples = sorted(p for p in (Path(__file__).parents[2] / "examples").glob("*.json")
                       if p.name != "platform-settings.json" and not p.name.startswith("local"))
@@ -197,7 +197,7 @@ def test_every_example_renders(platform_file, offline):
         validate_parameters(json.loads(result.stdout), _create_input_shape())
 
 
-def test_a_key_given_twice_is_refused_with_its_lines(platform_file, offline, tmp_path):
+def test_a_key_given_twice_is_refused_with_its_lines(platform_file, tmp_path):
     # json.loads would keep the last "spot" and launch on demand without a word.
     text = (DATA / "ddp.json").read_text().replace('"strategy": "ddp",', '"spot": true,\n  "strategy": "ddp",')
     text = text.replace('"max_runtime_hours": 6,', '"max_runtime_hours": 6,\n  "spot": false,')
@@ -209,7 +209,7 @@ def test_a_key_given_twice_is_refused_with_its_lines(platform_file, offline, tmp
     assert 'remove one of the two "spot" keys' in result.stderr
 
 
-def test_the_same_key_in_two_objects_is_fine_and_nested_twins_are_found(platform_file, offline, tmp_path):
+def test_the_same_key_in_two_objects_is_fine_and_nested_twins_are_found(platform_file, tmp_path):
     from cli.errors import UserError
     from cli.request_file import read_json_object
 
@@ -222,7 +222,7 @@ def test_the_same_key_in_two_objects_is_fine_and_nested_twins_are_found(platform
         read_json_object(nested, "job request")
 
 
-def test_a_platform_file_with_a_key_twice_is_refused(platform_file, offline, tmp_path):
+def test_a_platform_file_with_a_key_twice_is_refused(platform_file, tmp_path):
     text = platform_file.read_text().replace('"region": "us-east-1",', '"region": "us-east-1", "region": "eu-west-1",')
     (tmp_path / "platform.json").write_text(text)
     result = run("render", DATA / "ddp.json", "--platform", tmp_path / "platform.json")
@@ -231,7 +231,7 @@ def test_a_platform_file_with_a_key_twice_is_refused(platform_file, offline, tmp
 
 
 @pytest.mark.parametrize("command", ["plan", "render"])
-def test_without_region_or_credentials_plan_and_render_point_to_platform_file(command, offline):
+def test_without_region_or_credentials_plan_and_render_point_to_platform_file(command):
     for extra in ((), ("--region", "us-east-1")):
         result = run(command, DATA / "ddp.json", *extra)
         _assert_user_error(result, "to read the platform settings (SSM /mltrain/platform-settings)")

@@ -182,7 +182,7 @@ def test_no_network_is_named_with_the_fix(monkeypatch):
     assert "check the network" in info.value.hint
 
 
-def test_aws_without_credentials_says_so_before_any_request(offline, platform_file):
+def test_aws_without_credentials_says_so_before_any_request(platform_file):
     result = run("plan", DATA / "ddp.json", "--platform", platform_file, "--prices", "aws")
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "--prices aws: no AWS credentials found to call the AWS Price List API" in result.stderr
@@ -240,7 +240,7 @@ def test_an_unreadable_cache_is_asked_again(api, credentials, content):
 # ---- auto ----------------------------------------------------------------------------------------------------
 
 
-def test_auto_without_credentials_plans_without_prices_and_no_call(offline, monkeypatch, platform_file):
+def test_auto_without_credentials_plans_without_prices_and_no_call(monkeypatch, platform_file):
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         monkeypatch.setenv(name, "")
     monkeypatch.setattr(prices, "pricing_client", lambda session: pytest.fail("auto called the API"))
@@ -309,7 +309,7 @@ def test_a_bad_price_file_is_refused_naming_the_key(tmp_path, text, fragments):
         assert fragment in info.value.message
 
 
-def test_a_bad_price_file_through_the_cli(tmp_path, offline, platform_file):
+def test_a_bad_price_file_through_the_cli(tmp_path, platform_file):
     path = write(tmp_path, '{"ml.p4d.24xlarge": 10, "ml.p9.mega": 1}')
     result = run("plan", DATA / "ddp.json", "--platform", platform_file, "--prices", path)
     assert result.exit_code == 2 and result.stdout == "" and "Traceback" not in result.output
