@@ -213,7 +213,7 @@ def print_plan(console: Console, request: Any, platform: Any, create: dict[str, 
 
 def sizing_result(request: Any, platform: Any, prices: Any = None) -> Any:
     """The planner's result; an input it cannot use is a UserError naming the field. `prices`: instance type ->
-    on-demand training USD per hour (cli.prices.PriceTable.prices); None: the catalog's built-in table (empty)."""
+    on-demand training USD per hour (cli.prices.PriceTable.prices); None: no prices (every cost unknown)."""
     from cli.errors import UserError
     from jobs.planning import PlanInputError, plan_request
 
@@ -235,7 +235,7 @@ def _instance_types(result: Any) -> list[str]:
 def prices_line(result: Any, prices: Any) -> str:
     """Where the costs come from (cli.prices.PriceTable), and how many of the plan's instance types it prices."""
     if prices is None:
-        return "none: no price table was given (the catalog's built-in one is empty)"
+        return "none: no price table was given"
     if prices.source == "none":
         return prices.describe()
     from jobs.catalog import SPOT_SAVINGS
@@ -278,7 +278,8 @@ def sizing_table(result: Any) -> Table:
     left = len(result.candidates) - len(rows)
     title = "sizing (estimates: docs in jobs/planning)" + (f"; {left} more with --json" if left else "")
     table = Table(title=title, title_justify="left")
-    for column in ("", "strategy", "degrees r/s/t/p", "instances", "GiB/GPU", "step s", "throughput", "eff",
+    unit = result.recommendation.to_dict()["throughput_unit"]  # one model: every candidate counts the same
+    for column in ("", "strategy", "degrees r/s/t/p", "instances", "GPUs", "GiB/GPU", "step s", unit, "eff",
                    "hours", "cost", "ckpt min"):
         table.add_column(column, overflow="fold")
     rec = result.recommendation
@@ -288,10 +289,9 @@ def sizing_table(result: Any) -> Table:
         strategy = d["strategy"] + ("" if d["runnable"] else " (not in package)")
         degrees = "/".join(str(v) for v in d["degrees"].values())
         fit = f"{d['memory_per_gpu_gib']:.1f}" + ("" if d["fits"] else " (no fit)")
-        table.add_row(mark, strategy, degrees, f"{d['instance_count']} x {d['instance_type']} ({d['gpus']})", fit,
-                      f"{d['step_time_s']:.3g}", f"{d['throughput']:,.0f} {d['throughput_unit']}",
-                      f"{d['scaling_efficiency']:.0%}", f"{d['hours']:.2f}", _money(d["cost_usd"]),
-                      f"{d['checkpoint_minutes']:.0f}")
+        table.add_row(mark, strategy, degrees, f"{d['instance_count']} x {d['instance_type']}", str(d["gpus"]), fit,
+                      f"{d['step_time_s']:.3g}", f"{d['throughput']:,.0f}", f"{d['scaling_efficiency']:.0%}",
+                      f"{d['hours']:.2f}", _money(d["cost_usd"]), f"{d['checkpoint_minutes']:.0f}")
     return table
 
 
