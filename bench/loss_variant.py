@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from bench.step_overhead import build
 from contract.hyperparameters import TrainConfig
-from training.meter import honest_flops_per_sample
+from training.flops import honest_flops_per_sample
 from training.metrics import peak_flops
 from training.step import loss_fn
 

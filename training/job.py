@@ -10,7 +10,7 @@ from contract.hyperparameters import TrainConfig
 from training.data import make_datasets, read_meta
 from training.distributed import Dist
 from training.environment import data_mode
-from training.meter import honest_flops_per_sample
+from training.flops import honest_flops_per_sample
 from training.models import build_model, count_params, data_kind, materialize, model_seq_len
 from training.precision import Precision, resolve_precision
 from training.speedups import apply_activation_checkpointing, apply_compile
@@ -31,7 +31,7 @@ class Job:
     global_batch: int
     precision: Precision
     n_params: int
-    flops_per_sample: float | None  # training.meter's honest convention where the model allows it
+    flops_per_sample: float | None  # training.flops' honest convention where the model allows it
     export_config: dict
 
     @property

@@ -1,12 +1,8 @@
 """The training metrics of a log interval: mean loss over the ranks, step time, throughput, MFU; and the
 watch on non-finite losses and gradient norms.
 
-MFU convention (`honest_flops_per_sample`, what the metrics and the bench print): training FLOPs per token
-= 6 x the parameters that do matrix work (every parameter except embedding and position tables, whose
-lookups and additions do no matmul; the output projection counts; a ViT's classifier counts once per image,
-for the one token it reads, and its patch convolution 4 per token, having no input gradient) + 12 x layers x width x sequence length for attention's two matmuls,
-torchtitan's count; against the GPU's dense bf16 peak (training.metrics.PEAK_FLOPS). Checked against
-torch.utils.flop_counter on the models (tests/training/test_honest_flops.py).
+MFU: the job's FLOPs per sample (training.flops' honest convention where the model allows it) against the
+GPU's dense bf16 peak (training.metrics.PEAK_FLOPS).
 """
 
 from __future__ import annotations
@@ -15,7 +11,6 @@ import time
 
 import torch
 import torch.distributed as torch_dist
-from torch import nn
 
 from contract.failures import FailureCode
 from training.data import GlobalBatchSampler, epoch_fraction
@@ -23,37 +18,6 @@ from training.distributed import Dist
 from training.metrics import peak_flops
 from training.outcome import TrainingFailure
 from training.precision import Precision
-
-
-def honest_flops_per_sample(model: nn.Module) -> float | None:
-    """Training FLOPs of one sample (the convention above), for a model that says its layers and width
-    (`model.c.n_layer`, `model.c.d_model`) and its tokens per sample (`model.sequence_length`); else None, and
-    the model's own `flops_per_sample` is used.
-
-    Tables are left out: `nn.Embedding` weights and what a model lists in `table_params` (ViT's class token
-    and position table, added, never multiplied). Modules a model lists in `per_sample_modules` see one token
-    per sample (ViT's classifier reads the class token alone): 6 FLOPs per parameter per sample, not per token.
-    Modules in `input_modules` read the data itself (ViT's patch convolution): no gradient flows to the pixels,
-    so their backward is half the usual, 4 FLOPs per parameter per token.
-    """
-    inner = getattr(model, "module", model)  # DDP wraps; FSDP2 and compile keep the class and its modules
-    c = getattr(inner, "c", None)
-    layers, width = getattr(c, "n_layer", None), getattr(c, "d_model", None)
-    tokens = getattr(inner, "sequence_length", None)
-    if not (layers and width and tokens):
-        return None
-
-    def listed(attribute: str) -> set[int]:
-        found = (getattr(inner, name) for name in getattr(inner, attribute, ()))
-        return {id(p) for x in found if x is not None for p in ([x] if isinstance(x, nn.Parameter) else x.parameters())}
-
-    tables = listed("table_params") | {id(p) for m in inner.modules() if isinstance(m, nn.Embedding)
-                                       for p in m.parameters()}
-    once, inputs = listed("per_sample_modules"), listed("input_modules")
-    sizes = {id(p): p.numel() for p in inner.parameters()}
-    per_token = sum(n for i, n in sizes.items() if i not in tables | once | inputs)
-    return ((6 * per_token + 4 * sum(sizes[i] for i in inputs) + 12 * layers * width * tokens) * tokens
-            + 6 * sum(sizes[i] for i in once))
 
 
 def checkpoint_overdue(age_s: float, every_s: float, interval: int, step_s: float | None) -> float:

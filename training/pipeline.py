@@ -7,8 +7,9 @@ on the first stage, what comes after on the last. A rank's `model` (what the opt
 the export see) is the same kind of copy holding the union of its stages; the stages share its modules.
 So a checkpoint's keys are the whole model's, whatever the stage count: it resumes on 1 stage or on 4.
 
-Stages are balanced by parameter count (contiguous blocks, each stage at least one block, the heaviest stage
-as light as possible). Stage s lives on pipeline rank s mod p (torch's looped placement for interleaving).
+Stages are balanced by work (contiguous blocks, each stage at least one block, the heaviest stage as light
+as possible): training FLOPs per token (training.flops), so a decoder's token table, a lookup, weighs nothing
+and its output projection the matmul it is; by parameter count for a model that does not say its shape. Stage s lives on pipeline rank s mod p (torch's looped placement for interleaving).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch.distributed as torch_dist
 from torch import nn
 
 from contract.errors import ConfigError
+from training.flops import part_flops_per_token
 
 SCHEDULES = {"1f1b": "Schedule1F1B", "interleaved_1f1b": "ScheduleInterleaved1F1B", "gpipe": "ScheduleGPipe"}
 
@@ -43,7 +45,7 @@ class KeptBlocks(nn.Module):
         return len(self._modules)
 
 
-def balance(weights: list[int], n_stages: int, first: int = 0, last: int = 0) -> list[range]:
+def balance(weights: list[float], n_stages: int, first: float = 0, last: float = 0) -> list[range]:
     """Contiguous block ranges, one per stage, minimizing the heaviest stage (`first`/`last`: the edges'
     weight on the first and last stage). Exact: dynamic programming over (blocks, stages)."""
     n = len(weights)
@@ -54,7 +56,7 @@ def balance(weights: list[int], n_stages: int, first: int = 0, last: int = 0) ->
     for w in weights:
         prefix.append(prefix[-1] + w)
 
-    def cost(stage: int, i: int, j: int) -> int:
+    def cost(stage: int, i: int, j: int) -> float:
         return prefix[j] - prefix[i] + (first if stage == 0 else 0) + (last if stage == n_stages - 1 else 0)
 
     inf = float("inf")
@@ -90,13 +92,25 @@ def part(model: nn.Module, block_ids, first: bool, last: bool) -> nn.Module:
     return piece
 
 
+def stage_weights(model: nn.Module) -> tuple[list[float], float, float]:
+    """(each block's, the first edge's, the last edge's) work: training FLOPs per token (training.flops), so an
+    embedding table, a lookup, weighs nothing and the output projection its matmul; parameters where the model
+    does not say its shape."""
+    before, after = model.pipeline_edges
+    blocks = list(model.blocks)
+    edges = [[getattr(model, n, None) for n in names] for names in (before, after)]
+    if part_flops_per_token(model, []) is not None:
+        return ([part_flops_per_token(model, [b], blocks=1) for b in blocks],
+                *(part_flops_per_token(model, parts) for parts in edges))
+    size = lambda parts: sum(p.numel() for x in parts if x is not None  # noqa: E731
+                             for p in ([x] if isinstance(x, nn.Parameter) else x.parameters()))
+    return [size([b]) for b in blocks], size(edges[0]), size(edges[1])
+
+
 def split(model: nn.Module, n_stages: int, pp_rank: int, pp: int) -> tuple[nn.Module, dict[int, nn.Module]]:
     """(this rank's model, {stage index: stage module}) for the stages s with s mod pp == pp_rank."""
-    blocks = list(model.blocks)
-    size = lambda names: sum(p.numel() for n in names if (m := getattr(model, n, None)) is not None  # noqa: E731
-                             for p in (m.parameters() if isinstance(m, nn.Module) else [m]))
-    before, after = model.pipeline_edges
-    ranges = balance([sum(p.numel() for p in b.parameters()) for b in blocks], n_stages, size(before), size(after))
+    blocks, first, last = stage_weights(model)
+    ranges = balance(blocks, n_stages, first, last)
     mine = [s for s in range(n_stages) if s % pp == pp_rank]
     stages = {s: part(model, ranges[s], s == 0, s == n_stages - 1) for s in mine}
     owned = [i for s in mine for i in ranges[s]]

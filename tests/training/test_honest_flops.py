@@ -1,4 +1,4 @@
-"""The MFU numerator (training.meter.honest_flops_per_sample) against what PyTorch itself counts.
+"""The MFU numerator (training.flops.honest_flops_per_sample) against what PyTorch itself counts.
 
 torch.utils.flop_counter.FlopCounterMode counts the matmuls and convolutions of a forward and backward pass.
 Attention runs on SDPA's math backend here so that its two matmuls show up as `bmm` (the fused CPU kernel is
@@ -17,7 +17,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from contract.models import GPTConfig, ViTConfig
-from training.meter import honest_flops_per_sample
+from training.flops import honest_flops_per_sample
 from training.models.gpt import GPT
 from training.models.vit import ViT
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import nn
 
 from contract.errors import ConfigError
 from contract.models import GPTConfig, ViTConfig
+from training.flops import honest_flops_per_sample
 from training.models.gpt import GPT
 from training.models.vit import ViT
-from training.pipeline import balance, part, split
+from training.pipeline import balance, part, split, stage_weights
 
 
 def gpt4(cfg, data_meta: dict) -> GPT:
@@ -31,6 +33,38 @@ def test_balance_minimizes_the_heaviest_stage():
     assert ranges[0] == range(0, 1) and max(sum(weights[i] for i in r) for r in ranges) == 5
     with pytest.raises(ConfigError, match="fewer than the 4 pipeline stages"):
         balance([1, 1, 1], 4)
+
+
+def test_stages_are_weighed_by_training_flops():
+    # A GPT-2 small shape on the meta device: the token table (38.6M parameters) is a lookup and weighs nothing,
+    # the output projection (the same size) is a matmul and weighs 6 FLOPs per parameter per token.
+    c = GPTConfig(n_layer=12, n_head=12, d_model=768, seq_len=256, vocab_size=50304)
+    with torch.device("meta"):
+        model = GPT(c)
+    blocks, first, last = stage_weights(model)
+    block_params = sum(p.numel() for p in model.blocks[0].parameters())
+    assert blocks == [6 * block_params + 12 * c.d_model * c.seq_len] * c.n_layer
+    assert first == 0 and last == 6 * (c.vocab_size * c.d_model + 2 * c.d_model)  # head + final norm
+    # The same convention as the MFU metric: the stages add up to the model.
+    assert (sum(blocks) + first + last) * c.seq_len == pytest.approx(honest_flops_per_sample(model))
+    # So the first stage takes more blocks than the last; by parameters the cut was 6/6 (bench.pipeline_balance).
+    assert [len(r) for r in balance(blocks, 2, first, last)] == [9, 3]
+
+
+class Shapeless(nn.Module):
+    """Blocks and edges, but no `c` to say its layers, width and tokens."""
+
+    pipeline_edges = (("inp",), ("out",))
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp, self.out = nn.Linear(4, 40), nn.Linear(40, 4)
+        self.blocks = nn.ModuleList(nn.Linear(40, 40) for _ in range(3))
+
+
+def test_a_model_that_does_not_say_its_shape_is_weighed_by_parameters():
+    model = Shapeless()
+    assert stage_weights(model) == ([1640, 1640, 1640], 200, 164)
 
 
 def test_stages_keep_the_original_names_and_compose_to_the_model():
