@@ -22,10 +22,14 @@ def _shape(model: nn.Module) -> tuple[int, int, int] | None:
     return (layers, width, tokens) if layers and width and tokens else None
 
 
+def parameters_of(parts) -> list[nn.Parameter]:
+    """The parameters of some parts of a model: modules, parameters, or None (a part a stage does not hold)."""
+    return [p for x in parts if x is not None for p in ([x] if isinstance(x, nn.Parameter) else x.parameters())]
+
+
 def _listed(model: nn.Module, attribute: str) -> set[int]:
-    """ids of the parameters of the parts a model names in `attribute` (absent parts, as in a stage, skipped)."""
-    found = (getattr(model, name, None) for name in getattr(model, attribute, ()))
-    return {id(p) for x in found if x is not None for p in ([x] if isinstance(x, nn.Parameter) else x.parameters())}
+    """ids of the parameters of the parts a model names in `attribute`."""
+    return {id(p) for p in parameters_of(getattr(model, name, None) for name in getattr(model, attribute, ()))}
 
 
 def _per_token_factors(model: nn.Module, tokens: int) -> dict[int, float]:
@@ -61,6 +65,5 @@ def part_flops_per_token(model: nn.Module, parts: list[nn.Module | nn.Parameter 
         return None
     _, width, tokens = shape
     factors = _per_token_factors(model, tokens)
-    params = {id(p): p for x in parts if x is not None
-              for p in ([x] if isinstance(x, nn.Parameter) else x.parameters())}
+    params = {id(p): p for p in parameters_of(parts)}
     return sum(factors[i] * p.numel() for i, p in params.items()) + 12 * width * tokens * blocks

@@ -21,7 +21,7 @@ import torch.distributed as torch_dist
 from torch import nn
 
 from contract.errors import ConfigError
-from training.flops import part_flops_per_token
+from training.flops import parameters_of, part_flops_per_token
 
 SCHEDULES = {"1f1b": "Schedule1F1B", "interleaved_1f1b": "ScheduleInterleaved1F1B", "gpipe": "ScheduleGPipe"}
 
@@ -102,8 +102,7 @@ def stage_weights(model: nn.Module) -> tuple[list[float], float, float]:
     if part_flops_per_token(model, []) is not None:
         return ([part_flops_per_token(model, [b], blocks=1) for b in blocks],
                 *(part_flops_per_token(model, parts) for parts in edges))
-    size = lambda parts: sum(p.numel() for x in parts if x is not None  # noqa: E731
-                             for p in ([x] if isinstance(x, nn.Parameter) else x.parameters()))
+    size = lambda parts: sum(p.numel() for p in parameters_of(parts))  # noqa: E731
     return [size([b]) for b in blocks], size(edges[0]), size(edges[1])
 
 
