@@ -18,8 +18,9 @@ import torch
 import torch.nn.functional as F
 
 from contract.hyperparameters import TrainConfig
+from contract.pipeline_cut import balance
 from training.models import build_model, materialize
-from training.pipeline import balance, part, stage_weights
+from training.pipeline import part, stage_weights
 
 
 def parameter_cut(model, n_stages: int) -> list[range]:

@@ -21,6 +21,7 @@ import torch.distributed as torch_dist
 from torch import nn
 
 from contract.errors import ConfigError
+from contract.pipeline_cut import balance
 from training.flops import parameters_of, part_flops_per_token
 
 SCHEDULES = {"1f1b": "Schedule1F1B", "interleaved_1f1b": "ScheduleInterleaved1F1B", "gpipe": "ScheduleGPipe"}
@@ -43,37 +44,6 @@ class KeptBlocks(nn.Module):
 
     def __len__(self) -> int:
         return len(self._modules)
-
-
-def balance(weights: list[float], n_stages: int, first: float = 0, last: float = 0) -> list[range]:
-    """Contiguous block ranges, one per stage, minimizing the heaviest stage (`first`/`last`: the edges'
-    weight on the first and last stage). Exact: dynamic programming over (blocks, stages)."""
-    n = len(weights)
-    if n < n_stages:
-        raise ConfigError(f"the model has {n} blocks, fewer than the {n_stages} pipeline stages "
-                          "(pp_degree x stages per rank): lower pp_degree or use the 1f1b schedule")
-    prefix = [0]
-    for w in weights:
-        prefix.append(prefix[-1] + w)
-
-    def cost(stage: int, i: int, j: int) -> float:
-        return prefix[j] - prefix[i] + (first if stage == 0 else 0) + (last if stage == n_stages - 1 else 0)
-
-    inf = float("inf")
-    best = [[inf] * (n + 1) for _ in range(n_stages + 1)]  # best[s][j]: first j blocks in s stages
-    cut = [[0] * (n + 1) for _ in range(n_stages + 1)]
-    best[0][0] = 0
-    for s in range(1, n_stages + 1):
-        for j in range(s, n - (n_stages - s) + 1):
-            for i in range(s - 1, j):
-                c = max(best[s - 1][i], cost(s - 1, i, j))
-                if c < best[s][j]:
-                    best[s][j], cut[s][j] = c, i
-    ranges, j = [], n
-    for s in range(n_stages, 0, -1):
-        ranges.append(range(cut[s][j], j))
-        j = cut[s][j]
-    return ranges[::-1]
 
 
 def part(model: nn.Module, block_ids, first: bool, last: bool) -> nn.Module:

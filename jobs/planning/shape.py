@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from contract.models import PRESETS, GPTConfig, ViTConfig
+from contract.pipeline_cut import bottleneck_ratio
 
 # A shape's params may differ from the GPT formula's count by this much before it is a contradiction:
 # real decoders differ from GPT-2's block (gated MLPs of 3 matrices, grouped-query attention), e.g. Llama 2 70B
@@ -51,6 +52,21 @@ class ModelFacts:
     def block_params(self) -> int:
         """One repeated block's matrices (the unit FSDP gathers at a time)."""
         return 12 * self.hidden * self.hidden if self.hidden else self.params // max(self.layers, 1)
+
+    def pipeline_bottleneck(self, stages: int) -> float:
+        """The slowest of `stages` pipeline stages over an even share of the work, for the cut the training
+        package makes (contract.pipeline_cut): blocks weighed by training FLOPs per token as training.flops
+        weighs them (6 per block parameter, plus attention), a decoder's output projection on the last stage,
+        its token table weighing nothing, a ViT's patch convolution on the first. 1.0 for a model whose blocks are not known, or for one stage. An
+        interleaved schedule's two stages per rank are taken as one."""
+        if stages <= 1 or not (self.layers and self.hidden) or self.layers < stages:
+            return 1.0
+        block = 6 * self.block_params + 12 * self.hidden * self.tokens
+        head = 6 * self.hidden * self.vocab if self.kind == "decoder" else 0
+        # A ViT's patch convolution: channels x patch^2 = the image's bytes over its patches, x width weights,
+        # 4 FLOPs each per token (no pixel gradient).
+        patch = 4 * self.hidden * self.image_bytes / (self.tokens - 1) if self.kind == "vit" else 0
+        return bottleneck_ratio([block] * self.layers, stages, patch, head)
 
 
 def gpt_params(c: GPTConfig) -> tuple[int, int]:

@@ -8,7 +8,9 @@ GEMMs) and TRAFFIC fitted by least squares. Model against measured: gpt 1b 8x204
 gpt 350m 16x1024 128.7 vs 121.3 (+6.1%), vit base 256 images 86.8 vs 101.3 (-14.3%), vit large 128 images
 131.6 vs 148.5 (-11.4%); gpt 1b compiled 218.2 vs 205.5 (+6.2%), checkpointed 283.8 vs 269.9 (+5.2%).
 Communication: ring collectives on NVLink/PCIe inside a node and EFA between nodes at LINK_EFFICIENCY of the
-published rates; a node's NIC carries every group that crosses it.
+published rates; a node's NIC carries every group that crosses it. A pipeline runs at its slowest stage: the
+even share of compute is scaled by ModelFacts.pipeline_bottleneck, the same cut the training package makes
+(contract.pipeline_cut; gpt/125m on 8 stages: 2.66x, its last stage holding the output projection).
 """
 
 from __future__ import annotations
@@ -99,7 +101,8 @@ def step_time(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout) -> St
     passes that fills and drains the pipeline (training.pipeline.Pipeline.step runs a schedule per micro-batch)."""
     accum, chunks, stages = n.accum(lay.gpus), lay.chunks(), lay.pipeline
     fwd_n = replace(n, micro_batch=lay.forward_batch(n.micro_batch))
-    micro = micro_compute(m, fwd_n, spec, lay)
+    # A pipeline runs at its slowest stage's pace: an even split of the work is the best case.
+    micro = micro_compute(m, fwd_n, spec, lay) * m.pipeline_bottleneck(stages)
     fwd, bwd = micro / 3, 2 * micro / 3
     slots = accum * (chunks + stages - 1)  # forward-backward slots per GPU, bubbles included
     bubble = (stages - 1) / (chunks + stages - 1) if stages > 1 else 0.0

@@ -8,10 +8,11 @@ from torch import nn
 
 from contract.errors import ConfigError
 from contract.models import GPTConfig, ViTConfig
+from contract.pipeline_cut import balance
 from training.flops import honest_flops_per_sample
 from training.models.gpt import GPT
 from training.models.vit import ViT
-from training.pipeline import balance, part, split, stage_weights
+from training.pipeline import part, split, stage_weights
 
 
 def gpt4(cfg, data_meta: dict) -> GPT:
@@ -127,3 +128,20 @@ def test_pipeline_micro_batches_are_checked():
     with pytest.raises(ConfigError, match="pp_microbatches=3 does not divide the 4 samples"):
         microbatches(from_environment({"pp_microbatches": 3, "micro_batch_size": 2}, {}), Degrees(pp=2))
     assert microbatches(from_environment({"micro_batch_size": 2}, {}), Degrees(pp=2)) == 4
+
+
+@pytest.mark.parametrize("model, size", [("gpt", "125m"), ("gpt", "350m"), ("gpt", "1b"), ("vit", "base")])
+@pytest.mark.parametrize("stages", [2, 4])
+def test_the_planner_expects_the_stages_the_package_cuts(model, size, stages):
+    # The planner weighs stages from the model's shape (jobs.planning.shape); the package from its modules.
+    from contract.hyperparameters import TrainConfig
+    from contract.pipeline_cut import bottleneck_ratio
+    from jobs.planning.shape import model_facts
+    from training.models import build_model
+
+    built = build_model(TrainConfig(model=model, model_size=size, data="synthetic"), {})  # meta device
+    blocks, first, last = stage_weights(built)
+    package = bottleneck_ratio(blocks, stages, first, last)
+    planner = model_facts(model, size).pipeline_bottleneck(stages)
+    assert planner == pytest.approx(package, rel=0.01)
+    assert planner >= 1.0
