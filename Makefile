@@ -28,8 +28,8 @@ demo: setup
 # cdk.json pytorch_versions entry outside that set, so every framework image the platform offers is tested here.
 test: setup
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -n 2
-	$(BIN)/python -m tools.image_torch -- -n 2
+	$(BIN)/python -m pytest -n 2 --dist loadfile
+	$(BIN)/python -m tools.image_torch -- -n 2 --dist loadfile
 
 synth: setup
 	PATH="$(CURDIR)/$(BIN):$(CURDIR)/node_modules/.bin:$$PATH" cdk synth --quiet

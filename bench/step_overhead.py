@@ -29,7 +29,7 @@ from training.flops import honest_flops_per_sample
 from training.metrics import peak_flops
 from training.models import build_model, count_params, materialize
 from training.optim import build_optimizer, build_scheduler
-from training.precision import resolve_precision
+from training.precision import grad_scaler, resolve_precision
 from training.speedups import apply_compile
 from training.step import TrainStep
 from training.strategies import apply_strategy
@@ -56,7 +56,7 @@ def package_step(cfg: TrainConfig, device: torch.device, precision) -> TrainStep
     par = apply_strategy(build(cfg, device), cfg, dist, precision)
     optimizer = build_optimizer(par.model, cfg)
     scheduler = build_scheduler(optimizer, cfg)
-    scaler = torch.amp.GradScaler(device.type, enabled=precision.needs_loss_scaling)
+    scaler = grad_scaler(precision, device)
     return TrainStep(par, optimizer, scheduler, scaler, precision, device, cfg.grad_clip, compile_loss=cfg.compile)
 
 

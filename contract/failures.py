@@ -17,7 +17,8 @@ class FailureCode(enum.StrEnum):
     DATA_MISSING = "data_missing"  # a channel the run needs is absent or empty
     OUT_OF_MEMORY = "out_of_memory"  # CUDA out of memory: the message names the micro-batch and what to lower
     NON_FINITE = "non_finite"  # loss or gradient norm NaN/Inf for `nonfinite_patience` steps in a row
-    CHECKPOINT_UNREADABLE = "checkpoint_unreadable"  # the newest checkpoint cannot be read or does not fit
+    CHECKPOINT_UNREADABLE = "checkpoint_unreadable"  # no complete checkpoint verifies and loads into this run
+    CHECKPOINT_UNWRITABLE = "checkpoint_unwritable"  # the folder is read-only, lacks room, or filled up (ENOSPC)
 
 
 LINE = re.compile(r"\[training:(?P<code>[a-z_]+)\] (?P<message>.*)")

@@ -1,9 +1,12 @@
 """Checkpoints: when to write them, and `step-N/` folders of torch.distributed.checkpoint for every strategy.
 
 Layout of `step-N/` (one format whether the run was single, ddp or fsdp):
-  .metadata, __R_0.distcp  torch.distributed.checkpoint: every rank writes its part, replicated tensors once
-  COMPLETE.json            written last, atomically, with every file's size: a step without it, or whose
-                           files do not match it, is skipped on resume (a run killed mid-write, a bad sync)
+  .metadata, __R_0.distcp  torch.distributed.checkpoint: rank R writes `__R_<n>.distcp` (n counts the writer's
+                           threads, one by default), replicated tensors once; rank 0 also `.metadata` (the same
+                           names on torch 2.8 and 2.13)
+  COMPLETE.json            written last, atomically: every file's size ("files") and CRC-32 ("checksums"); a
+                           step without it, or whose files do not have its sizes, is skipped on resume (a run
+                           killed mid-write, a bad sync)
 What the folder holds is `training.state`'s parts. DCP reshards on load, so a checkpoint written by N ranks
 resumes on M, and a DDP one resumes into FSDP.
 
@@ -16,20 +19,49 @@ previous checkpoint stands. Keeps the newest K complete ones.
 Async saves (`async_checkpoint`) stage through `training.checkpoint_staging.PinnedStager`: the loop stalls
 for the device->host copy into reused pinned buffers; the write overlaps the next steps. Each save logs its
 stall and its total time; `age()` is the seconds since the newest complete checkpoint (`checkpoint_age_s`).
+
+Checkpoints that never go bad:
+- Only finite steps are saved. Every save takes the step's non-finite streak (training.meter, the max over the
+  ranks): a step whose loss or gradient norm is NaN/Inf on any rank is not saved (one line says so), so the
+  newest checkpoint is always a finite one. Pruning keeps the newest K at or below the step just written:
+  steps above it are left from before a fallback (below) and never push a good one out.
+- Checksums: zlib.crc32 (standard library). `python -m bench.checksum` (1 GiB in the page cache, on the 2-core
+  development machine) read 2.9 GiB/s for crc32 = 0.34 s per GiB, adler32 2.6, sha1 1.5, sha256 1.4, blake2b 0.8,
+  md5 0.6; xxhash's xxh3 6.2 and google-crc32c are dependencies the SageMaker image does not have. Each rank
+  hashes the files it wrote, right after writing them (from the page cache; an async save hashes in a thread
+  of its own, zlib releasing the GIL), and the marker gathers every rank's share. On resume the marker's files
+  are shared out over all ranks by size, each hashes its share and the ranks agree: a 1 TB checkpoint on 64
+  ranks is 16 GiB, about 5 s, per rank (slower where the disk reads slower than that). A multi-node run
+  checks each file on the node of the rank it falls to. Markers without checksums (written before they
+  existed) are accepted on their sizes.
+- A step that fails verification or fails to load falls back to the previous complete step, with a line
+  saying why. Loading it overwrites every part (model, optim, scheduler, data, scaler, loop, rng), so what a
+  failed load wrote in place does not survive. When no step loads, CHECKPOINT_UNREADABLE carries torch's own
+  causes (the per-rank errors inside DCP's CheckpointException), once each.
+- Before the first step each node makes the folder, writes and removes a probe file, and checks its free
+  space against the next save (the newest checkpoint's size, else the model's tensors and the optimizer's
+  moments, times SPACE_MARGIN): a folder that fails ends the run as CHECKPOINT_UNWRITABLE before training, as
+  does a disk full during a save (ENOSPC or EDQUOT anywhere in the error's chain). That checks the next save,
+  not the whole run's keep_checkpoints + 1: a later full disk still ends with its own line.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import heapq
 import json
 import os
 import re
 import shutil
+import socket
 import tempfile
 import time
 import warnings
-from concurrent.futures import Future
+import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.distributed as torch_dist
@@ -45,7 +77,16 @@ from training.distributed import Dist
 from training.outcome import TrainingFailure
 
 MARKER = "COMPLETE.json"
+CHECKSUM = "crc32"  # the marker's algorithm: zlib.crc32 of each file, 8 hex digits
+_READ_CHUNK = 8 << 20  # bytes per read while hashing, into one reused buffer
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+_RANK_FILE = re.compile(r"^__(\d+)_\d+\.distcp$")  # DCP's FileSystemWriter: `__<rank>_<n>.distcp`
+# The free-space check asks for the next save times this, plus a little for .metadata and the marker.
+SPACE_MARGIN = 1.1
+SPACE_EXTRA_BYTES = 16 << 20
+# A full disk as torch's C++ writer reports it (inline_container.cc's "file write failed" says no more).
+_DISK_FULL_TEXT = re.compile(r"No space left on device|Disk quota exceeded|\[Errno 28\]|\berrno:? ?28\b", re.I)
+_DISK_FULL_ERRNOS = {errno.ENOSPC: "ENOSPC", errno.EDQUOT: "EDQUOT"}
 # DCP warns that it assumes one process when there is no process group: that is the `single` strategy, on
 # purpose. Silenced process-wide (an async save warns from its own thread) and around each call (for
 # callers that reset the filters, such as pytest).
@@ -77,7 +118,8 @@ def step_dirs(root: Path) -> list[tuple[int, Path]]:
 
 
 def why_invalid(path: Path) -> str | None:
-    """None when the step is complete; otherwise the reason it cannot be resumed from."""
+    """None when the step is complete (its marker's files all there, at their sizes); otherwise the reason
+    it cannot be resumed from. Cheap: checksums are `CheckpointManager`'s, collectively."""
     marker = path / MARKER
     if not marker.exists():
         return "no completion marker (interrupted while writing)"
@@ -94,11 +136,29 @@ def why_invalid(path: Path) -> str | None:
     return None
 
 
+def file_checksum(path: Path) -> str:
+    """The CRC-32 of a file as 8 hex digits (zlib.crc32: the module docstring has its cost)."""
+    value, buf = 0, bytearray(_READ_CHUNK)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            value = zlib.crc32(view[:n], value)
+    return f"{value:08x}"
+
+
 def read_checkpoint(path: str | Path) -> dict:
     """A whole checkpoint as nested dicts, in this one process (inspection and tests; not for resuming)."""
     with tempfile.TemporaryDirectory() as tmp:
         dcp_to_torch_save(str(path), f"{tmp}/state.pt")
         return torch.load(f"{tmp}/state.pt", map_location="cpu", weights_only=False)
+
+
+class _Step(NamedTuple):
+    """A complete step as its marker describes it; `checksums` None for a marker from before them."""
+
+    path: str
+    sizes: dict[str, int]
+    checksums: dict[str, str] | None
 
 
 class CheckpointManager:
@@ -113,46 +173,128 @@ class CheckpointManager:
         self.saved_at = -1
         self.totals: list[float] = []  # each finished save's seconds, start to marker: the stop-time estimate
         self._started = self._complete_at = time.time()  # nothing at risk before the first step
+        # An async save: its write-then-hash future (this rank's {file: (size, crc)}), folder, step, start.
         self._pending: tuple[Future, Path, int, float] | None = None
         self._stopping = False  # the stop-time save (the tests' injected delay applies to it alone)
         self._stager = PinnedStager(budget_bytes=_host_budget()) if self.async_save else None
+        self._hasher = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-hash") if self.async_save else None
         # The background save runs collectives while the loop runs its own: they need a group of their own.
         self._async_group = (torch_dist.new_group(backend="gloo")
                              if self.async_save and torch_dist.is_initialized() else None)
+        self._next_save_bytes: int | None = None  # this node's share of the next save (the restore's check)
 
     # ---- resuming -----------------------------------------------------------------------------------
     def restore(self) -> Path | None:
-        """Load the newest complete checkpoint into the parts, in place; None when there is none."""
-        path = self.latest()
-        if path is None:
-            return None
+        """Check the folder can take the next save, then load the newest complete step that verifies and loads
+        into the parts, in place, falling back to older ones; None when there is none. Collective."""
+        steps = self._complete_steps()
+        self._check_folder(steps[0].sizes if steps else None)
+        failed: list[tuple[str, str]] = []  # (step-N, why it could not be resumed)
+        for step in steps:
+            path = Path(step.path)
+            why, verified = self._verify(step)
+            why = why or self._load(path)
+            if why is None:
+                self._resumed(path, failed, verified)
+                return path
+            failed.append((path.name, why))
+        if failed:
+            raise TrainingFailure(FailureCode.CHECKPOINT_UNREADABLE, _unreadable(self.root, failed))
+        return None
+
+    def _complete_steps(self) -> list[_Step]:
+        """Every complete step, newest first, as rank 0 sees them (partial ones newer than the newest complete
+        one are named in a line), agreed by all."""
+        found: list[_Step] = []
+        if self.dist.is_main:
+            for _, path in step_dirs(self.root):
+                reason = why_invalid(path)
+                if reason is None:
+                    marker = json.loads((path / MARKER).read_text())
+                    checksums = marker.get("checksums") if marker.get("checksum") == CHECKSUM else None
+                    found.append(_Step(str(path), marker["files"], checksums))
+                elif not found:
+                    print(f"[checkpoint] skipping {path.name}: {reason}", flush=True)
+        return self.dist.broadcast_object(found)
+
+    def _verify(self, step: _Step) -> tuple[str | None, str]:
+        """(why the step's files do not match their marker's checksums, or None; a note for the resume line).
+        The files are shared out over the ranks by size; the ranks agree. Collective."""
+        if step.checksums is None:
+            return None, "sizes checked: its marker has no checksums"
+        began, path = time.time(), Path(step.path)
+        bad = []
+        for name in _share(step.sizes, self.dist.rank, self.dist.world_size):
+            expected = step.checksums.get(name)
+            if expected is None:
+                continue
+            try:
+                got = file_checksum(path / name)
+            except OSError as e:
+                bad.append(f"{name}: {e.strerror or e}")
+                continue
+            if got != expected:
+                bad.append(f"{name}: crc32 {got} on disk, the marker says {expected}")
+        bad = sorted(b for share in self.dist.all_gather_object(bad) for b in share)
+        if bad:
+            more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+            return f"failed verification ({'; '.join(bad[:3])}{more})", ""
+        seconds = self.dist.max_float(time.time() - began)
+        return None, f"{len(step.checksums)} checksums verified in {seconds:.2f} s over {self.dist.world_size} rank(s)"
+
+    def _load(self, path: Path) -> str | None:
+        """None when the step loaded on every rank; otherwise why, every rank's causes once each. Collective."""
+        causes: list[str] = []
         try:
             with _quiet_in_one_process():
                 dcp.load(dict(self.parts), checkpoint_id=str(path))
         except (KeyboardInterrupt, SystemExit):
             raise
-        except BaseException as e:  # DCP's CheckpointException is a BaseException, each rank's traceback inside
-            raise TrainingFailure(FailureCode.CHECKPOINT_UNREADABLE, _unreadable(path, e)) from None
-        self.saved_at = int(path.name.removeprefix("step-"))
-        if self.dist.is_main:
-            print(f"[checkpoint] resumed from {path} at step {path.name.removeprefix('step-')}", flush=True)
-        return path
+        except BaseException as e:  # DCP's CheckpointException is a BaseException, each rank's error inside
+            causes = _causes(e)
+        # A part's own load_state_dict fails on one rank alone: every rank must fall back together.
+        causes = list(dict.fromkeys(c for rank_causes in self.dist.all_gather_object(causes) for c in rank_causes))
+        return f"failed to load ({'; '.join(causes)})" if causes else None
 
-    def latest(self) -> Path | None:
-        """The newest complete step, chosen on rank 0 and agreed by all; partial or corrupt ones skipped."""
-        chosen = None
-        if self.dist.is_main:
-            if self.root.exists() and not self.root.is_dir():
-                raise TrainingFailure(FailureCode.CHECKPOINT_UNREADABLE, f"the checkpoint folder {self.root} is "
-                                      "a file: remove it, or point checkpoint_dir elsewhere")
-            for _, path in step_dirs(self.root):
-                reason = why_invalid(path)
-                if reason is None:
-                    chosen = str(path)
-                    break
-                print(f"[checkpoint] skipping {path.name}: {reason}", flush=True)
-        chosen = self.dist.broadcast_object(chosen)
-        return Path(chosen) if chosen else None
+    def _resumed(self, path: Path, failed: list[tuple[str, str]], verified: str) -> None:
+        self.saved_at = int(path.name.removeprefix("step-"))
+        if not self.dist.is_main:
+            return
+        for name, why in failed:
+            print(f"[checkpoint] {name} {why}: resuming from {path.name}", flush=True)
+        print(f"[checkpoint] resumed from {path} at step {self.saved_at} ({verified})", flush=True)
+
+    def _check_folder(self, newest_sizes: dict[str, int] | None) -> None:
+        """Each node's folder exists, takes a file, and has room for the next save; otherwise every rank fails
+        with the first problem, before training. Collective."""
+        total = sum(newest_sizes.values()) if newest_sizes else self._state_bytes()
+        basis = "the newest checkpoint's size" if newest_sizes else "the model's tensors and optimizer moments"
+        ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", self.dist.world_size) or self.dist.world_size)
+        # Each rank writes about its 1/world of a checkpoint (DCP spreads replicated tensors over the ranks).
+        share = total * min(ranks_here, self.dist.world_size) / self.dist.world_size
+        self._next_save_bytes = int(share * SPACE_MARGIN) + SPACE_EXTRA_BYTES
+        problem = None
+        if self.dist.local_rank == 0:
+            problem = _folder_problem(self.root, self._next_save_bytes, basis)
+        problems = [p for p in self.dist.all_gather_object(problem) if p]
+        if problems:
+            raise TrainingFailure(FailureCode.CHECKPOINT_UNWRITABLE, problems[0])
+
+    def _state_bytes(self) -> int:
+        """A checkpoint's bytes before one exists: every tensor of the model once by name (DCP writes a replica
+        once; a DTensor at its global size), and the optimizer's moments of each trainable one. Reading the
+        optimizer's own state is no option: DCP would initialize it with a step. Collective."""
+        model = getattr(self.parts.get("model"), "model", None)
+        if model is None:
+            return 0
+        moments = _moments(getattr(self.parts.get("optim"), "optimizer", None))
+        mine = {name: _global_bytes(p) * (1 + (moments if p.requires_grad else 0))
+                for name, p in model.named_parameters()}
+        mine.update({name: _global_bytes(b) for name, b in model.named_buffers()})
+        merged: dict[str, int] = {}
+        for sizes in self.dist.all_gather_object(mine):  # pipeline stages hold different names
+            merged.update(sizes)
+        return sum(merged.values())
 
     # ---- cadence ------------------------------------------------------------------------------------
     def time_due(self) -> bool:
@@ -165,34 +307,37 @@ class CheckpointManager:
         by_steps = bool(self.interval) and step % self.interval == 0
         return running and step > 0 and self.saved_at != step and (by_steps or time_due)
 
-    def save_if_due(self, step: int, running: bool, time_due: bool = False) -> bool:
+    def save_if_due(self, step: int, running: bool, time_due: bool = False, nonfinite: int = 0) -> bool:
         if not self.due(step, running, time_due):
             return False
-        self.save(step)
-        return True
+        return self.save(step, nonfinite) is not None
 
-    def save_final(self, step: int) -> None:
+    def save_final(self, step: int, nonfinite: int = 0) -> None:
         """When the run ends for any reason: a rerun then resumes, or sees the job is done."""
         if step > 0 and self.saved_at != step:
-            self.save(step)
+            self.save(step, nonfinite)
         self._close()
 
     def _close(self) -> None:
         self.wait()
         if self._stager is not None:
             self._stager.close()
+        if self._hasher is not None:
+            self._hasher.shutdown()
 
-    def save_at_stop(self, step: int, seconds_since_signal: float) -> bool:
+    def save_at_stop(self, step: int, seconds_since_signal: float, nonfinite: int = 0) -> bool:
         """The save of a stop, if it can end before SIGKILL; else say so and keep the previous checkpoint.
         Rank 0 decides (each rank timed its own saves). Returns whether it saved."""
+        if nonfinite:  # the same on every rank (the max over them): nothing to time
+            self.save_final(step, nonfinite)
+            return False
         fits, message = True, ""
         if self.dist.is_main and self.totals and self.saved_at != step:
             left = STOP_KILL_AFTER_SECONDS - STOP_EXIT_SECONDS - seconds_since_signal
             needed = max(self.totals) * STOP_SAVE_SAFETY
             fits = needed <= left
-            previous = f"step-{self.saved_at}" if self.saved_at >= 0 else "no checkpoint"
             message = (f"[checkpoint] stop at step {step}: a save takes about {needed:.0f} s and {left:.0f} s are "
-                       f"left before SIGKILL: exiting now; the previous checkpoint ({previous}) stands")
+                       f"left before SIGKILL: exiting now; the previous checkpoint ({self._newest()}) stands")
         if not self.dist.broadcast_object(fits):
             if message:
                 print(message, flush=True)
@@ -206,42 +351,55 @@ class CheckpointManager:
         """Seconds since the newest complete checkpoint (since the start before the first)."""
         return time.time() - self._complete_at
 
+    def _newest(self) -> str:
+        return f"step-{self.saved_at}" if self.saved_at >= 0 else "no checkpoint"
+
     # ---- writing ------------------------------------------------------------------------------------
-    def save(self, step: int) -> Path:
-        """Write step-N. Collective: every rank calls it at the same step."""
+    def save(self, step: int, nonfinite: int = 0) -> Path | None:
+        """Write step-N; None when not written: `nonfinite` (the step's non-finite streak, the max over the
+        ranks, from training.meter) above 0 means a loss or gradient norm is NaN/Inf, and such a model never
+        becomes the newest checkpoint. Collective: every rank calls it at the same step."""
+        if nonfinite:
+            if self.dist.is_main:
+                print(f"[checkpoint] step-{step} not saved: the loss or gradient norm is NaN/Inf there ({nonfinite} "
+                      f"step(s) in a row on some rank); the newest checkpoint stays {self._newest()}", flush=True)
+            return None
         self.wait()  # an earlier async save must be complete (and marked) before the next one starts
         path = self.root / f"step-{step}"
         if self.dist.local_rank == 0:
             self.root.mkdir(parents=True, exist_ok=True)
-            if path.exists():  # a leftover of an attempt that died at this step
+            if path.exists():  # a leftover of an attempt that died at this step, or one that failed to load
                 shutil.rmtree(path)
         self.dist.barrier()
         self.saved_at, began = step, time.time()
         self._started = began
-        with _quiet_in_one_process():
+        with _quiet_in_one_process(), self._disk_full_is_a_failure(path):
             if self._stager is not None:
                 state = {k: v.state_dict() if isinstance(v, Stateful) else v for k, v in self.parts.items()}
-                future = self._stager.save(state, str(path), process_group=self._async_group)
-                self._pending = (future, path, step, began)
+                written = self._stager.save(state, str(path), process_group=self._async_group)
+                hashed = self._hasher.submit(_hash_when_written, written, path, self.dist)
+                self._pending = (hashed, path, step, began)
                 self._log(step, stall=time.time() - began, total=None)
                 return path
             dcp.save(dict(self.parts), checkpoint_id=str(path))
-        self._finish(path, step, began, stall=time.time() - began)
+        self._finish(path, step, began, stall=time.time() - began, hashed=None)
         return path
 
     def wait(self) -> None:
-        """Complete a pending async save: wait for its writes, then mark it. Collective."""
+        """Complete a pending async save: wait for its writes and this rank's checksums, then mark it. Collective."""
         if self._pending is not None:
-            future, path, step, began = self._pending
+            hashed, path, step, began = self._pending
             self._pending = None
-            future.result()
-            self._finish(path, step, began, stall=None)
+            with self._disk_full_is_a_failure(path):
+                mine = hashed.result()
+            self._finish(path, step, began, stall=None, hashed=mine)
 
-    def _finish(self, path: Path, step: int, began: float, stall: float | None) -> None:
+    def _finish(self, path: Path, step: int, began: float, stall: float | None,
+                hashed: dict[str, tuple[int, str]] | None) -> None:
         delay = float(os.environ.get(ENV_TEST_STOP_SAVE_DELAY, "0") or 0)
         if delay and self._stopping:
             time.sleep(delay)
-        self._mark_complete(path, step)
+        self._mark_complete(path, step, hashed)
         total = time.time() - began
         self.totals.append(total)
         self._complete_at = time.time()
@@ -254,32 +412,207 @@ class CheckpointManager:
                  else "writing in the background"]
         print(f"[checkpoint] step-{step}: " + ", ".join(p for p in parts if p), flush=True)
 
-    def _mark_complete(self, path: Path, step: int) -> None:
-        self.dist.barrier()
+    def _mark_complete(self, path: Path, step: int, hashed: dict[str, tuple[int, str]] | None) -> None:
+        """Gather every rank's sizes and checksums into the marker (each node's first rank writes its own), and
+        prune. `hashed`: this rank's share, already hashed by an async save. Collective."""
+        self.dist.barrier()  # every rank's files (and rank 0's .metadata) are written
+        if hashed is None:
+            hashed = _hash_written_here(path, self.dist) if path.exists() else {}
         # Multi-node: each node sees its own ranks' files; the union is what a complete step holds.
-        listings = self.dist.all_gather_object(_listing(path) if path.exists() else {})
-        files = {name: size for listing in listings for name, size in listing.items()}
+        files = {name: entry for share in self.dist.all_gather_object(hashed) for name, entry in share.items()}
+        problem = None
         if self.dist.local_rank == 0:
-            _write_atomic(path / MARKER, json.dumps({"step": step, "files": files}, indent=1))
-            self._prune()
-        self.dist.barrier()
+            marker = {"step": step, "files": {name: size for name, (size, _) in sorted(files.items())},
+                      "checksum": CHECKSUM, "checksums": {name: crc for name, (_, crc) in sorted(files.items())}}
+            try:
+                with self._disk_full_is_a_failure(path):
+                    _write_atomic(path / MARKER, json.dumps(marker, indent=1))
+                self._prune(step)
+            except TrainingFailure as e:
+                problem = str(e)
+            except OSError as e:
+                problem = f"the completion marker of {path} cannot be written ({_os_error(e)}): {_FOLDER_FIX}"
+        # The ranks agree (a barrier that carries the marker's fate): one rank's error must not hang the others.
+        problems = [p for p in self.dist.all_gather_object(problem) if p]
+        if problems:
+            raise TrainingFailure(FailureCode.CHECKPOINT_UNWRITABLE, problems[0])
 
-    def _prune(self) -> None:
-        complete = [(s, p) for s, p in step_dirs(self.root) if why_invalid(p) is None]
-        newest = complete[0][0] if complete else -1
-        keep = {p for _, p in complete[: self.keep]}
+    def _prune(self, step: int) -> None:
+        """Keep the newest K complete steps at or below `step`, the one just written (always kept: only finite
+        steps are saved). Newer steps are left: a run that fell back to an older step wrote below them, and
+        those failed to load; they are not counted as the newest (a retry tries and skips them again)."""
+        complete = [p for s, p in step_dirs(self.root) if s <= step and why_invalid(p) is None]
+        keep = set(complete[: self.keep])
         for s, p in step_dirs(self.root):
-            if p not in keep and s <= newest:
+            if p not in keep and s <= step:
                 shutil.rmtree(p, ignore_errors=True)
 
+    @contextlib.contextmanager
+    def _disk_full_is_a_failure(self, path: Path):
+        """A disk full (or over quota) while writing `path` ends the run with a line naming it and the folder."""
+        try:
+            yield
+        except (KeyboardInterrupt, SystemExit, TrainingFailure):
+            raise
+        except BaseException as e:
+            name = _disk_full(e) or (_write_failed(e) and self._short_of_space() and "ENOSPC")
+            if not name:
+                raise
+            raise TrainingFailure(FailureCode.CHECKPOINT_UNWRITABLE, _full_message(name, self.root, path)) from None
 
-def _unreadable(path: Path, error: Exception) -> str:
-    first = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
-    if len(first) > 300:
-        first = first[:300] + "..."
-    return (f"checkpoint {path} cannot be loaded into this run ({type(error).__name__}: {first}): the model, "
-            "model_size, optimizer or strategy differs from the run that wrote it, or its files are damaged; "
-            "run with the settings it was written with, or start from an empty checkpoint folder")
+    def _short_of_space(self) -> bool:
+        """The folder has less room than the next save needs (torch's C++ writer's failures name no errno)."""
+        needed = self._next_save_bytes or SPACE_EXTRA_BYTES
+        with contextlib.suppress(OSError):
+            return shutil.disk_usage(self.root).free < needed
+        return False
+
+
+def _hash_when_written(written: Future, path: Path, dist: Dist) -> dict[str, tuple[int, str]]:
+    """An async save's thread: wait for the write (its error re-raised), then hash this rank's files."""
+    written.result()
+    return _hash_written_here(path, dist)
+
+
+def _hash_written_here(path: Path, dist: Dist) -> dict[str, tuple[int, str]]:
+    """{file: (size, crc32)} of the step's files this rank wrote (`__<rank>_<n>.distcp`); each node's first
+    rank also takes every other file it sees (rank 0's .metadata, any name a torch adds)."""
+    hashed = {}
+    for p in sorted(path.iterdir()):
+        if not p.is_file() or p.name == MARKER:
+            continue
+        m = _RANK_FILE.match(p.name)
+        writer = int(m.group(1)) if m and int(m.group(1)) < dist.world_size else None
+        if writer == dist.rank or (writer is None and dist.local_rank == 0):
+            hashed[p.name] = (p.stat().st_size, file_checksum(p))
+    return hashed
+
+
+def _share(sizes: dict[str, int], rank: int, world: int) -> list[str]:
+    """The files `rank` verifies: the largest first, each to the least loaded rank (the same on every rank)."""
+    loads = [(0, r) for r in range(world)]
+    mine = []
+    for name in sorted(sizes, key=lambda n: (-sizes[n], n)):
+        load, r = heapq.heappop(loads)
+        if r == rank:
+            mine.append(name)
+        heapq.heappush(loads, (load + sizes[name], r))
+    return mine
+
+
+def _causes(error: BaseException, limit: int = 300) -> list[str]:
+    """The messages under an error, once each: DCP's CheckpointException keeps each rank's
+    (exception, traceback) in `.failures`, and its own text only names the ranks."""
+    failures = getattr(error, "failures", None)
+    if isinstance(failures, dict) and failures:
+        found = [c for f in failures.values() for c in _causes(f[0] if isinstance(f, tuple) else f, limit)]
+        return list(dict.fromkeys(found))
+    text = " ".join(str(error).split())
+    if len(text) > limit:
+        text = text[:limit] + "..."
+    return [f"{type(error).__name__}: {text}" if text else type(error).__name__]
+
+
+def _unreadable(root: Path, failed: list[tuple[str, str]]) -> str:
+    said: set[str] = set()
+    parts = []
+    for name, why in failed:
+        parts.append(f"{name} {why}" if why not in said else f"{name} likewise")
+        said.add(why)
+    if all(why.startswith("failed verification") for _, why in failed):
+        fix = ("their files changed after they were written (a damaged disk or copy): put back an intact copy of "
+               "the folder, or start from an empty checkpoint folder")
+    else:
+        fix = ("the model, model_size, optimizer or strategy differs from the run that wrote them, or their files are "
+               "damaged; run with the settings it was written with, or start from an empty checkpoint folder")
+    return f"no checkpoint in {root} can be resumed: {'; '.join(parts)}: {fix}"
+
+
+_FOLDER_FIX = "point checkpoint_dir at a folder this job can write, or fix the folder's permissions or mount"
+
+
+def _folder_problem(root: Path, needed: int, basis: str) -> str | None:
+    """Why `root` cannot take the next save (made when missing, a probe file written and removed), or None."""
+    if root.exists() and not root.is_dir():
+        return f"the checkpoint folder {root} is a file: remove it, or point checkpoint_dir elsewhere"
+    probe = root / f".write-probe-{socket.gethostname()}-{os.getpid()}"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with open(probe, "wb") as f:
+            f.write(b"probe")
+        probe.unlink()
+    except OSError as e:
+        return f"the checkpoint folder {root} is not writable ({_os_error(e)}): {_FOLDER_FIX}"
+    free = shutil.disk_usage(root).free
+    if free < needed:
+        return (f"the checkpoint folder {root} has {_bytes(free)} free ({free} bytes) and the next checkpoint needs "
+                f"about {_bytes(needed)} ({needed} bytes: {basis}, x{SPACE_MARGIN} + {_bytes(SPACE_EXTRA_BYTES)}): "
+                "give the instance a larger volume (instance.volume_gb), lower keep_checkpoints, or free space there")
+    return None
+
+
+def _full_message(name: str, root: Path, path: Path) -> str:
+    free = ""
+    with contextlib.suppress(OSError):
+        free = f", {_bytes(shutil.disk_usage(root).free)} free now"
+    what = "no space left on device" if name == "ENOSPC" else "disk quota exceeded"
+    return (f"{what} ({name}) while writing checkpoint {path.name} in {root}{free}: give the instance a larger "
+            "volume (instance.volume_gb), lower keep_checkpoints, or point checkpoint_dir at a larger disk")
+
+
+def _disk_full(error: BaseException) -> str | None:
+    """"ENOSPC" or "EDQUOT" when an error, its cause or context, or a rank's failure inside a DCP
+    CheckpointException says the disk is full; None otherwise."""
+    seen, todo = set(), [error]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in _DISK_FULL_ERRNOS:
+            return _DISK_FULL_ERRNOS[e.errno]
+        failures = getattr(e, "failures", None)
+        if isinstance(failures, dict):
+            todo += [f[0] if isinstance(f, tuple) else f for f in failures.values()]
+        elif _DISK_FULL_TEXT.search(str(e)):
+            return "EDQUOT" if "quota" in str(e).lower() else "ENOSPC"
+        todo += [e.__cause__, e.__context__]
+    return None
+
+
+def _write_failed(error: BaseException) -> bool:
+    """torch's C++ writer failed a write (inline_container.cc: "file write failed", "unexpected pos")."""
+    text = str(error)
+    return "file write failed" in text or "unexpected pos" in text
+
+
+def _os_error(e: OSError) -> str:
+    name = errno.errorcode.get(e.errno, "") if e.errno else ""
+    return f"{name}: {e.strerror}" if name and e.strerror else str(e)
+
+
+def _bytes(n: float) -> str:
+    if n < 1024:
+        return f"{n:.0f} bytes"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024
+        if n < 1024 or unit == "TiB":
+            break
+    return f"{n:.1f} {unit}"
+
+
+def _global_bytes(t: torch.Tensor) -> int:
+    """A tensor's bytes in a checkpoint: a DTensor's global shape, not this rank's shard."""
+    return t.numel() * t.element_size()  # DTensor.numel() is the global count
+
+
+def _moments(optimizer: torch.optim.Optimizer | None) -> int:
+    """Per-parameter state tensors an optimizer keeps: Adam-style (betas) two, SGD with momentum one."""
+    if optimizer is None:
+        return 0
+    if "betas" in optimizer.defaults:
+        return 2
+    return 1 if optimizer.defaults.get("momentum") else 0
 
 
 def _host_budget() -> int | None:
@@ -291,10 +624,6 @@ def _host_budget() -> int | None:
         return None
     ranks_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
     return total // 4 // max(1, ranks_here)
-
-
-def _listing(path: Path) -> dict[str, int]:
-    return {p.name: p.stat().st_size for p in sorted(path.iterdir()) if p.is_file() and p.name != MARKER}
 
 
 def _write_atomic(path: Path, text: str) -> None:

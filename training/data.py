@@ -26,22 +26,52 @@ from training.environment import DataMissing, data_mode
 SYNTHETIC_SAMPLES = 1 << 20
 
 
+# What each format's meta.json may say about the model's shape: positive integers where given.
+META_SIZES = ("vocab_size", "image_size", "channels", "num_classes")
+FORMATS = ("tokens", "images")
+_WRITE_IT = "write the channel with `python -m training.prepare` (tokens) or see training/data.py's formats"
+
+
 def read_meta(directory: str | Path) -> dict:
+    """The channel's meta.json as a dict, checked: JSON, an object, a known format, positive sizes."""
     path = Path(directory) / "meta.json"
     if not path.exists():
-        raise DataMissing(f"{directory} has no meta.json: write the channel with `python -m training.prepare`")
-    return json.loads(path.read_text())
+        raise DataMissing(f"{directory} has no meta.json: {_WRITE_IT}")
+    try:
+        meta = json.loads(path.read_text())
+    except ValueError as e:  # JSONDecodeError, and UnicodeDecodeError for a binary file
+        raise ConfigError(f"{path} is not JSON ({e}): {_WRITE_IT}") from None
+    if not isinstance(meta, dict):
+        raise ConfigError(f"{path} holds a JSON {type(meta).__name__}, not an object: "
+                          f'write an object such as {{"format": "tokens", "dtype": "uint16", "vocab_size": 256}}')
+    if meta.get("format") not in FORMATS:
+        given = "has no \"format\"" if "format" not in meta else f"has format {meta['format']!r}"
+        raise ConfigError(f"{path} {given}: set \"format\" to one of {', '.join(map(repr, FORMATS))}")
+    for key in META_SIZES:
+        value = meta.get(key)
+        if value is not None and not (isinstance(value, int | float) and not isinstance(value, bool)
+                                      and value == int(value) and value > 0):
+            raise ConfigError(f"{path} has {key} {value!r}: it must be a positive integer")
+    return meta
+
+
+def _expect_format(directory: str | Path, meta: dict, wanted: str, reader: str) -> None:
+    if meta["format"] != wanted:
+        raise ConfigError(f"{Path(directory) / 'meta.json'} has format {meta['format']!r} but {reader} reads "
+                          f"{wanted}: give this channel {wanted} data, or choose a model that reads {meta['format']}")
 
 
 class TokenDataset:
     def __init__(self, directory: str | Path, seq_len: int) -> None:
         meta = read_meta(directory)
-        if meta.get("format") != "tokens":
-            raise ConfigError(f"{directory}/meta.json has format {meta.get('format')!r}; the decoder needs tokens")
-        shards = sorted(Path(directory).glob("*.bin"))
+        _expect_format(directory, meta, "tokens", "the decoder")
+        self.directory = Path(directory)
+        dtype = _token_dtype(self.directory / "meta.json", meta.get("dtype", "uint16"))
+        shards = sorted(self.directory.glob("*.bin"))
         if not shards:
-            raise DataMissing(f"{directory} holds no *.bin token shards")
-        dtype = np.dtype(meta.get("dtype", "uint16"))
+            raise DataMissing(f"{directory} holds no *.bin token shards: {_WRITE_IT}")
+        for path in shards:
+            _check_shard(path, dtype, shards)
         self.shards = [np.memmap(p, dtype=dtype, mode="r") for p in shards]
         self.seq_len = seq_len
         index = [
@@ -50,7 +80,9 @@ class TokenDataset:
             if (n := (len(s) - 1) // seq_len) > 0
         ]
         if not index:
-            raise ConfigError(f"{directory}: no shard holds seq_len + 1 = {seq_len + 1} tokens; lower seq_len")
+            longest = max(len(s) for s in self.shards)
+            raise ConfigError(f"{directory}: no shard holds seq_len + 1 = {seq_len + 1} tokens (the longest holds "
+                              f"{longest}): lower seq_len, or write longer shards")
         self.index = np.concatenate(index)
 
     def __len__(self) -> int:
@@ -62,16 +94,58 @@ class TokenDataset:
         return window[:, :-1], window[:, 1:]
 
 
+def _token_dtype(meta_path: Path, name) -> np.dtype:
+    try:
+        dtype = np.dtype(name)
+    except TypeError:
+        dtype = None
+    if dtype is None or dtype.kind not in "iu":
+        raise ConfigError(f"{meta_path} has dtype {name!r}, not an integer type token ids can have: "
+                          "set \"dtype\" to the one the shards were written with, e.g. \"uint16\" or \"uint32\"")
+    return dtype
+
+
+def _check_shard(path: Path, dtype: np.dtype, shards: list[Path]) -> None:
+    """A shard must hold whole tokens: an empty or cut file is a failed write or copy (memmap would fail or
+    silently drop the tail)."""
+    size = path.stat().st_size
+    if size == 0:
+        alone = " (the channel's only shard)" if len(shards) == 1 else ""
+        raise DataMissing(f"{path} is empty (0 bytes){alone}: rewrite it, or remove it from the channel")
+    if size % dtype.itemsize:
+        raise ConfigError(f"{path} has {size} bytes, not a multiple of {dtype.itemsize} (one {dtype.name} token, "
+                          f"the dtype in {path.parent / 'meta.json'}): the shard was cut short or written with "
+                          "another dtype; rewrite it, or set \"dtype\" to the one it was written with")
+
+
 class ImageDataset:
-    def __init__(self, directory: str | Path) -> None:
+    """`shape` (S, S, C) and `num_classes` are what the model takes; each defaults to the channel's meta.json."""
+
+    def __init__(self, directory: str | Path, shape: tuple[int, int, int] | None = None,
+                 num_classes: int | None = None) -> None:
         meta = read_meta(directory)
-        if meta.get("format") != "images":
-            raise ConfigError(f"{directory}/meta.json has format {meta.get('format')!r}; the ViT needs images")
-        pairs = sorted(Path(directory).glob("images-*.npy"))
+        _expect_format(directory, meta, "images", "the ViT")
+        self.directory = Path(directory)
+        meta_path = self.directory / "meta.json"
+        said = (int(meta["image_size"]), int(meta["image_size"]), int(meta["channels"])) \
+            if "image_size" in meta and "channels" in meta else None
+        if shape and said and said != shape:
+            raise ConfigError(f"{meta_path} says images are {_dims(said)} but the model takes {_dims(shape)} "
+                              "(built from the train channel's meta.json): write this channel at the train "
+                              "channel's image_size and channels")
+        shape = shape or said
+        num_classes = num_classes or (int(meta["num_classes"]) if "num_classes" in meta else None)
+        pairs = sorted(self.directory.glob("images-*.npy"))
         if not pairs:
-            raise DataMissing(f"{directory} holds no images-*.npy shards")
-        self.images = [np.load(p, mmap_mode="r") for p in pairs]
-        self.labels = [np.load(p.with_name(p.name.replace("images-", "labels-")), mmap_mode="r") for p in pairs]
+            raise DataMissing(f"{directory} holds no images-*.npy shards: see training/data.py's formats")
+        self.images, self.labels = [], []
+        for path in pairs:
+            images = _load_array(path)
+            labels = _load_array(path.with_name(path.name.replace("images-", "labels-", 1)))
+            _check_images(path, images, shape, meta_path)
+            _check_labels(path, images, labels, num_classes)
+            self.images.append(images)
+            self.labels.append(labels)
         self.index = np.concatenate([np.stack([np.full(len(x), i), np.arange(len(x))], 1)
                                      for i, x in enumerate(self.images)])
 
@@ -83,6 +157,38 @@ class ImageDataset:
         x = np.stack([self.images[s][o] for s, o in pairs])
         y = np.array([self.labels[s][o] for s, o in pairs], dtype=np.int64)
         return _to_float_images(torch.from_numpy(x)), torch.from_numpy(y)
+
+
+def _dims(shape: tuple[int, ...]) -> str:
+    return " x ".join(map(str, shape))
+
+
+def _load_array(path: Path) -> np.ndarray:
+    if not path.exists():
+        raise DataMissing(f"{path} is missing: every images-NNNNN.npy needs its labels-NNNNN.npy beside it")
+    try:
+        return np.load(path, mmap_mode="r")
+    except (ValueError, OSError, EOFError) as e:  # not an .npy file, cut short (or empty), pickled objects
+        raise ConfigError(f"{path} is not a readable .npy array ({e}): rewrite it with numpy.save") from None
+
+
+def _check_images(path: Path, images: np.ndarray, shape: tuple[int, int, int] | None, meta_path: Path) -> None:
+    if images.dtype != np.uint8 or images.ndim != 4 or (shape and images.shape[1:] != shape):
+        wanted = f"N x {_dims(shape)}" if shape else "N x S x S x C"
+        raise ConfigError(f"{path} holds {images.dtype} images of shape {_dims(images.shape)}; {meta_path} and the "
+                          f"model want uint8 {wanted}: rewrite the shard at that shape, or fix image_size and "
+                          "channels in meta.json")
+
+
+def _check_labels(path: Path, images: np.ndarray, labels: np.ndarray, num_classes: int | None) -> None:
+    name = path.name.replace("images-", "labels-", 1)
+    if labels.ndim != 1 or len(labels) != len(images) or labels.dtype.kind not in "iu":
+        raise ConfigError(f"{path.with_name(name)} holds {labels.dtype} labels of shape {_dims(labels.shape)} for "
+                          f"{len(images)} images in {path.name}: write one integer label per image")
+    if num_classes and len(labels) and not 0 <= int(labels.min()) <= int(labels.max()) < num_classes:
+        raise ConfigError(f"{path.with_name(name)} holds labels {int(labels.min())}..{int(labels.max())}, outside "
+                          f"0..{num_classes - 1} (num_classes {num_classes}): fix the labels, or num_classes in "
+                          "meta.json")
 
 
 def _to_float_images(x: torch.Tensor) -> torch.Tensor:
@@ -199,7 +305,13 @@ def make_datasets(cfg: TrainConfig, kind: str, model, seq_len: int):
             vocab = getattr(getattr(model, "c", None), "vocab_size", 256)
             make = lambda seed: SyntheticTokens(vocab, seq_len, seed)  # noqa: E731
         return make(cfg.seed), make(cfg.seed + 1)
-    load = (lambda d: ImageDataset(d)) if kind == "images" else (lambda d: TokenDataset(d, seq_len))
+    if kind == "images":
+        c = getattr(model, "c", None)  # the reference ViT's shape; a bring-your-own model's comes from meta.json
+        shape = (c.image_size, c.image_size, c.channels) if hasattr(c, "image_size") and hasattr(c, "channels") \
+            else None
+        load = lambda d: ImageDataset(d, shape, getattr(c, "num_classes", None))  # noqa: E731
+    else:
+        load = lambda d: TokenDataset(d, seq_len)  # noqa: E731
     return load(cfg.train_dir), (load(cfg.validation_dir) if cfg.validation_dir else None)
 
 

@@ -7,6 +7,7 @@ import math
 import torch
 import torch.distributed as torch_dist
 
+from contract.errors import ConfigError
 from contract.hyperparameters import TrainConfig
 from training.data import validation_indices
 from training.distributed import Dist
@@ -22,9 +23,17 @@ class Evaluator:
         self.patience = cfg.early_stopping_patience
         if self.interval and val_set is None and dist.is_main:
             print("[train] no validation channel: evaluation and early stopping are off", flush=True)
+        if self.interval and self.batches and val_set is not None and len(val_set) < global_batch:
+            # An evaluation would see no sample: its loss would be NaN, and NaN never improves (early stop).
+            where = getattr(val_set, "directory", "the validation set")
+            raise ConfigError(
+                f"the validation channel {where} holds {len(val_set)} samples, fewer than one global batch "
+                f"({global_batch} = micro_batch_size {cfg.micro_batch_size} x {dist.world_size} ranks x "
+                f"accumulation {global_batch // (cfg.micro_batch_size * dist.world_size)}): add validation data, "
+                "lower micro_batch_size or global_batch_size, or set eval_interval=0")
 
     def due(self, step: int) -> bool:
-        return bool(self.interval) and self.val_set is not None and step % self.interval == 0
+        return bool(self.interval and self.batches) and self.val_set is not None and step % self.interval == 0
 
     def run(self, state: LoopState, logger: MetricsLogger) -> None:
         """Evaluate, log val_loss, and stop the run early when it has not improved for `patience` evaluations."""

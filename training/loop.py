@@ -22,6 +22,7 @@ from training.meter import StepMeter, checkpoint_overdue
 from training.metrics import MetricsLogger
 from training.optim import build_optimizer, build_scheduler
 from training.outcome import Result, TrainingFailure, finish
+from training.precision import grad_scaler
 from training.state import LoopState, ModelState, OptimizerState, RngState, ScalerState
 from training.step import TrainStep
 
@@ -29,22 +30,25 @@ from training.step import TrainStep
 OutOfMemory = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 
 
-def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = None) -> Result:
-    """Run (or resume) the job. `stop_at` acts like a stop signal at that step (tests use it)."""
+def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = None, observe=None) -> Result:
+    """Run (or resume) the job. `stop_at` acts like a stop signal at that step; `observe` sees every step's
+    gradients and weights (training.step.TrainStep.observe). Tests use both."""
     job = build_job(cfg, dist)
     optimizer, state = build_optimizer(job.model, cfg), LoopState()
     scheduler = build_scheduler(optimizer, cfg)
-    scaler = torch.amp.GradScaler(dist.device.type, enabled=job.precision.needs_loss_scaling)
+    scaler = grad_scaler(job.precision, dist.device)
     sampler = GlobalBatchSampler(len(job.train_set), job.global_batch, dist.rank, dist.world_size, cfg.seed)
+    # Dropout's stream: each batch group its own, shared by the tensor and pipeline ranks that train on its batch.
+    stream = dist.rank if job.par.random_stream is None else job.par.random_stream
     checkpoints = CheckpointManager(cfg, dist, {
         "model": ModelState(job.model), "optim": OptimizerState(job.model, optimizer), "scheduler": scheduler,
-        "data": sampler, "scaler": ScalerState(scaler), "loop": state, "rng": RngState(dist, state)})
+        "data": sampler, "scaler": ScalerState(scaler), "loop": state, "rng": RngState(dist, state, stream)})
     if checkpoints.restore() is None:
-        torch.manual_seed(cfg.seed + 1 + dist.rank)  # each rank its own stream (dropout)
+        torch.manual_seed(cfg.seed + 1 + stream)
     state.reopen(cfg.max_steps)
     announce(cfg, job, dist)
     train_step = TrainStep(job.par, optimizer, scheduler, scaler, job.precision, dist.device, cfg.grad_clip,
-                           compile_loss=cfg.compile)
+                           compile_loss=cfg.compile, observe=observe)
     evaluator = Evaluator(train_step, job.val_set, cfg, dist, job.global_batch)
     logger = MetricsLogger(cfg.output_data_dir, dist.is_main, cfg.max_steps)
     meter = StepMeter(dist, job.precision, cfg.effective_log_interval, cfg.max_steps, job.global_batch,
@@ -76,18 +80,18 @@ def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = No
         if checkpoints.due(state.step, running=state.status == "running"):
             _checkpoint(checkpoints, meter, state.step)
     logger.close()
-    meter.raise_if_nonfinite(state.step)  # never leave a checkpoint of a diverged run as the newest
+    nonfinite = meter.raise_if_nonfinite(state.step)  # a diverged run fails; a non-finite last step is not saved
     if state.status == "stopped":  # SIGKILL follows SageMaker's SIGTERM: save only what can finish
-        checkpoints.save_at_stop(state.step, dist.max_float(stop.seconds_since()))
+        checkpoints.save_at_stop(state.step, dist.max_float(stop.seconds_since()), nonfinite)
     else:  # finished or early-stopped: a rerun resumes or sees it done
-        checkpoints.save_final(state.step)
+        checkpoints.save_final(state.step, nonfinite)
     return finish(cfg, dist, job.model, job.export_config, state)
 
 
 def _checkpoint(checkpoints: CheckpointManager, meter: StepMeter, step: int) -> None:
-    meter.raise_if_nonfinite(step)  # a diverged run must not become the newest checkpoint
-    checkpoints.save(step)
-    meter.restart()  # the save's stall is not training time
+    # A diverged run fails here; a step non-finite on any rank, below the patience, is not saved.
+    if checkpoints.save(step, nonfinite=meter.raise_if_nonfinite(step)) is not None:
+        meter.restart()  # the save's stall is not training time
 
 
 def _checkpoint_age(checkpoints: CheckpointManager, meter: StepMeter) -> dict:

@@ -83,6 +83,11 @@ def data_mesh(mesh, degrees: Degrees):
     return mesh["dp_replicate", "dp_shard"] if degrees.replicate > 1 else mesh["dp_shard"]
 
 
+def data_index(mesh, degrees: Degrees) -> int:
+    """This rank's data-parallel coordinate: which batch group (and so which random stream) it belongs to."""
+    return mesh["dp_replicate"].get_local_rank() * degrees.shard + mesh["dp_shard"].get_local_rank()
+
+
 def batch_group(mesh, degrees: Degrees):
     """The ranks that train on one batch: same data coordinates, any pipeline stage and tensor rank. Every
     rank creates every such group (new_group is collective), in the same order."""

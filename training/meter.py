@@ -75,18 +75,22 @@ class StepMeter:
         self.streak = torch.where(bad, self.streak + 1, torch.zeros_like(self.streak))
         self.worst = torch.maximum(self.worst, self.streak)
 
-    def raise_if_nonfinite(self, step: int) -> None:
-        """Fail the run when any rank saw `nonfinite_patience` non-finite steps in a row. Collective."""
-        worst = self.worst.clone()
+    def raise_if_nonfinite(self, step: int) -> int:
+        """Fail the run when any rank saw `nonfinite_patience` non-finite steps in a row; otherwise return the
+        current streak, the max over the ranks: 0 when this step is finite on every rank, the only kind a
+        checkpoint may hold. Collective: one all-reduce of both counts, at the same step on every rank."""
+        counts = torch.stack([self.worst, self.streak])
         if torch_dist.is_initialized():
-            torch_dist.all_reduce(worst, op=torch_dist.ReduceOp.MAX)
+            torch_dist.all_reduce(counts, op=torch_dist.ReduceOp.MAX)
         self.worst = self.streak.clone()
-        if int(worst.item()) >= self.patience:
+        worst, streak = (int(v) for v in counts.tolist())
+        if worst >= self.patience:
             what = "loss" if not self.count_grad_norm else "loss or gradient norm"
             raise TrainingFailure(FailureCode.NON_FINITE, (
-                f"the {what} was NaN/Inf for {int(worst.item())} steps in a row by step {step} "
+                f"the {what} was NaN/Inf for {worst} steps in a row by step {step} "
                 f"(nonfinite_patience={self.patience}): lower lr, keep grad_clip above 0, or use precision=bf16 "
                 "instead of fp16"))
+        return streak
 
     def due(self, step: int) -> bool:
         return step % self.log_interval == 0 or step == self.max_steps

@@ -95,6 +95,38 @@ def adopt_root_parameters(model: nn.Module, stages: dict[int, nn.Module]) -> Non
                 model._parameters[name] = p
 
 
+def isolate_shape_inference(stage: nn.Module, device: torch.device) -> None:
+    """torch's schedules infer each stage's output shape on their first step by running the stage on zeros under
+    no_grad, inside whatever autocast the step runs in. Two things leaked out of that run: autocast's weight
+    cache kept the low-precision weight copies it made there, without a gradient path, and the real forward of
+    the same step reused them (pp and hybrid in bf16 lost the first step's Linear-weight gradients on torch
+    2.8); and its dropout drew random numbers, so a resumed run (which infers again) drew other masks than an
+    uninterrupted one. A forward without gradients therefore runs with the random state forked and the cache
+    off (same dtype, so the inferred shapes and dtypes are the real ones). Evaluation, the other gradient-free
+    forward, has no dropout and loses nothing by it."""
+    forks: list = []
+
+    def enter(module, args) -> None:
+        if torch.is_grad_enabled():
+            return
+        contexts = [torch.random.fork_rng(devices=[device] if device.type == "cuda" else [],
+                                          device_type=device.type)]
+        if torch.is_autocast_enabled(device.type):
+            contexts.append(torch.autocast(device.type, dtype=torch.get_autocast_dtype(device.type),
+                                           cache_enabled=False))
+        for c in contexts:
+            c.__enter__()
+        forks.append(contexts)
+
+    def leave(module, args, output) -> None:
+        if not torch.is_grad_enabled() and forks:
+            for c in reversed(forks.pop()):
+                c.__exit__(None, None, None)
+
+    stage.register_forward_pre_hook(enter)
+    stage.register_forward_hook(leave)
+
+
 class Pipeline:
     """A schedule over this rank's stages; `step` trains on the loop's micro-batches, `forward_loss` evaluates."""
 
@@ -109,6 +141,8 @@ class Pipeline:
         self.m = n_microbatches
         self._losses: list[torch.Tensor] = []
         self._factor, self._loss_fn, self._scaler = 1.0, None, None
+        for mod in stages.values():
+            isolate_shape_inference(mod, device)
         runtime = [pipelining.PipelineStage(mod, s, n_stages, device, group=pp_group) for s, mod in stages.items()]
         cls = getattr(pipelining, SCHEDULES[schedule])
         # scale_grads=False: the loss is divided by micro-batches x accumulation here, so gradients

@@ -112,14 +112,14 @@ def set_rng_state(state: dict) -> None:
 
 class RngState(Stateful):
     """Every rank's generators, gathered: the same world resumes each rank's own streams; another world
-    size cannot, and derives fresh ones from the step.
+    size cannot, and derives fresh ones from the step and the rank's stream (equal on ranks that must agree).
 
     Stored as one pickled blob: DCP keeps a non-tensor value from one rank only, and would otherwise
     descend into the generator tensors.
     """
 
-    def __init__(self, dist: Dist, loop: LoopState) -> None:
-        self.dist, self.loop = dist, loop
+    def __init__(self, dist: Dist, loop: LoopState, stream: int) -> None:
+        self.dist, self.loop, self.stream = dist, loop, stream  # stream: see training.strategies.Parallelized
 
     def state_dict(self) -> dict:
         ranks = self.dist.all_gather_object(rng_state())  # collective: DCP asks every rank at once
@@ -129,4 +129,4 @@ class RngState(Stateful):
         if state["world_size"] == self.dist.world_size:
             set_rng_state(pickle.loads(state["ranks"])[self.dist.rank])
         else:  # the loop part is loaded before this one: its step seeds the new streams
-            torch.manual_seed(self.loop.step * 1009 + self.dist.rank)
+            torch.manual_seed(self.loop.step * 1009 + self.stream)

@@ -41,8 +41,11 @@ def share_batch(x: torch.Tensor, y: torch.Tensor, group) -> tuple[torch.Tensor, 
 
 class TrainStep:
     def __init__(self, par: Parallelized, optimizer, scheduler, scaler, precision: Precision,
-                 device: torch.device, grad_clip: float, compile_loss: bool = False) -> None:
+                 device: torch.device, grad_clip: float, compile_loss: bool = False, observe=None) -> None:
         self.model, self.par = par.model, par
+        # observe(event, self) at "gradients" (unscaled, before clipping), "clipped" and "updated" (after the
+        # optimizer): the conformance tests read each layout's whole gradient and weights there. None in jobs.
+        self.observe = observe
         # A pipeline calls the loss inside its schedule, stage by stage: kept eager there.
         self.loss_fn = torch.compile(loss_fn) if compile_loss and par.pipeline is None else loss_fn
         self.optimizer, self.scheduler, self.scaler = optimizer, scheduler, scaler
@@ -75,13 +78,20 @@ class TrainStep:
         grad_norm = None
         if self.grad_clip > 0:
             self.scaler.unscale_(self.optimizer)
+            self._observe("gradients")
             grad_norm = (self.par.grad_norm(self.grad_clip) if self.par.grad_norm is not None
                          else _grad_norm(self.model, self.grad_clip))
+            self._observe("clipped")
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
+        self._observe("updated")
         return total, grad_norm
+
+    def _observe(self, event: str) -> None:
+        if self.observe is not None:
+            self.observe(event, self)
 
     def _forward_backward(self, micro_batches: list) -> torch.Tensor:
         total = None

@@ -28,6 +28,20 @@ def write_tokens(directory: Path, shards: list[np.ndarray], vocab: int = 64) -> 
     return directory
 
 
+def write_corpus(root: Path) -> Path:
+    """The tests' token corpus (the `corpus` fixture): train/ holds 16 windows of SEQ tokens in two shards,
+    validation/ 16; arithmetic runs of 8 tokens from random starts, so the loss can fall."""
+    rng = np.random.default_rng(0)
+
+    def stream(n: int) -> np.ndarray:
+        starts = rng.integers(0, 64, n // 8 + 1)
+        return np.concatenate([(s + np.arange(8)) % 64 for s in starts])[:n]
+
+    write_tokens(root / "train", [stream(SEQ * 10 + 1), stream(SEQ * 6 + 1)])
+    write_tokens(root / "validation", [stream(SEQ * 16 + 1)])
+    return root
+
+
 def config(root: Path, corpus: Path, **overrides):
     """A tiny decoder run writing under `root` (checkpoints/, model/, output/)."""
     values = dict(

@@ -10,7 +10,7 @@ from contract.errors import ConfigError
 from contract.models import GPTConfig, ViTConfig
 from contract.pipeline_cut import balance
 from training.flops import honest_flops_per_sample
-from training.models.gpt import GPT
+from training.models.gpt import GPT, Block
 from training.models.vit import ViT
 from training.pipeline import part, split, stage_weights
 
@@ -18,7 +18,19 @@ from training.pipeline import part, split, stage_weights
 def gpt4(cfg, data_meta: dict) -> GPT:
     """The tiny decoder with 4 blocks and 4 heads: 2 pipeline ranks x 2 interleaved stages, or 2 tensor ranks."""
     return GPT(GPTConfig(n_layer=4, n_head=4, d_model=32, seq_len=getattr(cfg, "seq_len", None) or 16,
-                         vocab_size=int(data_meta.get("vocab_size", 64))))
+                         vocab_size=int(data_meta.get("vocab_size", 64)), dropout=getattr(cfg, "dropout", 0.0)))
+
+
+class BlockWithoutSequencePlan(Block):
+    sp_plan = None  # tensor parallelism keeps the norms replicated (the path torch or the backend may force)
+
+
+def gpt4_no_sp(cfg, data_meta: dict) -> GPT:
+    """gpt4 whose blocks offer no sequence-parallel plan."""
+    model = gpt4(cfg, data_meta)
+    for block in model.blocks:
+        block.__class__ = BlockWithoutSequencePlan
+    return model
 
 
 def vit4(cfg, data_meta: dict) -> ViT:

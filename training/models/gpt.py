@@ -37,6 +37,9 @@ class Block(nn.Module):
     # first (it reads its length), the row-parallel outputs reduce-scattered back onto the sequence.
     sp_plan = {"ln1": "sequence", "attn": "gather", "attn.qkv": "colwise", "attn.proj": "rowwise_to_sequence",
                "ln2": "sequence", "fc": "colwise_from_sequence", "out": "rowwise_to_sequence"}
+    # Where tensor parallelism splits activations that dropout touches without sequence parallelism: the heads
+    # (attention dropout inside SDPA). Each tensor rank draws its own masks there (tp.fork_sharded_randomness).
+    tp_sharded_randomness = ("attn",)
 
     def __init__(self, c: GPTConfig) -> None:
         super().__init__()

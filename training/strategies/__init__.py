@@ -42,6 +42,10 @@ class Parallelized:
     # The global gradient norm when torch's clip_grad_norm_ cannot compute it: parameters that are DTensors
     # on different meshes next to plain tensors (tp), or split over pipeline ranks (pp).
     grad_norm: Callable[[float], Any] | None = None
+    # The rank's random stream (dropout) when it is not the rank itself: the ranks of a batch group train one
+    # model on one batch, so their streams must be equal where tensor parallelism replicates activations (a
+    # tensor rank's own randomness, where it shards them, is forked from it: tp.fork_sharded_randomness).
+    random_stream: int | None = None
 
 
 def apply_strategy(model: nn.Module, cfg: TrainConfig, dist: Dist, precision: Precision) -> Parallelized:

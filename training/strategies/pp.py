@@ -15,7 +15,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from contract.errors import ConfigError
 from contract.hyperparameters import TrainConfig
 from training.grad_norm import clip_grad_norm
-from training.mesh import Degrees, batch_group, data_mesh
+from training.mesh import Degrees, batch_group, data_index, data_mesh
 from training.pipeline import Pipeline, adopt_root_parameters, split, stages_per_rank
 from training.precision import Precision
 from training.strategies import Parallelized
@@ -60,5 +60,5 @@ def apply_pp(model: nn.Module, mesh: DeviceMesh, degrees: Degrees, device: torch
     model.pipeline_group = pp_mesh.get_group()  # read by the export (training.pipeline.gather_full_state_dict)
     pipeline = Pipeline(stages, n_stages, cfg.pp_schedule, m, pp_mesh.get_group(), device)
     return Parallelized(model=model, use_autocast=not sharded, batch_group=batch_group(mesh, degrees),
-                        pipeline=pipeline,
+                        pipeline=pipeline, random_stream=data_index(mesh, degrees),
                         grad_norm=lambda max_norm: clip_grad_norm(model.parameters(), max_norm, pp_mesh.get_group()))

@@ -29,7 +29,7 @@ from torch.distributed.tensor.parallel import (
 
 from contract.errors import ConfigError
 from training.grad_norm import clip_grad_norm
-from training.mesh import Degrees, batch_group, data_mesh
+from training.mesh import Degrees, batch_group, data_index, data_mesh
 from training.precision import Precision
 from training.strategies import Parallelized
 from training.strategies.fsdp import gradient_sync, shard_model
@@ -62,7 +62,44 @@ def tensor_parallelize(model: nn.Module, tp_mesh: DeviceMesh, runs: list[list[nn
     if sequence:
         for run in runs or [blocks]:
             shard_sequence_through(list(run), tp_mesh)
+    if _has_dropout(model):
+        for block in blocks:
+            inner = unwrapped(block)
+            # With sequence parallelism every activation inside a block is split; without it, only those between
+            # the column- and the row-parallel layer of the modules the block names (a GPT's attention).
+            names = [""] if sequence else getattr(inner, "tp_sharded_randomness", ())
+            for name in names:
+                fork_sharded_randomness(inner.get_submodule(name), tp_mesh.get_local_rank())
     return sequence
+
+
+def _has_dropout(model: nn.Module) -> bool:
+    return any(isinstance(m, nn.Dropout) and m.p > 0 for m in model.modules())
+
+
+def fork_sharded_randomness(module: nn.Module, tp_rank: int) -> None:
+    """Dropout inside `module` draws from this tensor rank's own stream; outside it, from the stream the
+    tensor ranks share (training.strategies.Parallelized.random_stream), so a replicated activation gets one
+    mask on every rank (different masks made the replicated norms and position table drift apart between
+    tensor ranks, and the checkpoint keeps one copy) while split heads or sequence shards get masks of their
+    own. Each forward draws one seed from the shared stream (every tensor rank draws the same), runs on a fork
+    seeded by it and the tensor rank, then restores the shared stream. Activation checkpointing's recompute
+    restores the shared stream first, so it draws the same seed and the same masks."""
+    device = next((p.device for p in module.parameters()), torch.device("cpu"))
+    forks: list = []
+
+    def enter(mod, args) -> None:
+        seed = int(torch.randint(0, 2**62, ()).item())
+        fork = torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], device_type=device.type)
+        fork.__enter__()
+        forks.append(fork)
+        torch.manual_seed((seed + 0x9E3779B97F4A7C15 * (tp_rank + 1)) % 2**63)
+
+    def leave(mod, args, output) -> None:
+        forks.pop().__exit__(None, None, None)
+
+    module.register_forward_pre_hook(enter)
+    module.register_forward_hook(leave)
 
 
 def unwrapped(block: nn.Module) -> nn.Module:
@@ -86,7 +123,7 @@ def _apply_plan(module: nn.Module, tp_mesh: DeviceMesh, names: dict[str, str]) -
 def _sequence_parallel(model: nn.Module, blocks: list[nn.Module], tp_mesh: DeviceMesh) -> bool:
     """On when every block has an `sp_plan` and the probe passes at the model's sequence length (unknown:
     tp + 1 tokens, the uneven case, which is the one that fails where any does)."""
-    if not all(hasattr(b, "sp_plan") for b in blocks):
+    if not all(getattr(b, "sp_plan", None) for b in blocks):
         return False
     seq_len = getattr(model, "sequence_length", None) or tp_mesh.size() + 1
     problem = sequence_parallel_problem(tp_mesh, seq_len)
@@ -126,5 +163,6 @@ def apply_tp(model: nn.Module, mesh: DeviceMesh, degrees: Degrees, device: torch
         grad_sync = gradient_sync(model)
     return Parallelized(
         model=model, use_autocast=degrees.data == 1, batch_group=batch_group(mesh, degrees),
+        random_stream=data_index(mesh, degrees),
         grad_norm=lambda max_norm: clip_grad_norm(model.parameters(), max_norm),
         **({"grad_sync": grad_sync} if grad_sync else {}))
