@@ -24,6 +24,10 @@ ENV_CHANNEL_PREFIX = "SM_CHANNEL_"  # + the channel name upper-cased: SM_CHANNEL
 ENV_HP_PREFIX = "SM_HP_"  # + the hyperparameter name upper-cased
 # Not a SageMaker variable: `trainctl local` and tests move the checkpoint dir with it.
 ENV_CHECKPOINT_DIR = "TRAINING_CHECKPOINT_DIR"
+# Not a SageMaker variable: the launcher sets it on every attempt's job to the run's id. The training package
+# records it in each checkpoint and refuses a checkpoint another run wrote; the launcher reads it back from a job
+# it finds to tell its own attempt from a job that took the name.
+ENV_RUN_ID = "TRAINING_RUN_ID"
 
 # ---- input channels ----
 TRAIN_CHANNEL = "train"
