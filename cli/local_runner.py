@@ -48,12 +48,16 @@ def request_channels(create: dict[str, Any]) -> dict[str, Path] | None:
 
 def render_for_local(loaded: LoadedRequest) -> dict[str, Any]:
     """The CreateTrainingJob request SageMaker would get, rendered against this machine's placeholder settings."""
-    from jobs.render import new_run_id, render_create_training_job
+    from cli.plan_view import PLAN_NONCE, plan_run_id
+    from jobs.render import render_create_training_job
 
     request = loaded.request
     settings = local_platform(request.framework_version)
     validate_for_platform(loaded, settings)
-    return render_create_training_job(request, settings, run_id=new_run_id(request.name, "local"), attempt=1)
+    # A run id stable per request name, not a random one: the container gets it as TRAINING_RUN_ID, and the
+    # training package resumes only checkpoints its own run wrote, so a second `trainctl local` must resume.
+    return render_create_training_job(request, settings, run_id=plan_run_id(request.name), attempt=1,
+                                      name_nonce=PLAN_NONCE)
 
 
 def run_request_locally(loaded: LoadedRequest, *, workdir: Path | None, nproc: int | None, data: Path | None,

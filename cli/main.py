@@ -85,8 +85,8 @@ def render_command(
         "--instance-type", metavar="TYPE", help="Render for this instance type (e.g. a fallback).")] = None,
     on_demand: Annotated[bool, typer.Option("--on-demand", help="Render without Spot.")] = False,
     run_id: Annotated[str | None, typer.Option(
-        "--run-id", help="Run id: it names the job and the checkpoint prefix. Default: <request name>-<hash>, "
-                         "the same on every call.")] = None,
+        "--run-id", help="Run id: it names the job and the checkpoint prefix. Default: a stand-in, "
+                         "<request name>-0000000000000000, the same on every call.")] = None,
     prefix: PrefixOpt = DEFAULT_PREFIX,
     region: RegionOpt = None,
 ) -> None:

@@ -15,15 +15,18 @@ from rich.markup import escape
 from rich.table import Table
 
 # Plans render with a stand-in run id: each execution gets its own (jobs.render.new_run_id: the request
-# name and 8 hex digits of the execution name), so the plan shows those digits as a placeholder.
-_PLAN_DIGEST = "00000000"
-_DIGEST_SHOWN = "<8 hex>"
+# name and 16 random characters), and each attempt's name 8 random characters of its own, so the plan
+# shows placeholders for both.
+_PLAN_DIGEST = "0" * 16
+PLAN_NONCE = "0" * 8
+_DIGEST_SHOWN = "<16 random>"
+_NONCE_SHOWN = "<8 random>"
 
 
 def plan_run_id(request_name: str) -> str:
     from jobs.render import new_run_id
 
-    return new_run_id(request_name, "plan").rsplit("-", 1)[0] + f"-{_PLAN_DIGEST}"
+    return new_run_id(request_name).rsplit("-", 1)[0] + f"-{_PLAN_DIGEST}"
 
 
 def _hp(create: dict[str, Any], key: str) -> Any:
@@ -153,7 +156,8 @@ def retry_rows(request: Any) -> list[tuple[str, str]]:
 
 
 def _shown(text: str) -> str:
-    return text.replace(f"-{_PLAN_DIGEST}", f"-{_DIGEST_SHOWN}")
+    return text.replace(f"-{_PLAN_DIGEST}-{PLAN_NONCE}-", f"-{_DIGEST_SHOWN}-{_NONCE_SHOWN}-").replace(
+        f"-{_PLAN_DIGEST}", f"-{_DIGEST_SHOWN}")
 
 
 def plan_rows(request: Any, create: dict[str, Any]) -> list[tuple[str, str]]:
@@ -192,7 +196,7 @@ def plan_rows(request: Any, create: dict[str, Any]) -> list[tuple[str, str]]:
     rows += retry_rows(request)
     rows.append(("job names", f"{_shown(create['TrainingJobName'])}, -a2, ... (a fresh name per attempt; every "
                               "attempt resumes from the run's one checkpoint prefix)"))
-    rows.append(("run id", "<8 hex> comes from the execution name: a new run (and prefix) per execution"))
+    rows.append(("run id", "<16 random> is drawn once per execution: a new run (and prefix) per execution"))
     return rows
 
 

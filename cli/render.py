@@ -21,15 +21,19 @@ from cli.request_file import LoadedRequest, load_request, validate_for_platform
 def render_for_platform(loaded: LoadedRequest, platform: Any, *, attempt: int, run_id: str | None,
                         instance_type: str | None, on_demand: bool) -> dict[str, Any]:
     """The CreateTrainingJob request of one attempt; a request the renderer refuses is a UserError."""
+    from cli.plan_view import PLAN_NONCE, plan_run_id
     from contract.errors import RequestInvalid
-    from jobs.render import new_run_id, render_create_training_job
+    from jobs.render import render_create_training_job
 
     if instance_type is not None:
         check_instance_override(loaded.request, platform, instance_type)
-    run_id = run_id or new_run_id(loaded.request.name, "trainctl-render")
+    # Without --run-id, a stand-in the same on every call: zeros where the launcher draws random characters.
+    nonce = None if run_id else PLAN_NONCE
+    run_id = run_id or plan_run_id(loaded.request.name)
     try:
         return render_create_training_job(loaded.request, platform, run_id=run_id, attempt=attempt,
-                                          instance_type=instance_type, spot=False if on_demand else None)
+                                          instance_type=instance_type, spot=False if on_demand else None,
+                                          name_nonce=nonce)
     except RequestInvalid as exc:
         raise UserError(f"cannot render {loaded.path}:\n  " + str(exc).replace("\n", "\n  ")) from None
     except ValueError as exc:  # a --run-id that cannot make a SageMaker job name
@@ -65,11 +69,11 @@ def show_plan(request: Path, platform: Path | None, aws: Aws, *, as_json: bool =
               chart: Path | None = None, prices: str = "auto") -> None:
     """`trainctl plan`: validate, render the first attempt, print what would run and how it is sized, its costs
     from the prices `--prices` names (cli.prices)."""
-    from cli.plan_view import draw_chart, plan_json, plan_run_id, print_plan, print_sizing, sizing_result
+    from cli.plan_view import draw_chart, plan_json, print_plan, print_sizing, sizing_result
     from cli.prices import resolve_prices
 
     loaded, settings = _loaded_for_platform(request, platform, aws)
-    create = render_for_platform(loaded, settings, attempt=1, run_id=plan_run_id(loaded.request.name),
+    create = render_for_platform(loaded, settings, attempt=1, run_id=None,
                                  instance_type=None, on_demand=False)
     table = resolve_prices(prices, getattr(settings, "region", None), aws)
     result = sizing_result(loaded.request, settings, table.prices)

@@ -70,6 +70,15 @@ def _check_model(model: str) -> str | None:
     return f"{model!r}: use {', '.join(REFERENCE_MODELS)}, or 'package.module:factory' for your own model"
 
 
+def _check_init_from(path: str) -> str | None:
+    # Only the form: the launcher checks requests with this rule where the container's files do not exist; the
+    # training package says whether the path is there when it uses it.
+    if re.match(r"^[a-z][a-z0-9+.-]*://", path, re.I):
+        return (f"{path!r}: give a path inside the container (a channel's or a file system's folder), not a URI: "
+                "a checkpoint step folder `.../step-N`, a checkpoint folder, or a `model.safetensors` file")
+    return None
+
+
 def _hp(doc: str, set_by: str = "user", **rules: Any) -> dict[str, Any]:
     return meta(doc, set_by=set_by, **rules)
 
@@ -126,6 +135,10 @@ class TrainConfig:
     keep_checkpoints: int = field(default=3, metadata=_hp("complete checkpoints kept (0 is taken as 1)", min=0))
     async_checkpoint: bool = field(default=False, metadata=_hp("save checkpoints in the background"))
     seed: int = field(default=1234, metadata=_hp("seed of initialization, data order and dropout"))
+    init_from: str | None = field(default=None, metadata=_hp(
+        "start from these weights (a checkpoint's `step-N` folder, a checkpoint folder: its newest complete step, "
+        "or a `model.safetensors`) at step 0 with a fresh optimizer; ignored once the run has checkpoints of its "
+        "own", check=_check_init_from))
     # Torch-native model parallelism (hsdp, tp, pp, hybrid): set by the launcher from the request's `parallel`.
     tp_degree: int = field(default=1, metadata=_hp("ranks a layer's tensors are split over", "platform", min=1))
     pp_degree: int = field(default=1, metadata=_hp("pipeline stages", "platform", min=1))

@@ -1,13 +1,13 @@
 """CreateTrainingJob's limits (botocore's service model, docs/REFERENCE.md) and what the platform itself adds.
 
 A request's own share of each limit is the API's less the platform's: the renderer adds
-PLATFORM_ENVIRONMENT to Environment, PLATFORM_TAGS to Tags, and the hyperparameters of
+PLATFORM_ENVIRONMENT and RUN_ENVIRONMENT to Environment, PLATFORM_TAGS to Tags, and the hyperparameters of
 jobs.hyperparameter_rules to HyperParameters.
 """
 
 from __future__ import annotations
 
-from contract.container import TORCHRUN_SHUTDOWN_SECONDS
+from contract.container import ENV_RUN_ID, TORCHRUN_SHUTDOWN_SECONDS
 
 MAX_HYPERPARAMETERS = 100
 MAX_HYPERPARAMETER_JSON = 2500  # characters of one JSON-encoded value
@@ -34,6 +34,9 @@ PLATFORM_ENVIRONMENT = {
     # (the toolkit builds the command, so --shutdown_timeout cannot be passed) and waits inside the 120 s.
     "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(TORCHRUN_SHUTDOWN_SECONDS),
 }
-MAX_ENVIRONMENT = MAX_ENVIRONMENT_VARIABLES - len(PLATFORM_ENVIRONMENT)
+# Variables the renderer sets per run, not to a fixed value: the run's id, the marker by which the launcher
+# knows its own jobs (jobs.run.is_ours), so a request may never set it.
+RUN_ENVIRONMENT = (ENV_RUN_ID,)
+MAX_ENVIRONMENT = MAX_ENVIRONMENT_VARIABLES - len(PLATFORM_ENVIRONMENT) - len(RUN_ENVIRONMENT)
 # Tags the renderer writes on every job, as `<name_prefix>:<tag>`.
 PLATFORM_TAGS = ("run-id", "attempt", "request", "strategy")

@@ -17,12 +17,12 @@ import logging
 import os
 import re
 import time
-import uuid
 from typing import Any
 
+from contract.container import ENV_RUN_ID
 from contract.errors import Problem, RequestInvalid
 from jobs import run as runs
-from jobs.classify import classify_launch, ended_job_in
+from jobs.classify import Category, Failure, classify_launch, ended_job_in
 from jobs.platform import PlatformSettings
 from jobs.platform_rules import validate_for_platform
 from jobs.policy import Action, succeeded, watch
@@ -57,7 +57,11 @@ def prepare(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     validate_for_platform(request, platform)
     execution = event.get("execution") or {}
     now = clock()
-    run_id = new_run_id(request.name, execution.get("name") or uuid.uuid4().hex)
+    # Random, not derived from the execution: the execution's name is the caller's to choose (and its ARN is
+    # the state machine's plus that name), so anything derived from them can be matched on purpose. Random is
+    # safe here because Prepare has no side effect: a retried Prepare's first result never reaches the state
+    # machine, so its id names no job and nothing is orphaned. From here on the id travels in the run state.
+    run_id = new_run_id(request.name)
     run = runs.new_run(request, run_id=run_id, execution=execution, now=now)
     create = render_create_training_job(request, platform, run_id=run_id, attempt=1)
     runs.start_attempt(run, create, attempt=1, now=now)
@@ -80,10 +84,11 @@ def decide(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     request = parse_request(run.request)
     now = clock()
     job = ended_job_in(failure_event)
+    squatter = None  # a job under the attempt's name that is not the run's
     if job is None:
         job, error = look_up_training_job(create["TrainingJobName"], platform.region)
         if job is not None and not runs.is_ours(run, job):
-            job = None  # the name is taken by a job that does not write this run's checkpoints
+            squatter, job = job, None
         runs.note_lookup(run, error)
         if job is not None:
             runs.observe(run, job)
@@ -94,7 +99,7 @@ def decide(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
             decision = succeeded(run)
             log.info("run %s attempt %s: %s", run.run_id, run.attempt, decision.reason)
             return {"run": run.to_dict(), "create": create, "job": job, "decision": decision.to_event()}
-    failure = classify_launch(failure_event, job)
+    failure = name_taken(run, squatter) if squatter is not None else classify_launch(failure_event, job)
     runs.finish_attempt(run, now=now, job=job, failure=failure)
     decision = decide_next(request, run, failure, now)
     log.info("run %s attempt %s: %s -> %s", run.run_id, run.attempt, failure.category, decision.reason)
@@ -107,6 +112,16 @@ def decide(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         run.waited_seconds += decision.wait_seconds
         runs.start_attempt(run, create, attempt=attempt, now=now + decision.wait_seconds)
     return {"run": run.to_dict(), "create": create, "decision": decision.to_event()}
+
+
+def name_taken(run: RunState, squatter: dict[str, Any]) -> Failure:
+    """The attempt's name is held by a job that is not the run's: no job of ours was created, and a new attempt
+    under a new (unguessable) name can succeed. Counted as a service-side fault (retried after
+    retry.internal_error_wait_seconds, at most internal_error_max_retries times): unlike the user's error it
+    says nothing about the request, and the bound stops a run from chasing a squatter that reads its state."""
+    name = squatter.get("TrainingJobName", run.current.job_name)
+    return Failure(Category.INTERNAL, f"the name {name} is taken by a job this run did not create (its "
+                   f"{ENV_RUN_ID} is not {run.run_id}); it was left alone", job_started=False)
 
 
 def _watch(request, run: RunState, create: dict[str, Any], failure_event: dict[str, Any],
@@ -186,12 +201,19 @@ _MAY_RUN = ("InProgress", "Stopping", "Unknown")
 
 
 def stop_jobs_left_running(run: RunState) -> tuple[list[str], list[str]]:
-    """Stop every job of the run that still runs; (names stopped, "name (why)" of those that could not be)."""
+    """Stop every job of the run that still runs; (names stopped, "name (why)" of those that could not be).
+
+    A job seen under an attempt's name that is not the run's is left alone. One that cannot be looked up is
+    stopped all the same: the run ends, and its names cannot be guessed, so such a job is almost surely its own.
+    """
     stopped, left = [], []
     for attempt in (a for a in run.attempts if a.status in _MAY_RUN):
         job, error = look_up_training_job(attempt.job_name)
         if job is None and not error:
             attempt.status = "NotCreated"
+            continue
+        if job is not None and not runs.is_ours(run, job):
+            attempt.status = "NotCreated"  # the name is another's job: never stopped by this run
             continue
         if job is not None:
             attempt.status = job.get("TrainingJobStatus", attempt.status)

@@ -25,8 +25,11 @@ RETRY_POLICY = """\
 | `retry.max_attempts` attempts used, or `retry.max_total_hours` spent (waits included) | the run fails with "attempts exhausted" / "time budget exhausted" |
 | The run ends, however it ends (a fault in Decide or Summarize included) | any job of the run still running is stopped; the summary lists it |
 
-Every attempt is a new training job named `<name_prefix>-<run id>-a<N>` that resumes from the run's one
-checkpoint prefix, `s3://<checkpoint bucket>/<name_prefix>/<run id>/checkpoints/`. The execution's output
+Every attempt is a new training job named `<name_prefix>-<run id>-<8 random characters>-a<N>` that resumes
+from the run's one checkpoint prefix, `s3://<checkpoint bucket>/<name_prefix>/<run id>/checkpoints/`. The run
+id is the request's name and 16 random characters (80 bits), drawn once per execution; every attempt's job
+carries it in its environment as `TRAINING_RUN_ID`, and a job found under an attempt's name without it is
+another's: never waited on or stopped, and the run retries under a new name. The execution's output
 is a summary: every attempt (job name, instance type, Spot, status, category, reason, times, billable and
 lost seconds), the time lost to interruptions, final metrics and the model artifact URI.
 """

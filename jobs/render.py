@@ -1,7 +1,10 @@
 """A valid job request plus the platform's settings -> the exact CreateTrainingJob request of attempt N.
 
 Every attempt of one run gets a fresh job name (job names are unique per account and region) and the same
-checkpoint S3 prefix, so a retry resumes where the last attempt checkpointed. The keys in
+checkpoint S3 prefix, so a retry resumes where the last attempt checkpointed. Neither the run id nor an
+attempt's name can be guessed ahead (both carry random characters), and every attempt's Environment carries
+the run id (contract.container.ENV_RUN_ID): a job found under an attempt's name is the run's own only when it
+carries that marker (jobs.run.is_ours), never because of its name or its checkpoint prefix. The keys in
 CREATE_REQUEST_KEYS are present in every rendered request: the state machine maps each one explicitly
 (`"<Key>.$": "$.create.<Key>"`) and a missing path would fail the execution, so optional settings are
 rendered in an always-present form (ProfilerConfig with DisableProfiler, Environment possibly {}) or nested
@@ -16,12 +19,20 @@ SMP v2 image supports are only as right as AWS's documentation.
 
 from __future__ import annotations
 
-import hashlib
+import base64
 import json
 import re
+import secrets
 from typing import Any
 
-from contract.container import CHECKPOINT_DIR, CODE_CHANNEL, INPUT_DATA_DIR, TRAIN_CHANNEL, VALIDATION_CHANNEL
+from contract.container import (
+    CHECKPOINT_DIR,
+    CODE_CHANNEL,
+    ENV_RUN_ID,
+    INPUT_DATA_DIR,
+    TRAIN_CHANNEL,
+    VALIDATION_CHANNEL,
+)
 from contract.hyperparameters import Strategy
 from contract.metrics import metric_definitions
 from jobs import catalog
@@ -61,23 +72,48 @@ CONTAINER_LOG_LEVEL = 20  # logging.INFO, as SDK v2 sends it
 PROFILING_INTERVAL_MS = 500
 
 
-def new_run_id(request_name: str, execution_name: str) -> str:
-    """A run id that is readable and unique per execution, deterministic given both names."""
-    digest = hashlib.sha256(execution_name.encode()).hexdigest()[:8]
-    slug = re.sub(r"[^a-zA-Z0-9-]+", "-", request_name).strip("-")[:40].strip("-") or "run"
-    return f"{slug}-{digest}"
+# The run id's random part: 80 bits, 16 characters of lowercase base32 (a-z, 2-7: valid in job names, S3 keys
+# and tags). An id derived from the execution name could be taken: the name is the caller's to choose, and 32
+# bits of a hash of it collided in under a second. Random bits leave nothing to choose or to find.
+RUN_TOKEN_BYTES = 10
+RUN_TOKEN_CHARS = 16
+# Each attempt's name adds 40 random bits of its own (8 characters), so that nobody can create a job under
+# the name of an attempt still to come and make it fail: the name is not derivable from the run id.
+NAME_NONCE_BYTES = 5
+NAME_NONCE_CHARS = 8
+RUN_SLUG_MAX = 40
 
 
-def job_name(platform: PlatformSettings, run_id: str, attempt: int) -> str:
-    """`<name_prefix>-<run_id>-a<N>`, shortened in the middle of the run name to fit 63 characters.
+def random_token(nbytes: int) -> str:
+    """`nbytes` random bytes as lowercase base32 without padding (8 characters per 5 bytes)."""
+    return base64.b32encode(secrets.token_bytes(nbytes)).decode().rstrip("=").lower()
 
-    It starts with the name prefix because the launcher role may only create jobs named `<prefix>-*`.
+
+def new_run_id(request_name: str) -> str:
+    """`<request name, slugged>-<16 random characters>`: readable, and unique by 80 random bits.
+
+    Minted once per execution, by Prepare, and carried in the run state from then on (jobs.run.RunState).
     """
-    head, tail = f"{platform.name_prefix}-", f"-a{attempt}"
-    slug, _, digest = run_id.rpartition("-")
-    room = JOB_NAME_MAX - len(head) - len(tail) - len(digest) - 1
+    slug = re.sub(r"[^a-zA-Z0-9-]+", "-", request_name).strip("-")[:RUN_SLUG_MAX].strip("-") or "run"
+    return f"{slug}-{random_token(RUN_TOKEN_BYTES)}"
+
+
+def new_name_nonce() -> str:
+    """Fresh random characters for one attempt's job name."""
+    return random_token(NAME_NONCE_BYTES)
+
+
+def job_name(platform: PlatformSettings, run_id: str, attempt: int, nonce: str) -> str:
+    """`<name_prefix>-<run_id>-<nonce>-a<N>`, shortened in the middle of the run name to fit 63 characters.
+
+    It starts with the name prefix because the launcher role may only create jobs named `<prefix>-*`; the run
+    id's random part and the nonce are kept whole, only the request name's slug gives way.
+    """
+    head, tail = f"{platform.name_prefix}-", f"-{nonce}-a{attempt}"
+    slug, _, token = run_id.rpartition("-")
+    room = JOB_NAME_MAX - len(head) - len(tail) - len(token) - 1
     slug = slug[:max(room, 0)].rstrip("-")
-    name = f"{head}{slug}-{digest}{tail}" if slug else f"{head}{digest}{tail}"
+    name = f"{head}{slug}-{token}{tail}" if slug else f"{head}{token}{tail}"
     if not JOB_NAME_PATTERN.fullmatch(name) or len(name) > JOB_NAME_MAX:
         raise ValueError(f"cannot build a valid job name from prefix {platform.name_prefix!r} and run {run_id!r}")
     return name
@@ -101,17 +137,19 @@ def render_create_training_job(
     instance_type: str | None = None,
     spot: bool | None = None,
     infra_check: bool | None = None,
+    name_nonce: str | None = None,
 ) -> dict[str, Any]:
     """The botocore CreateTrainingJob kwargs for `attempt` (1-based) of run `run_id`.
 
     `instance_type` and `spot` override the request's for this attempt (the retry policy moves to a
-    fallback type after a capacity shortage, and off Spot after repeated interruptions).
+    fallback type after a capacity shortage, and off Spot after repeated interruptions). `name_nonce` is the
+    job name's random part: fresh random characters unless given (trainctl's stand-in renders fix it).
     """
     if attempt < 1:
         raise ValueError(f"attempt numbers start at 1, got {attempt}")
     use_spot = request.spot if spot is None else spot
     primary = instance_type or request.training_instance_type
-    name = job_name(platform, run_id, attempt)
+    name = job_name(platform, run_id, attempt, name_nonce or new_name_nonce())
     create: dict[str, Any] = {
         "TrainingJobName": name,
         "AlgorithmSpecification": _algorithm(request, platform, primary),
@@ -126,7 +164,9 @@ def render_create_training_job(
         "EnableInterContainerTrafficEncryption": request.inter_container_encryption,
         "EnableManagedSpotTraining": use_spot,
         "CheckpointConfig": {"S3Uri": checkpoint_s3_uri(platform, run_id), "LocalPath": CHECKPOINT_DIR},
-        "Environment": {**PLATFORM_ENVIRONMENT, **request.environment},
+        # The run's marker last: a request may not set it (jobs.request_fields refuses it), and it is what tells
+        # the run's own job from one that took its name.
+        "Environment": {**PLATFORM_ENVIRONMENT, **request.environment, ENV_RUN_ID: run_id},
         "ProfilerConfig": _profiler(request, platform, run_id),
         "InfraCheckConfig": {"EnableInfraCheck": request.infra_check if infra_check is None else infra_check},
         "Tags": _tags(request, platform, run_id, attempt, strategy_and_degrees(request, primary)[0]),

@@ -13,6 +13,7 @@ from jobs.api_limits import (
     MAX_METRIC_NAME,
     MAX_S3_URI,
     PLATFORM_ENVIRONMENT,
+    RUN_ENVIRONMENT,
 )
 
 NAME_MAX = 40  # leaves room for "<prefix>-" and "-<hash>-a<N>" inside SageMaker's 63 characters
@@ -113,6 +114,8 @@ def check_environment(env: dict[str, str]) -> list[tuple[str, str]]:
     for key, value in env.items():
         if key in PLATFORM_ENVIRONMENT:
             found.append((key, f"is set by the platform ({key}={PLATFORM_ENVIRONMENT[key]}); remove it"))
+        elif key in RUN_ENVIRONMENT:
+            found.append((key, "is set by the platform to the run's id, which marks the run's own jobs; remove it"))
         elif not _ENV_KEY.fullmatch(key) or len(key) > MAX_ENVIRONMENT_TEXT:
             found.append((key, f"names must match [a-zA-Z_][a-zA-Z0-9_]* (at most {MAX_ENVIRONMENT_TEXT} characters)"))
         elif len(value) > MAX_ENVIRONMENT_TEXT or not _env_text(value):

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from contract.container import ENV_RUN_ID
 from contract.schema import to_jsonable
 from jobs.classify import Category, Failure, to_epoch
 from jobs.request_schema import JobRequest
@@ -126,13 +128,22 @@ ENDED = ("Completed", "Failed", "Stopped")
 
 
 def is_ours(run: RunState, job: dict[str, Any]) -> bool:
-    """Whether a job found under the current attempt's name is the run's own: it writes the run's checkpoints.
-
-    Names are derived from the execution name, so a job of the same name from elsewhere is unlikely, but
-    it must never be waited on or stopped as if it were this run's.
+    """Whether a job found under one of the run's attempt names is the run's own: its Environment carries the
+    run's id (contract.container.ENV_RUN_ID), which the launcher renders into every attempt and a request may
+    not set. Neither the name nor the checkpoint prefix proves it: anyone allowed to create training jobs under
+    the name prefix can pick both. A job that is not the run's is never waited on, adopted or stopped.
     """
-    prefix = (job.get("CheckpointConfig") or {}).get("S3Uri")
-    return prefix is None or prefix == run.checkpoint_s3_uri
+    marker = (job.get("Environment") or {}).get(ENV_RUN_ID)
+    if marker is None and _LEGACY_RUN_ID.fullmatch(run.run_id):
+        # A run started before jobs carried the marker: its jobs have none, and waiting on them (the old rule:
+        # the checkpoint prefix) beats starting a second job on the same checkpoints. New run ids never match.
+        return (job.get("CheckpointConfig") or {}).get("S3Uri") in (None, run.checkpoint_s3_uri)
+    return marker == run.run_id
+
+
+# `<slug>-<8 hex digits of the execution name>`, the run ids minted before the random ones (jobs.render).
+# Remove once no execution started before then can still run (a job's 28 days plus the run's waits).
+_LEGACY_RUN_ID = re.compile(r".*-[0-9a-f]{8}")
 
 
 def observe(run: RunState, job: dict[str, Any]) -> Attempt:

@@ -10,6 +10,22 @@ Layout of `step-N/` (one format whether the run was single, ddp or fsdp):
 What the folder holds is `training.state`'s parts. DCP reshards on load, so a checkpoint written by N ranks
 resumes on M, and a DDP one resumes into FSDP.
 
+Whose a checkpoint is: the marker also records "run_id" (contract.container.ENV_RUN_ID, which the launcher
+sets on every attempt of a run; null where it is unset: `trainctl local`, tests) and "fingerprint"
+(training.job.fingerprint: the model, its shape, vocabulary size and master-weight dtype). On resume a step
+whose recorded run id is another run's, or whose fingerprint differs from this run's, ends the run before
+training (CHECKPOINT_UNREADABLE, naming both runs and what differs): a run must not continue another's
+training as its own. A missing run id claims nothing: a step written without one (or by a marker from
+before owners, "unknown owner") is adopted by any run with a line, so a run that took up the platform
+mid-way is not stranded; a run without one resumes any step whose fingerprint matches, with a line. The
+fingerprint is checked whatever the run ids.
+
+Starting from another run's weights is explicit: `init_from` (a `step-N` folder, a checkpoint folder's
+newest complete step, or a `model.safetensors`) loads the model's parameters alone (DCP with only the
+"model" key, so any strategy reshards it; a safetensors file through `set_model_state_dict`, broadcast from
+rank 0) when the run's own folder holds no complete checkpoint; the optimizer, data position, schedule and
+RNG start fresh at step 0. Once the run has checkpoints of its own, `init_from` is ignored (one line).
+
 Cadence: every `checkpoint_interval` steps, and every `checkpoint_minutes` since the last save started, while
 the run goes on; once more when it ends (completed, early-stopped, stopped by a signal) unless that step is
 saved. At a stop the save is written only if, by the longest earlier save, it ends before SageMaker's SIGKILL
@@ -60,6 +76,7 @@ import time
 import warnings
 import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -67,9 +84,12 @@ import torch
 import torch.distributed as torch_dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 from torch.distributed.checkpoint.stateful import Stateful
 
-from contract.container import STOP_KILL_AFTER_SECONDS
+from contract.container import ENV_RUN_ID, STOP_KILL_AFTER_SECONDS
+from contract.errors import ConfigError
 from contract.failures import FailureCode
 from contract.hyperparameters import TrainConfig
 from training.checkpoint_staging import PinnedStager
@@ -154,19 +174,41 @@ def read_checkpoint(path: str | Path) -> dict:
 
 
 class _Step(NamedTuple):
-    """A complete step as its marker describes it; `checksums` None for a marker from before them."""
+    """A complete step as its marker describes it; `checksums` None for a marker from before them, `owner`
+    ({"run_id", "fingerprint"}) None for a marker from before owners."""
 
     path: str
     sizes: dict[str, int]
     checksums: dict[str, str] | None
+    owner: dict | None = None
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The run that writes checkpoints here: its id (None: unset, claims nothing) and what its weights mean
+    (training.job.fingerprint; None: not checked, e.g. a benchmark without a job)."""
+
+    run_id: str | None
+    fingerprint: dict | None = None
+
+    @property
+    def name(self) -> str:
+        return f"run {self.run_id!r}" if self.run_id else f"a run without a run id ({ENV_RUN_ID} unset)"
+
+
+def current_run_id() -> str | None:
+    """The launcher's run id (contract.container.ENV_RUN_ID), or None where it is unset (local runs, tests)."""
+    return os.environ.get(ENV_RUN_ID) or None
 
 
 class CheckpointManager:
     """Owns the checkpoint folder: restore on start, save on cadence and at the end. Collective throughout."""
 
-    def __init__(self, cfg: TrainConfig, dist: Dist, parts: dict[str, Stateful]) -> None:
+    def __init__(self, cfg: TrainConfig, dist: Dist, parts: dict[str, Stateful], owner: Owner | None = None) -> None:
         self.root = Path(cfg.checkpoint_dir)
         self.dist, self.parts = dist, parts
+        self.owner = owner or Owner(current_run_id())
+        self.init_from = cfg.init_from
         self.interval, self.keep = cfg.checkpoint_interval, cfg.effective_keep_checkpoints
         self.every_s = cfg.checkpoint_minutes * 60
         self.async_save = cfg.async_checkpoint
@@ -185,22 +227,46 @@ class CheckpointManager:
 
     # ---- resuming -----------------------------------------------------------------------------------
     def restore(self) -> Path | None:
-        """Check the folder can take the next save, then load the newest complete step that verifies and loads
-        into the parts, in place, falling back to older ones; None when there is none. Collective."""
+        """Check the folder can take the next save, then load the newest complete step that is this run's,
+        verifies and loads into the parts, in place, falling back to older ones. None when there is none:
+        then the model's weights come from `init_from` when it is set. Collective."""
         steps = self._complete_steps()
         self._check_folder(steps[0].sizes if steps else None)
         failed: list[tuple[str, str]] = []  # (step-N, why it could not be resumed)
         for step in steps:
             path = Path(step.path)
+            adopted = self._check_owner(step)
             why, verified = self._verify(step)
             why = why or self._load(path)
             if why is None:
-                self._resumed(path, failed, verified)
+                self._resumed(path, failed, verified, adopted)
                 return path
             failed.append((path.name, why))
         if failed:
             raise TrainingFailure(FailureCode.CHECKPOINT_UNREADABLE, _unreadable(self.root, failed))
+        if self.init_from:
+            self._start_from(self.init_from)
         return None
+
+    def _check_owner(self, step: _Step) -> str | None:
+        """Raise when the step is another run's or another model's; otherwise the line to say when this run
+        adopts a step whose owner it cannot confirm (None when it can). Every rank sees the same step."""
+        mine, name = self.owner, Path(step.path).name
+        if step.owner is None:
+            return (f"[checkpoint] {name} has an unknown owner (its marker predates run ids and fingerprints): "
+                    f"{mine.name} resumes it")
+        theirs = Owner(step.owner.get("run_id"), step.owner.get("fingerprint"))
+        other_run = bool(theirs.run_id and mine.run_id and theirs.run_id != mine.run_id)
+        differences = (_differences(theirs.fingerprint, mine.fingerprint)
+                       if theirs.fingerprint is not None and mine.fingerprint is not None else [])
+        if other_run or differences:
+            raise TrainingFailure(FailureCode.CHECKPOINT_UNREADABLE,
+                                  _foreign(self.root, step.path, theirs, mine, other_run, differences))
+        if theirs.run_id == mine.run_id:
+            return None
+        if theirs.run_id is None:
+            return f"[checkpoint] {name} was written by {theirs.name}: {mine.name} adopts it"
+        return f"[checkpoint] {name} was written by {theirs.name}; {mine.name} resumes it"
 
     def _complete_steps(self) -> list[_Step]:
         """Every complete step, newest first, as rank 0 sees them (partial ones newer than the newest complete
@@ -212,7 +278,9 @@ class CheckpointManager:
                 if reason is None:
                     marker = json.loads((path / MARKER).read_text())
                     checksums = marker.get("checksums") if marker.get("checksum") == CHECKSUM else None
-                    found.append(_Step(str(path), marker["files"], checksums))
+                    owned = "run_id" in marker or "fingerprint" in marker
+                    owner = {"run_id": marker.get("run_id"), "fingerprint": marker.get("fingerprint")} if owned else None
+                    found.append(_Step(str(path), marker["files"], checksums, owner))
                 elif not found:
                     print(f"[checkpoint] skipping {path.name}: {reason}", flush=True)
         return self.dist.broadcast_object(found)
@@ -242,12 +310,13 @@ class CheckpointManager:
         seconds = self.dist.max_float(time.time() - began)
         return None, f"{len(step.checksums)} checksums verified in {seconds:.2f} s over {self.dist.world_size} rank(s)"
 
-    def _load(self, path: Path) -> str | None:
-        """None when the step loaded on every rank; otherwise why, every rank's causes once each. Collective."""
+    def _load(self, path: Path, parts: list[str] | None = None) -> str | None:
+        """None when the step (its `parts`, default all) loaded on every rank; otherwise why, every rank's
+        causes once each. Collective."""
         causes: list[str] = []
         try:
             with _quiet_in_one_process():
-                dcp.load(dict(self.parts), checkpoint_id=str(path))
+                dcp.load({k: v for k, v in self.parts.items() if parts is None or k in parts}, checkpoint_id=str(path))
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as e:  # DCP's CheckpointException is a BaseException, each rank's error inside
@@ -256,13 +325,69 @@ class CheckpointManager:
         causes = list(dict.fromkeys(c for rank_causes in self.dist.all_gather_object(causes) for c in rank_causes))
         return f"failed to load ({'; '.join(causes)})" if causes else None
 
-    def _resumed(self, path: Path, failed: list[tuple[str, str]], verified: str) -> None:
+    def _resumed(self, path: Path, failed: list[tuple[str, str]], verified: str, adopted: str | None) -> None:
         self.saved_at = int(path.name.removeprefix("step-"))
         if not self.dist.is_main:
             return
         for name, why in failed:
             print(f"[checkpoint] {name} {why}: resuming from {path.name}", flush=True)
+        if adopted:
+            print(adopted, flush=True)
         print(f"[checkpoint] resumed from {path} at step {self.saved_at} ({verified})", flush=True)
+        if self.init_from:
+            print(f"[checkpoint] init_from={self.init_from} ignored: the run resumes its own checkpoint", flush=True)
+
+    # ---- starting from another run's weights (init_from) -----------------------------------------------
+    def _start_from(self, given: str) -> None:
+        """Load the model's parameters alone from `given` (see the module docstring); ConfigError, on every
+        rank, for a path that holds no usable weights or whose tensors do not fit this model. Collective."""
+        found = self.dist.broadcast_object(_init_source(given) if self.dist.is_main else None)
+        if isinstance(found, str):
+            raise ConfigError(found)
+        kind, path, shapes, about = found
+        model = self.parts["model"]
+        if kind == "safetensors" and getattr(model.model, "pipeline_group", None) is not None:
+            raise ConfigError(f"init_from={given}: a safetensors file cannot start a pipeline (pp, hybrid) run here: "
+                              "give a checkpoint's step-N folder instead (it reshards into the stages)")
+        self._check_fits(given, shapes)
+        why = self._load(Path(path), parts=["model"]) if kind == "dcp" else self._load_full(path)
+        if why:
+            raise TrainingFailure(FailureCode.CHECKPOINT_UNREADABLE,
+                                  f"init_from={given} {why}: give an intact checkpoint or model file, or unset init_from")
+        if self.dist.is_main:
+            print(f"[checkpoint] started from the weights of {path} ({about}, {len(shapes)} tensors); the optimizer, "
+                  "data position, learning-rate schedule and RNG start fresh at step 0", flush=True)
+
+    def _check_fits(self, given: str, shapes: dict[str, list[int]]) -> None:
+        """Every tensor of this model is in the source at the same (global) shape, and the source has no other
+        model tensors; otherwise ConfigError naming the first few, on every rank. Collective."""
+        mine = {k: list(v.shape) for k, v in self.parts["model"].state_dict().items()}
+        problems = [f"tensor {k!r} is not there" if k not in shapes else
+                    f"tensor {k!r} is {shapes[k]} there and {shape} in this model"
+                    for k, shape in mine.items() if shapes.get(k) != shape]
+        everyone = {k for keys in self.dist.all_gather_object(sorted(mine)) for k in keys}
+        problems += [f"tensor {k!r} there is not in this model" for k in sorted(set(shapes) - everyone)]
+        problems = sorted({p for rank_problems in self.dist.all_gather_object(problems) for p in rank_problems})
+        if problems:
+            more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
+            raise ConfigError(f"init_from={given} does not fit this model: {'; '.join(problems[:3])}{more}: start from "
+                              "weights of the same model and shape (model, model_size, seq_len, the data's "
+                              "vocabulary), or unset init_from")
+
+    def _load_full(self, path: str) -> str | None:
+        """Set the model from a full state dict in a safetensors file, read on rank 0 and broadcast (every
+        strategy but pipelines shards it on set). None when every rank set it; otherwise why. Collective."""
+        causes: list[str] = []
+        try:
+            state = _read_safetensors(path) if self.dist.is_main else {}
+            options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=torch_dist.is_initialized())
+            set_model_state_dict(self.parts["model"].model, state, options=options)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as e:
+            causes = _causes(e)
+        causes = list(dict.fromkeys(c for rank_causes in self.dist.all_gather_object(causes) for c in rank_causes))
+        return f"failed to load ({'; '.join(causes)})" if causes else None
 
     def _check_folder(self, newest_sizes: dict[str, int] | None) -> None:
         """Each node's folder exists, takes a file, and has room for the next save; otherwise every rank fails
@@ -423,7 +548,8 @@ class CheckpointManager:
         problem = None
         if self.dist.local_rank == 0:
             marker = {"step": step, "files": {name: size for name, (size, _) in sorted(files.items())},
-                      "checksum": CHECKSUM, "checksums": {name: crc for name, (_, crc) in sorted(files.items())}}
+                      "checksum": CHECKSUM, "checksums": {name: crc for name, (_, crc) in sorted(files.items())},
+                      "run_id": self.owner.run_id, "fingerprint": self.owner.fingerprint}
             try:
                 with self._disk_full_is_a_failure(path):
                     _write_atomic(path / MARKER, json.dumps(marker, indent=1))
@@ -526,6 +652,100 @@ def _unreadable(root: Path, failed: list[tuple[str, str]]) -> str:
         fix = ("the model, model_size, optimizer or strategy differs from the run that wrote them, or their files are "
                "damaged; run with the settings it was written with, or start from an empty checkpoint folder")
     return f"no checkpoint in {root} can be resumed: {'; '.join(parts)}: {fix}"
+
+
+def _foreign(root: Path, path: str, theirs: Owner, mine: Owner, other_run: bool, differences: list[str]) -> str:
+    """Why a step is not this run's to resume, naming both runs, what differs, and the fix."""
+    why = ["it is another run's"] if other_run else []
+    if differences:
+        more = f" and {len(differences) - 4} more" if len(differences) > 4 else ""
+        why.append(f"its model differs from this run's ({'; '.join(differences[:4])}{more})")
+    if other_run:
+        fix = (f"point checkpoint_dir at this run's own folder (an empty one to start afresh), or start from that "
+               f"checkpoint's weights explicitly with init_from={path}")
+    else:
+        fix = ("run with the model settings it was written with (model, model_size, seq_len, the data's vocabulary), "
+               "or point checkpoint_dir at an empty folder (init_from starts from weights of the same shape only)")
+    return (f"{mine.name} cannot resume the checkpoint {Path(path).name} in {root}, written by {theirs.name}: "
+            f"{'; '.join(why)}: {fix}")
+
+
+def _differences(theirs: dict, mine: dict) -> list[str]:
+    """'key: X in the checkpoint, Y in this run' for each fingerprint entry that differs (nested keys dotted)."""
+    a, b = dict(_flat(theirs)), dict(_flat(mine))
+    absent = "absent"
+    return [f"{k}: {a.get(k, absent)} in the checkpoint, {b.get(k, absent)} in this run"
+            for k in sorted(a.keys() | b.keys()) if a.get(k, absent) != b.get(k, absent)]
+
+
+def _flat(d: dict, prefix: str = ""):
+    for k, v in d.items():
+        if isinstance(v, dict):
+            yield from _flat(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
+
+
+_INIT_FIX = "give a checkpoint's step-N folder, a checkpoint folder, or a model.safetensors file"
+
+
+def _init_source(given: str) -> tuple[str, str, dict[str, list[int]], str] | str:
+    """(kind "dcp" or "safetensors", path, {tensor: shape} of the model there, what it is for the log line) for
+    an `init_from` value; or why it cannot be used (the ConfigError's text). Reads headers only."""
+    path = Path(given)
+    if not path.exists():
+        return f"init_from={given} does not exist (on rank 0's host): {_INIT_FIX} that this job can read"
+    if path.is_dir() and not (path / MARKER).exists() and not _STEP_DIR.match(path.name):
+        if (path / "model.safetensors").is_file() and not step_dirs(path):
+            path = path / "model.safetensors"  # an exported model folder
+        else:
+            newest = next((p for _, p in step_dirs(path) if why_invalid(p) is None), None)
+            if newest is None:
+                return f"init_from={given} holds no complete checkpoint (no step-N folder with its {MARKER}): {_INIT_FIX}"
+            path = newest
+    if path.is_dir():
+        if (why := why_invalid(path)) is not None:
+            return f"init_from={given} is not a complete checkpoint ({why}): {_INIT_FIX}"
+        shapes = _dcp_model_shapes(path)
+        if isinstance(shapes, str):
+            return f"init_from={given}: {shapes}: {_INIT_FIX}"
+        marker = json.loads((path / MARKER).read_text())
+        writer = Owner(marker.get("run_id")).name if marker.get("run_id") else "a run without a run id"
+        return "dcp", str(path), shapes, f"{path.name} of {writer}"
+    shapes = _safetensors_shapes(path)
+    if isinstance(shapes, str):
+        return f"init_from={given}: {shapes}: {_INIT_FIX}"
+    return "safetensors", str(path), shapes, "a safetensors file"
+
+
+def _dcp_model_shapes(path: Path) -> dict[str, list[int]] | str:
+    """{parameter: global shape} of the "model" part of a DCP checkpoint, from its .metadata; or why not."""
+    try:
+        entries = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    except Exception as e:
+        return f"its .metadata cannot be read ({_causes(e)[0]})"
+    shapes = {k.removeprefix("model."): list(m.size) for k, m in entries.items()
+              if k.startswith("model.") and isinstance(m, TensorStorageMetadata)}
+    return shapes or "it holds no model tensors"
+
+
+def _safetensors_shapes(path: Path) -> dict[str, list[int]] | str:
+    """{tensor: shape} from a safetensors file's header; or why not."""
+    try:
+        from safetensors import safe_open
+    except ImportError:
+        return "reading a safetensors file needs the safetensors package, which this image lacks"
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return {k: list(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118 (safe_open is not iterable)
+    except Exception as e:
+        return f"not a readable safetensors file ({_causes(e)[0]})"
+
+
+def _read_safetensors(path: str) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(path, device="cpu")
 
 
 _FOLDER_FIX = "point checkpoint_dir at a folder this job can write, or fix the folder's permissions or mount"

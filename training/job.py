@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +34,7 @@ class Job:
     n_params: int
     flops_per_sample: float | None  # training.flops' honest convention where the model allows it
     export_config: dict
+    fingerprint: dict  # what defines the trained function (`fingerprint`): a checkpoint records it
 
     @property
     def model(self) -> torch.nn.Module:
@@ -56,6 +58,8 @@ def build_job(cfg: TrainConfig, dist: Dist) -> Job:
     flops = honest_flops_per_sample(model) or (model.flops_per_sample() if hasattr(model, "flops_per_sample")
                                                else None)
     export_config = model.export_config() if hasattr(model, "export_config") else {"model": cfg.model}
+    # Before any wrapper (activation checkpointing, compile, the strategy) renames or shards the parameters.
+    identity = fingerprint(cfg, model, meta)
     if cfg.activation_checkpointing:
         apply_activation_checkpointing(model)
     if cfg.compile:
@@ -63,7 +67,28 @@ def build_job(cfg: TrainConfig, dist: Dist) -> Job:
     par = apply_strategy(model, cfg, dist, precision)
     if late_init:
         materialize(par.model, dist.device, cfg.seed)
-    return Job(par, train_set, val_set, kind, seq_len, global_batch, precision, n_params, flops, export_config)
+    return Job(par, train_set, val_set, kind, seq_len, global_batch, precision, n_params, flops, export_config,
+               identity)
+
+
+# Settings of a model's config that change how it trains, not the function its weights define.
+_NOT_SHAPE = ("dropout",)
+
+
+def fingerprint(cfg: TrainConfig, model: torch.nn.Module, meta: dict) -> dict:
+    """What a checkpoint's weights mean, as JSON: the model (reference name or factory), its shape (the
+    model's `export_config()` less dropout; else every parameter's name and shape), the vocabulary size and
+    the dtype of the master weights. Two runs whose fingerprints differ cannot share a checkpoint."""
+    if hasattr(model, "export_config"):
+        shape = {k: v for k, v in model.export_config().items() if k not in _NOT_SHAPE}
+    else:
+        shape = {name: list(p.shape) for name, p in model.named_parameters()}
+    vocab = shape.get("vocab_size", meta.get("vocab_size"))
+    dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.is_floating_point()})
+    found = {"model": cfg.model, "shape": shape, "vocab_size": None if vocab is None else int(vocab),
+             "master_dtype": ",".join(dtypes)}
+    # As the marker's JSON gives it back (a tuple in a model's config reads back as a list), so they compare.
+    return json.loads(json.dumps(found, default=str))
 
 
 def announce(cfg: TrainConfig, job: Job, dist: Dist) -> None:

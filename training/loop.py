@@ -13,7 +13,7 @@ import torch
 
 from contract.failures import FailureCode
 from contract.hyperparameters import TrainConfig
-from training.checkpoint import CheckpointManager
+from training.checkpoint import CheckpointManager, Owner, current_run_id
 from training.data import GlobalBatchSampler, micro_batches
 from training.distributed import Dist, StopFlag
 from training.evaluation import Evaluator
@@ -42,7 +42,8 @@ def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = No
     stream = dist.rank if job.par.random_stream is None else job.par.random_stream
     checkpoints = CheckpointManager(cfg, dist, {
         "model": ModelState(job.model), "optim": OptimizerState(job.model, optimizer), "scheduler": scheduler,
-        "data": sampler, "scaler": ScalerState(scaler), "loop": state, "rng": RngState(dist, state, stream)})
+        "data": sampler, "scaler": ScalerState(scaler), "loop": state, "rng": RngState(dist, state, stream)},
+        owner=Owner(current_run_id(), job.fingerprint))
     if checkpoints.restore() is None:
         torch.manual_seed(cfg.seed + 1 + stream)
     state.reopen(cfg.max_steps)

@@ -21,7 +21,7 @@ FAST = ("--interval", "0.05")
 def create(platform_doc) -> dict:
     request = parse_request(json.loads((DATA / "ddp.json").read_text()))
     return render_create_training_job(request, PlatformSettings.from_dict(platform_doc),
-                                      run_id=new_run_id(request.name, "test"), attempt=1)
+                                      run_id=new_run_id(request.name), attempt=1)
 
 
 def sfn():

@@ -102,7 +102,7 @@ def two_attempts(deployed, platform_doc):
 
     request = parse_request(json.loads((DATA / "ddp.json").read_text()))
     create = render_create_training_job(request, PlatformSettings.from_dict(platform_doc),
-                                        run_id=new_run_id(request.name, "test"), attempt=1)
+                                        run_id=new_run_id(request.name), attempt=1)
     machine = deployed(machines.training_machine(create, machines.SUCCEED, attempts=2))
     sfn = boto3.client("stepfunctions", region_name=REGION)
     arn = sfn.start_execution(stateMachineArn=machine, name="ch", input="{}")["executionArn"]

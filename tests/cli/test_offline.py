@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC
 from pathlib import Path
 
@@ -51,7 +52,8 @@ def test_run_id_names_the_checkpoint_prefix(platform_file):
     create = json.loads(result.stdout)
     assert create["CheckpointConfig"]["S3Uri"] == (
         "s3://mltrain-checkpoints-123456789012-us-east-1/mltrain/gpt-small-ddp-0badcafe/checkpoints/")
-    assert create["TrainingJobName"] == "mltrain-gpt-small-ddp-0badcafe-a1"
+    # The name's own random part is fresh on every render: attempt names cannot be guessed ahead.
+    assert re.fullmatch(r"mltrain-gpt-small-ddp-0badcafe-[a-z2-7]{8}-a1", create["TrainingJobName"])
 
 
 def test_plan_summarizes_what_would_run(platform_file):
@@ -66,8 +68,8 @@ def test_plan_summarizes_what_would_run(platform_file):
     assert "ml.p4d.24xlarge -> ml.p5.48xlarge -> ml.g5.48xlarge" in text
     assert "on demand after 2 interruptions" in text
     assert "at most 10 attempts" in text
-    assert "mltrain/gpt-1b-fsdp-spot-<8 hex>/checkpoints/ every 500 steps" in text
-    assert "mltrain-gpt-1b-fsdp-spot-<8 hex>-a1, -a2" in text
+    assert "mltrain/gpt-1b-fsdp-spot-<16 random>/checkpoints/ every 500 steps" in text
+    assert "mltrain-gpt-1b-fsdp-spot-<16 random>-<8 random>-a1, -a2" in text
 
 
 def test_plan_shows_smp_degrees_and_the_fsx_channel(platform_file):

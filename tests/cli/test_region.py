@@ -70,7 +70,7 @@ def test_no_region_anywhere_says_how_to_set_one(regions):
 def _deploy(region: str, platform_doc: dict) -> str:
     request = parse_request(json.loads((DATA / "ddp.json").read_text()))
     create = render_create_training_job(request, PlatformSettings.from_dict(platform_doc),
-                                        run_id=new_run_id(request.name, "test"), attempt=1)
+                                        run_id=new_run_id(request.name), attempt=1)
     arn = boto3.client("stepfunctions", region_name=region).create_state_machine(
         name="mltrain-launcher", definition=json.dumps(machines.training_machine(create, machines.WAIT_LONG)),
         roleArn=ROLE)["stateMachineArn"]

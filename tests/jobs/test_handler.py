@@ -11,8 +11,10 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from contract.container import ENV_RUN_ID
 from contract.errors import RequestInvalid
 from jobs import handler
+from jobs.run import RunState
 
 from .conftest import ROOT, assert_valid_create_request
 
@@ -170,6 +172,7 @@ def test_decide_describes_the_job_when_the_cause_is_a_plain_message(platform_env
     from moto.sagemaker.models import sagemaker_backends
 
     fake = sagemaker_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].training_jobs[state["create"]["TrainingJobName"]]
+    fake.environment = state["create"]["Environment"]  # SageMaker returns it; moto drops it
     fake.training_job_status, fake.secondary_status = "Stopped", "Interrupted"
     assert sm.describe_training_job(TrainingJobName=fake.training_job_name)["SecondaryStatus"] == "Interrupted"
 
@@ -268,3 +271,23 @@ def test_attempts_exhausted_end_the_run_with_the_reason(platform_env, clock):
     assert out["summary"]["reason"].startswith("attempts exhausted (2 of 2)")
     assert [a["instance_type"] for a in out["summary"]["attempts"]] == ["ml.p4d.24xlarge", "ml.p4de.24xlarge"]
     assert out["subject"] == "Training run gpt-350m-spot failed: capacity"
+
+
+def test_the_run_ends_without_stopping_a_job_that_took_its_name(platform_env, clock, monkeypatch):
+    state = handler.prepare({"request": REQUEST, "execution": EXECUTION})
+    run = RunState.from_dict(state["run"])
+    other = {"TrainingJobName": run.current.job_name, "TrainingJobStatus": "InProgress",
+             "Environment": {ENV_RUN_ID: "another-run-0000000000000000"}}
+    stops = []
+    monkeypatch.setattr(handler, "look_up_training_job", lambda name, region=None: (other, ""))
+    monkeypatch.setattr(handler, "stop_training_job", lambda name: stops.append(name) or "")
+    assert handler.stop_jobs_left_running(run) == ([], [])
+    assert stops == [] and run.current.status == "NotCreated"
+    # Decide does not wait on it either: the run retries under a fresh name.
+    decided = roundtrip(handler.decide({**state, "failure": {
+        "Error": "SageMaker.ResourceInUseException", "Cause": "Training job names must be unique (ResourceInUse)"}}))
+    assert decided["decision"]["action"] == "retry" and decided["decision"]["category"] == "internal"
+    assert decided["create"]["TrainingJobName"] != state["create"]["TrainingJobName"]
+    assert decided["create"]["Environment"][ENV_RUN_ID] == state["run"]["run_id"]
+    assert decided["run"]["attempts"][0]["status"] == "NotCreated"
+    assert stops == []

@@ -10,7 +10,7 @@ from botocore.exceptions import ParamValidationError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contract.container import STOP_FILE
+from contract.container import ENV_RUN_ID, STOP_FILE
 from contract.metrics import MAX_METRIC_DEFINITIONS, METRIC_NAMES, metric_definitions
 from jobs import catalog
 from jobs.container_entry import IMAGE_START
@@ -18,8 +18,11 @@ from jobs.platform import PlatformSettings
 from jobs.render import (
     CREATE_REQUEST_KEYS,
     JOB_NAME_PATTERN,
+    NAME_NONCE_CHARS,
+    RUN_TOKEN_CHARS,
     checkpoint_s3_uri,
     job_name,
+    new_name_nonce,
     new_run_id,
     render_create_training_job,
 )
@@ -29,12 +32,13 @@ from .conftest import REQUEST_EXAMPLES, assert_valid_create_request, load_platfo
 
 BASE = {"name": "gpt-small", "dataset": "s3://mltrain-datasets-123456789012-us-east-1/tokens/train/",
         "instance": {"type": "ml.g5.12xlarge"}}
+RUN_ID = new_run_id("gpt-small")
 
 
 def render(doc, platform, attempt=1, **kw):
     req = parse_request({**BASE, **doc})
     validate_for_platform(req, platform)
-    return render_create_training_job(req, platform, run_id=new_run_id(req.name, "exec-1"), attempt=attempt, **kw)
+    return render_create_training_job(req, platform, run_id=RUN_ID, attempt=attempt, **kw)
 
 
 def decoded(create) -> dict:
@@ -45,8 +49,8 @@ def decoded(create) -> dict:
 def test_examples_render_valid_requests_for_every_attempt(path, platform):
     req = parse_request(json.loads(path.read_text()))
     validate_for_platform(req, platform)
-    run_id = new_run_id(req.name, "2026-11-21-exec")
-    names, prefixes = set(), set()
+    run_id = new_run_id(req.name)
+    names, prefixes, renders = set(), set(), 0
     for attempt in (1, 2, 30):
         for instance_type in req.instance_types:
             for spot in (True, False):
@@ -56,9 +60,11 @@ def test_examples_render_valid_requests_for_every_attempt(path, platform):
                 assert_valid_create_request(create)
                 assert create["ResourceConfig"]["InstanceType"] == instance_type
                 assert create["EnableManagedSpotTraining"] is spot
+                assert create["TrainingJobName"].endswith(f"-a{attempt}")
                 names.add(create["TrainingJobName"])
                 prefixes.add(create["CheckpointConfig"]["S3Uri"])
-    assert len(names) == 3, "one fresh job name per attempt"
+                renders += 1
+    assert len(names) == renders, "a fresh job name every time an attempt is rendered"
     assert prefixes == {checkpoint_s3_uri(platform, run_id)}, "one checkpoint prefix per run"
 
 
@@ -66,7 +72,7 @@ def test_local_example_renders_file_channels():
     local = dataclasses.replace(load_platform(), name_prefix="local")
     req = parse_request(json.loads(next(p for p in REQUEST_EXAMPLES if p.name == "local-fsdp.json").read_text()))
     validate_for_platform(req, local)
-    create = render_create_training_job(req, local, run_id=new_run_id(req.name, "local"), attempt=1)
+    create = render_create_training_job(req, local, run_id=new_run_id(req.name), attempt=1)
     uris = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in create["InputDataConfig"]}
     assert uris == {"train": "file://./data/stdlib-bytes/train", "validation": "file://./data/stdlib-bytes/validation"}
     hp = decoded(create)
@@ -86,15 +92,41 @@ def test_botocore_validation_catches_a_broken_request(platform):
 
 
 def test_job_names_fit_sagemakers_rules_and_the_role_prefix(platform):
-    run_id = new_run_id("x" * 40, "an-execution-name-that-is-long-" * 3)
+    run_id = new_run_id("x" * 80)
     long_prefix = dataclasses.replace(platform, name_prefix="a-rather-long-platform-prefix")
     for settings_ in (platform, long_prefix):
         for attempt in (1, 9, 10, 30, 999):
-            name = job_name(settings_, run_id, attempt)
+            nonce = new_name_nonce()
+            name = job_name(settings_, run_id, attempt, nonce)
             assert len(name) <= 63 and JOB_NAME_PATTERN.fullmatch(name), name
-            assert name.startswith(f"{settings_.name_prefix}-") and name.endswith(f"-a{attempt}")
-    assert new_run_id("gpt", "exec-1") == new_run_id("gpt", "exec-1") != new_run_id("gpt", "exec-2")
-    assert new_run_id("gpt", "exec-1").startswith("gpt-")
+            assert name.startswith(f"{settings_.name_prefix}-") and name.endswith(f"-{nonce}-a{attempt}")
+            # The run id's random part is kept whole: only the request name's slug gives way.
+            assert run_id.rsplit("-", 1)[1] in name
+    assert new_run_id("gpt").startswith("gpt-") and new_run_id("  ").startswith("run-")
+
+
+def test_run_ids_carry_at_least_64_random_bits():
+    ids = [new_run_id("gpt") for _ in range(1000)]
+    assert len(set(ids)) == 1000
+    tokens = [i.removeprefix("gpt-") for i in ids]
+    # 16 characters of a 32-letter alphabet: 80 bits.
+    assert all(len(t) == RUN_TOKEN_CHARS and set(t) <= set("abcdefghijklmnopqrstuvwxyz234567") for t in tokens)
+    assert RUN_TOKEN_CHARS * 5 >= 64
+    # Every character position takes many values: the bits are spread, not a counter or a constant.
+    assert all(len({t[i] for t in tokens}) > 16 for i in range(RUN_TOKEN_CHARS))
+
+
+def test_each_attempt_name_has_fresh_random_characters(platform):
+    # Not derivable from the run id and the attempt number: nobody can take attempt 2's name ahead.
+    names = {render({}, platform, attempt=2)["TrainingJobName"] for _ in range(200)}
+    assert len(names) == 200
+    nonces = {n.rsplit("-", 2)[1] for n in names}
+    assert all(len(n) == NAME_NONCE_CHARS for n in nonces)
+
+
+def test_the_run_marker_is_the_platforms_own(platform):
+    with pytest.raises(RequestInvalid, match=ENV_RUN_ID):
+        render({"environment": {ENV_RUN_ID: "someone-elses-run"}}, platform)
 
 
 def test_launcher_and_script_hyperparameters_are_json_encoded(platform):
@@ -212,7 +244,7 @@ def test_optional_settings_always_have_a_form(platform):
     plain = render({}, platform)
     assert plain["ProfilerConfig"] == {"DisableProfiler": True}
     assert plain["InfraCheckConfig"] == {"EnableInfraCheck": False}
-    assert plain["Environment"] == PLATFORM_ENVIRONMENT
+    assert plain["Environment"] == {**PLATFORM_ENVIRONMENT, ENV_RUN_ID: RUN_ID}
     assert "KeepAlivePeriodInSeconds" not in plain["ResourceConfig"]
     full = render({"profiler": True, "infra_check": True, "warm_pool_minutes": 30, "environment": {"A": "1"},
                    "max_pending_hours": 1, "training_plan": "p5-reserved",
@@ -223,7 +255,7 @@ def test_optional_settings_always_have_a_form(platform):
     assert full["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 1800
     assert full["ResourceConfig"]["TrainingPlanArn"] == platform.training_plans["p5-reserved"].arn
     assert full["StoppingCondition"]["MaxPendingTimeInSeconds"] == 3600
-    assert full["Environment"] == {**PLATFORM_ENVIRONMENT, "A": "1"}
+    assert full["Environment"] == {**PLATFORM_ENVIRONMENT, "A": "1", ENV_RUN_ID: RUN_ID}
     assert_valid_create_request(full)
     warm_default = dataclasses.replace(platform, default_warm_pool_minutes=10)
     assert render({}, warm_default)["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 600
@@ -248,8 +280,7 @@ def test_instance_groups(platform):
 def test_tags_tie_the_job_to_its_run_and_attempt(platform):
     create = render({"tags": {"team": "nlp"}}, platform, attempt=3)
     tags = {t["Key"]: t["Value"] for t in create["Tags"]}
-    run_id = new_run_id("gpt-small", "exec-1")
-    assert tags == {"mltrain:run-id": run_id, "mltrain:attempt": "3", "mltrain:request": "gpt-small",
+    assert tags == {"mltrain:run-id": RUN_ID, "mltrain:attempt": "3", "mltrain:request": "gpt-small",
                     "mltrain:strategy": "ddp", "team": "nlp"}
 
 
@@ -368,13 +399,15 @@ def test_generated_requests_render_valid_create_training_job(doc, attempt, execu
     validate_for_platform(req, _ALL_PLATFORM)
     instance_type = data.draw(st.sampled_from(list(req.instance_types))) if req.instance else None
     spot = data.draw(st.sampled_from([None, True, False]))
-    run_id = new_run_id(req.name, execution)
+    run_id = new_run_id(req.name + execution)
     create = render_create_training_job(req, _ALL_PLATFORM, run_id=run_id, attempt=attempt,
                                         instance_type=instance_type, spot=spot)
     assert tuple(create) == CREATE_REQUEST_KEYS
     assert_valid_create_request(create)
     assert create["CheckpointConfig"]["S3Uri"] == checkpoint_s3_uri(_ALL_PLATFORM, run_id)
-    assert create["TrainingJobName"] == job_name(_ALL_PLATFORM, run_id, attempt)
+    nonce = create["TrainingJobName"].rsplit("-", 2)[1]
+    assert create["TrainingJobName"] == job_name(_ALL_PLATFORM, run_id, attempt, nonce)
+    assert create["Environment"][ENV_RUN_ID] == run_id
     assert len(create["HyperParameters"]) <= 100 and len(create["Tags"]) <= 50
     assert len(create["AlgorithmSpecification"]["MetricDefinitions"]) <= 40
     assert create["EnableManagedSpotTraining"] is (req.spot if spot is None else spot)
@@ -407,5 +440,5 @@ def test_torchrun_gets_a_shutdown_grace_that_fits_sagemakers_120_seconds():
     request = parse_request({**json.loads((ROOT / "examples" / "ddp-gpt-125m.json").read_text()),
                              "environment": {"MY_FLAG": "1"}})
     env = render_create_training_job(request, platform, run_id="r1", attempt=1)["Environment"]
-    assert env == {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "110", "MY_FLAG": "1"}
+    assert env == {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "110", "MY_FLAG": "1", "TRAINING_RUN_ID": "r1"}
     assert 30 < int(env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"]) < 120

@@ -167,8 +167,8 @@ def test_not_an_object():
     ({"instance_groups": [{"name": "a", "type": "ml.g5.xlarge"}]}, "instance_groups", "not both"),
     ({"instance": None}, "instance", "give instance.type"),
     ({"tags": {f"k{i}": "v" for i in range(47)}}, "tags", "at most 46 entries"),
-    # 100 is the API's limit; the platform adds TORCH_ELASTIC_SHUTDOWN_TIMEOUT.
-    ({"environment": {f"K{i}": "v" for i in range(100)}}, "environment", "at most 99 entries"),
+    # 100 is the API's limit; the platform adds TORCH_ELASTIC_SHUTDOWN_TIMEOUT and TRAINING_RUN_ID.
+    ({"environment": {f"K{i}": "v" for i in range(100)}}, "environment", "at most 98 entries"),
     ({"metrics": [{"name": f"m{i}", "regex": "m=(\\d+)"} for i in range(30)]}, "metrics", f"at most {MAX_METRIC_DEFINITIONS - len(METRIC_NAMES)} items"),
     ({"metrics": [{"name": "train_loss", "regex": "loss=(\\d+)"}]}, "metrics[0].name", "already defined"),
     ({"metrics": [{"name": "acc", "regex": "acc=\\d+"}]}, "metrics[0].regex", "capture group"),

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 
+from contract.container import ENV_RUN_ID
 from jobs import run as runs
 from jobs.classify import Category, Failure
 from jobs.render import render_create_training_job
 from jobs.request import parse_request
-from jobs.run import RunState
+from jobs.run import Execution, RunState, is_ours
 
 T0 = 1_800_000_000.0
 KEYS = ["run_id", "execution", "request", "started_at", "started_epoch", "attempt", "instance_type", "spot",
@@ -61,3 +62,30 @@ def test_a_state_written_before_the_watch_fields_still_reads(platform):
     again = RunState.from_dict(data)
     assert (again.current.looks, again.current.lookup_errors, again.current.stopped_by_launcher) == (0, 0, False)
     assert again.current.job_name == run.current.job_name
+
+
+def _job(marker=None, checkpoint=None) -> dict:
+    job = {"TrainingJobName": "mltrain-x-a1", "TrainingJobStatus": "InProgress"}
+    if marker is not None:
+        job["Environment"] = {ENV_RUN_ID: marker}
+    if checkpoint is not None:
+        job["CheckpointConfig"] = {"S3Uri": checkpoint}
+    return job
+
+
+def test_a_job_is_the_runs_own_only_by_its_marker():
+    run = RunState(run_id="gpt-abcdefghijklmnop", execution=Execution(), request={}, started_at="",
+                   started_epoch=0.0, checkpoint_s3_uri="s3://ckpt/mltrain/gpt-abcdefghijklmnop/checkpoints/")
+    assert is_ours(run, _job(run.run_id))
+    # The same name and checkpoint prefix prove nothing: anyone allowed to create jobs can copy them.
+    assert not is_ours(run, _job("gpt-qrstuvwxyz234567", run.checkpoint_s3_uri))
+    assert not is_ours(run, _job(None, run.checkpoint_s3_uri))
+    assert not is_ours(run, _job(None))
+
+
+def test_runs_started_before_the_marker_keep_the_checkpoint_rule():
+    legacy = RunState(run_id="gpt-1234abcd", execution=Execution(), request={}, started_at="", started_epoch=0.0,
+                      checkpoint_s3_uri="s3://ckpt/mltrain/gpt-1234abcd/checkpoints/")
+    assert is_ours(legacy, _job(None, legacy.checkpoint_s3_uri))
+    assert not is_ours(legacy, _job(None, "s3://ckpt/mltrain/other/checkpoints/"))
+    assert not is_ours(legacy, _job("someone-else", legacy.checkpoint_s3_uri))

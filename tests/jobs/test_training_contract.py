@@ -35,7 +35,7 @@ def toolkit_args(hyperparameters: dict[str, str]) -> list[str]:
 @pytest.mark.parametrize("path", REQUEST_EXAMPLES, ids=lambda p: p.name)
 def test_rendered_examples_parse_in_the_training_config(path, platform):
     req = parse_request(json.loads(path.read_text()))
-    create = render_create_training_job(req, platform, run_id=new_run_id(req.name, "x"), attempt=1)
+    create = render_create_training_job(req, platform, run_id=new_run_id(req.name), attempt=1)
     cfg = training_config.parse_args(toolkit_args(create["HyperParameters"]), env={})
     assert (cfg.strategy, cfg.model, cfg.model_size) == (req.resolved_strategy, req.model, req.model_size)
     assert cfg.checkpoint_interval == req.checkpoint_interval

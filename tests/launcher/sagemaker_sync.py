@@ -281,6 +281,7 @@ class ScriptedSageMaker:
         job.algorithm_specification = params["AlgorithmSpecification"]
         job.resource_config = params["ResourceConfig"]
         job.stopping_condition = params["StoppingCondition"]
+        job.environment = params.get("Environment", {})  # SageMaker's DescribeTrainingJob returns it
         self._steps[name] = self._play(job, outcome)
         self._throttle[name] = outcome.throttled_describes
         next(self._steps[name])
