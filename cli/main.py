@@ -3,6 +3,7 @@
     trainctl plan examples/fsdp-gpt-1b.json --platform examples/platform-settings.json  # no AWS call
     trainctl render examples/fsdp-gpt-1b.json --attempt 2 | jq .ResourceConfig          # settings from SSM
     trainctl submit examples/fsdp-gpt-1b.json --wait        # start the launcher state machine, follow it
+    trainctl resume RUN examples/fsdp-gpt-1b.json           # continue a run that ended, on its checkpoints
     trainctl status|list|stop|logs ...
     trainctl local examples/local-fsdp.json --nproc 2       # the same request, on this machine
     trainctl schema > job-request.schema.json               # the request's JSON Schema, for editors
@@ -131,6 +132,33 @@ def submit_command(
     settings (allowed instance types, training plans, FSx).
     """
     raise typer.Exit(submit.submit_request(request, Aws(region=region, prefix=prefix), name=name,
+                                           platform=platform, state_machine=state_machine, wait=wait,
+                                           interval=interval))
+
+
+@app.command("resume", rich_help_panel=DEPLOYED)
+@user_errors
+def resume_command(
+    run_id: Annotated[str, typer.Argument(
+        metavar="RUN", help="The run id to continue (its execution's run_id, as `trainctl status` shows it).")],
+    request: RequestArg,
+    wait: Annotated[bool, typer.Option("--wait", help="Follow the execution until it ends; exit 1 if it fails.")]
+    = False,
+    name: Annotated[str | None, typer.Option(
+        "--name", metavar="EXECUTION_NAME", help="Execution name (default: <request name>-<UTC time>).")] = None,
+    platform: PlatformOpt = None,
+    state_machine: StateMachineOpt = None,
+    prefix: PrefixOpt = DEFAULT_PREFIX,
+    region: RegionOpt = None,
+    interval: IntervalOpt = 10.0,
+) -> None:
+    """Continue a run that ended (max runtime, attempts spent, stopped) on its checkpoints.
+
+    Submits REQUEST (the run's request, perhaps with more max_steps, other instances or a new retry budget)
+    with resume_run set to RUN: same run id and checkpoint prefix, attempt numbers following on. The launcher
+    refuses a run that completed, is still active, or trained another model.
+    """
+    raise typer.Exit(submit.resume_request(run_id, request, Aws(region=region, prefix=prefix), name=name,
                                            platform=platform, state_machine=state_machine, wait=wait,
                                            interval=interval))
 

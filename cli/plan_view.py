@@ -14,6 +14,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from contract.hyperparameters import canonical_name
+
 # Plans render with a stand-in run id: each execution gets its own (jobs.render.new_run_id: the request
 # name and 16 random characters), and each attempt's name 8 random characters of its own, so the plan
 # shows placeholders for both.
@@ -186,7 +188,7 @@ def plan_rows(request: Any, create: dict[str, Any]) -> list[tuple[str, str]]:
         ("spot", f"yes, max wait {duration(stopping.get('MaxWaitTimeInSeconds'))}" if spot else "no (on demand)"),
         ("max runtime", f"{duration(stopping.get('MaxRuntimeInSeconds'))} per attempt"),
         ("checkpoints", f"{_shown(create['CheckpointConfig']['S3Uri'])} every {_hp(create, 'checkpoint_interval')} "
-                        "steps"),
+                        f"steps{_minutes_text(create)}"),
         ("output", _shown(create["OutputDataConfig"]["S3OutputPath"])),
     ]
     if resources.get("KeepAlivePeriodInSeconds"):
@@ -198,6 +200,14 @@ def plan_rows(request: Any, create: dict[str, Any]) -> list[tuple[str, str]]:
                               "attempt resumes from the run's one checkpoint prefix)"))
     rows.append(("run id", "<16 random> is drawn once per execution: a new run (and prefix) per execution"))
     return rows
+
+
+def _minutes_text(create: dict[str, Any]) -> str:
+    """The time cadence the job was rendered with: the request's checkpoint_minutes (any spelling), else the
+    planner's Young/Daly interval that jobs.render sets."""
+    keys = [k for k in create.get("HyperParameters") or {} if canonical_name(k) == "checkpoint_minutes"]
+    minutes = _hp(create, keys[0]) if keys else None
+    return f" and every {minutes:g} min" if minutes else ""
 
 
 def print_plan(console: Console, request: Any, platform: Any, create: dict[str, Any]) -> None:

@@ -101,10 +101,14 @@ def _skip_space(text: str, index: int) -> int:
 
 def load_request(path: Path) -> LoadedRequest:
     """Read and validate a job request (no AWS call). Raises UserError listing every problem."""
+    return parse_loaded(path, read_json_object(path, "job request"))
+
+
+def parse_loaded(path: Path, document: dict[str, Any]) -> LoadedRequest:
+    """Validate a job request document read from `path` (perhaps with a field set by trainctl since)."""
     from contract.errors import RequestInvalid
     from jobs.request import parse_request
 
-    document = read_json_object(path, "job request")
     try:
         request = parse_request(document)
     except RequestInvalid as exc:

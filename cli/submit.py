@@ -1,4 +1,4 @@
-"""`trainctl submit`: validate a request here, then start the launcher state machine with it."""
+"""`trainctl submit` and `resume`: validate a request here, then start the launcher state machine with it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,13 @@ from rich.markup import escape
 from cli.aws import Aws, console_url
 from cli.console import out
 from cli.errors import UserError, stderr
-from cli.request_file import load_request, validate_for_platform
+from cli.request_file import (
+    LoadedRequest,
+    load_request,
+    parse_loaded,
+    read_json_object,
+    validate_for_platform,
+)
 
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 # Step Functions allows more (no whitespace or URL-reserved characters); this subset is safe in URLs,
@@ -30,11 +36,35 @@ def default_execution_name(request_name: str, now: datetime | None = None) -> st
 def submit_request(request: Path, aws: Aws, *, name: str | None, platform: Path | None,
                    state_machine: str | None, wait: bool, interval: float) -> int:
     """Start an execution; with `wait`, follow it to its end. Returns the exit status (1: the run failed)."""
+    return start_execution(load_request(request), aws, name=name, platform=platform, state_machine=state_machine,
+                           wait=wait, interval=interval)
+
+
+def resume_request(run_id: str, request: Path, aws: Aws, *, name: str | None, platform: Path | None,
+                   state_machine: str | None, wait: bool, interval: float) -> int:
+    """Start an execution that continues run `run_id` (the request with `resume_run` set): same run id and
+    checkpoints, attempts numbered on. The launcher's Prepare checks the run may be continued."""
+    from jobs.request_fields import check_run_id
+
+    if problem := check_run_id(run_id):
+        raise UserError(f"RUN: {problem}")
+    document = read_json_object(request, "job request")
+    earlier = document.get("resume_run")
+    if earlier not in (None, run_id):
+        raise UserError(f"{request} sets resume_run {earlier!r}, not {run_id!r}",
+                        "remove resume_run from the file (trainctl resume sets it), or resume that run")
+    loaded = parse_loaded(request, {**document, "resume_run": run_id})
+    return start_execution(loaded, aws, name=name, platform=platform, state_machine=state_machine, wait=wait,
+                           interval=interval)
+
+
+def start_execution(loaded: LoadedRequest, aws: Aws, *, name: str | None, platform: Path | None,
+                    state_machine: str | None, wait: bool, interval: float) -> int:
+    """Check the request against the platform, then start the launcher with it as the input."""
     from botocore.exceptions import ClientError
 
     from cli.platform_source import load_platform
 
-    loaded = load_request(request)
     execution_name = name or default_execution_name(loaded.request.name)
     if not EXECUTION_NAME.fullmatch(execution_name):
         raise UserError(f"--name {execution_name!r} is not a valid execution name",

@@ -153,7 +153,9 @@ class TrainConfig:
     nonfinite_patience: int = field(default=3, metadata=_hp(
         "consecutive steps the loss or gradient norm may be NaN/Inf before the job fails", min=1))
     checkpoint_minutes: float = field(default=0.0, metadata=_hp(
-        "also checkpoint when this many minutes passed since the last one; 0 = steps only", min=0))
+        "also checkpoint when this many minutes passed since the last one; 0 = steps only; left out of a "
+        "request, the launcher sets each attempt's from the planner (Young/Daly, before a training plan's end)",
+        min=0))
     # SageMaker model parallel (smp strategy): JSON object or the toolkit's k=v,k=v form.
     mp_parameters: dict[str, Any] = field(default_factory=dict, metadata=_hp(
         "SMP v2 configuration (smp strategy)", "platform", keys=SmpParameters))

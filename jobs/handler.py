@@ -2,9 +2,10 @@
 
 Each takes the state object and returns the next one; the platform's settings arrive as JSON in the
 environment variable PLATFORM_SETTINGS. Standard library plus boto3 (the Python runtime's own, imported
-only where decide and summarize call SageMaker), so the function's code is just the `jobs/` folder.
+only where the handlers call SageMaker), so the function's code is just the `jobs/` folder.
 
     prepare   {"request", "execution": {"name", "start_time"}} -> {"run", "create"}
+              (a request with `resume_run` lists and describes the run's earlier jobs first: jobs.resume)
     decide    {"run", "create", "failure": {"Error", "Cause"}}  -> {"run", "create", "decision"}
                                        (watch: also "failure", to look again; succeed: also "job")
     summarize {"run", "create", "job"? | "decision"?}           -> {"succeeded", "subject", "message", "summary"}
@@ -27,8 +28,9 @@ from jobs.platform import PlatformSettings
 from jobs.platform_rules import validate_for_platform
 from jobs.policy import Action, succeeded, watch
 from jobs.policy import decide as decide_next
-from jobs.render import new_run_id, render_create_training_job
+from jobs.render import checkpoint_s3_uri, new_run_id, render_create_training_job
 from jobs.request import parse_request
+from jobs.resume import resume_point, run_token
 from jobs.run import RunState
 from jobs.summary import describe_in_words, summary
 
@@ -48,7 +50,8 @@ def platform_settings() -> PlatformSettings:
 
 
 def prepare(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
-    """Validate and render attempt 1. A bad request raises RequestInvalid: nothing is launched."""
+    """Validate and render the run's first attempt (for a resumed run, the one after its last). A bad request,
+    or a run that cannot be resumed, raises RequestInvalid: nothing is launched."""
     document = event.get("request") if isinstance(event, dict) else None
     if document is None:
         raise RequestInvalid([Problem("request", "the execution input needs a `request` object (the job request)")])
@@ -61,12 +64,31 @@ def prepare(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     # the state machine's plus that name), so anything derived from them can be matched on purpose. Random is
     # safe here because Prepare has no side effect: a retried Prepare's first result never reaches the state
     # machine, so its id names no job and nothing is orphaned. From here on the id travels in the run state.
-    run_id = new_run_id(request.name)
+    # A resumed run keeps its id, hence its checkpoint prefix; its attempts number on from its last one.
+    run_id = request.resume_run or new_run_id(request.name)
     run = runs.new_run(request, run_id=run_id, execution=execution, now=now)
-    create = render_create_training_job(request, platform, run_id=run_id, attempt=1)
-    runs.start_attempt(run, create, attempt=1, now=now)
-    log.info("run %s: attempt 1 is %s on %s", run_id, create["TrainingJobName"], run.instance_type)
+    if request.resume_run:
+        run.checkpoint_s3_uri = checkpoint_s3_uri(platform, run_id)
+        run.resumed_after = resume_point(request, jobs_of_run(run, platform.region), run.checkpoint_s3_uri)
+    attempt = run.resumed_after + 1
+    create = render_create_training_job(request, platform, run_id=run_id, attempt=attempt)
+    runs.start_attempt(run, create, attempt=attempt, now=now)
+    log.info("run %s: attempt %s is %s on %s", run_id, attempt, create["TrainingJobName"], run.instance_type)
     return {"run": run.to_dict(), "create": create}
+
+
+def jobs_of_run(run: RunState, region: str | None = None) -> list[dict[str, Any]]:
+    """DescribeTrainingJob of every job of the run's earlier executions: those whose names carry the run id's
+    random part (ListTrainingJobs NameContains, every page) and whose Environment carries its marker
+    (jobs.run.is_ours: a name proves nothing). A failed call raises: Prepare fails and nothing is launched."""
+    client = _sagemaker(region, attempts=4)  # Prepare has no Wait state to retry a throttled call from
+    found = []
+    for page in client.get_paginator("list_training_jobs").paginate(NameContains=run_token(run.run_id)):
+        for listed in page["TrainingJobSummaries"]:
+            job = runs.jsonable(client.describe_training_job(TrainingJobName=listed["TrainingJobName"]))
+            if runs.is_ours(run, job):
+                found.append(job)
+    return found
 
 
 def decide(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
@@ -108,7 +130,8 @@ def decide(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         create = render_create_training_job(request, platform, run_id=run.run_id, attempt=attempt,
                                             instance_type=decision.instance_type, spot=decision.spot,
                                             infra_check=decision.infra_check if decision.infra_check is not None
-                                            else create["InfraCheckConfig"]["EnableInfraCheck"])
+                                            else create["InfraCheckConfig"]["EnableInfraCheck"],
+                                            starts_at=now + decision.wait_seconds)
         run.waited_seconds += decision.wait_seconds
         runs.start_attempt(run, create, attempt=attempt, now=now + decision.wait_seconds)
     return {"run": run.to_dict(), "create": create, "decision": decision.to_event()}

@@ -16,6 +16,7 @@ from typing import Any
 
 from jobs import catalog
 from jobs.planning.auto import auto_scope
+from jobs.planning.cadence import Cadence, cadence, state_bytes
 from jobs.planning.layout import numerics
 from jobs.planning.plan import requested_shape, shape_candidates
 from jobs.planning.shape import PlanInputError, model_facts
@@ -69,3 +70,25 @@ def plan_for_request(request: Any, instance_type: str | None = None) -> Plan:
     return plan(request.model, request.model_size, instance_type or request.training_instance_type, count,
                 hyperparameters=request.hyperparameters, model_shape=request.model_shape, sizing=request.sizing,
                 parallel=request.parallel, one_type=request.instance is not None)
+
+
+def attempt_cadence(request: Any, instance_type: str, spot: bool,
+                    measured_save_s: float | None = None) -> Cadence | None:
+    """The Young/Daly checkpoint cadence of an attempt on `instance_type`, on Spot or not: the one `trainctl plan`
+    shows for the request's shape (its nodes after sizing.max_gpus, its state size), so the job checkpoints as
+    planned. None where the planner sizes nothing: no NVIDIA GPUs, an unknown model, inputs it cannot use.
+    `measured_save_s`: see jobs.planning.cadence.cadence (nothing passes it yet)."""
+    spec = catalog.lookup(instance_type)
+    if spec is None or spec.kind != "gpu":
+        return None
+    count = request.instance.count if request.instance else sum(
+        g.count for g in request.instance_groups if g.type == instance_type)
+    try:
+        n = numerics(request.hyperparameters)
+        m = model_facts(request.model, request.model_size, request.model_shape, n.seq_len)
+        if m is None:
+            return None
+        nodes, _ = requested_shape(spec, count, request.sizing)
+    except (PlanInputError, ValueError, TypeError):
+        return None
+    return cadence(state_bytes(m, n), nodes, spot, n.async_checkpoint, measured_save_s)

@@ -13,7 +13,9 @@
   api_error_wait_max_seconds) and retry, at most api_error_max_retries in a row;
 - the user's code or data, a stop asked by a user, max_runtime reached, anything unrecognised: no retry;
 - attempts (retry.max_attempts) or total time (retry.max_total_hours) exhausted: no retry.
-Every retry is a new job with a new name that resumes from the run's checkpoint prefix.
+Every retry is a new job with a new name that resumes from the run's checkpoint prefix. A run that ended
+without completing can be continued by a new execution (`trainctl resume RUN`, request field `resume_run`):
+the reasons say so.
 
 Before any of that, a launch error whose job still runs (CreateTrainingJob answered 5xx after creating it, a
 throttled poll, the attempt's own name in use) is no failure: `watch` waits on that job (never a second job
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 
 from jobs.classify import Category, Failure, Response
 from jobs.request_schema import JobRequest
+from jobs.resume import resume_command
 from jobs.run import RunState
 
 
@@ -43,11 +46,14 @@ WATCH_MAX_SECONDS = 1200
 
 
 # The categories the policy never retries, and what the run's reason adds for each.
+# `{resume}` is the command that continues the run on its checkpoints (jobs.resume.resume_command).
 _NO_RETRY_HINT = {
-    Category.USER_ERROR: "fix the code or data and submit again",
-    Category.USER_STOP: "not retried",
-    Category.MAX_RUNTIME: "raise max_runtime_hours, or resume by submitting again (checkpoints are kept)",
-    Category.UNKNOWN: "not retried, to be safe; see the job's logs",
+    Category.USER_ERROR: "fix the code or data, then `{resume}` with the fixed request to continue from the "
+                         "checkpoints, or submit it as a new run",
+    Category.USER_STOP: "not retried; `{resume}` continues it from its checkpoints",
+    Category.MAX_RUNTIME: "checkpoints are kept: `{resume}` continues the run (raise max_runtime_hours in the "
+                          "request to give each attempt longer)",
+    Category.UNKNOWN: "not retried, to be safe; see the job's logs; `{resume}` continues it from its checkpoints",
 }
 NO_RETRY = tuple(_NO_RETRY_HINT)
 
@@ -77,15 +83,17 @@ def decide(request: JobRequest, run: RunState, failure: Failure, now: float) -> 
     """`run` is the run state after the failed attempt was recorded (counts already include it)."""
     retry = request.retry
     counts = run.counts
-    attempt = run.attempt
+    attempt = run.attempts_used
+    resume = resume_command(run.run_id)
     fail = lambda reason: Decision(Action.FAIL, 0, failure.category, reason)  # noqa: E731
 
     if failure.action is Response.FAIL:
         return fail(failure.reason)
     if failure.category in NO_RETRY:
-        return fail(f"{failure.reason} ({_NO_RETRY_HINT[failure.category]})")
+        return fail(f"{failure.reason} ({_NO_RETRY_HINT[failure.category].format(resume=resume)})")
     if attempt >= retry.max_attempts:
-        return fail(f"attempts exhausted ({attempt} of {retry.max_attempts}); last failure: {failure.reason}")
+        return fail(f"attempts exhausted ({attempt} of {retry.max_attempts}); last failure: {failure.reason}; "
+                    f"`{resume}` continues the run from its checkpoints with a new retry budget")
 
     instance_type, spot, infra_check = run.instance_type, run.spot, None
     if failure.category == Category.HARDWARE:
@@ -123,7 +131,7 @@ def decide(request: JobRequest, run: RunState, failure: Failure, now: float) -> 
     deadline = run.started_epoch + request.effective_max_total_hours * 3600
     if now + wait >= deadline:
         return fail(f"time budget exhausted (retry.max_total_hours {request.effective_max_total_hours:g} h); "
-                    f"last failure: {failure.reason}")
+                    f"last failure: {failure.reason}; `{resume}` continues the run from its checkpoints")
     reason = f"{failure.reason}; waiting {wait} s, {what} (attempt {attempt + 1} of {retry.max_attempts})"
     return Decision(Action.RETRY, wait, failure.category, reason, instance_type, spot, infra_check)
 

@@ -18,11 +18,11 @@ RETRY_POLICY = """\
 | Hardware or infrastructure fault (an instance replaced as unhealthy, uncorrectable ECC, NCCL/EFA transport errors) | new attempt with `infra_check` on, on the next fallback type when there is one; at most `retry.hardware_max_retries` times |
 | Quota (`ResourceLimitExceeded` at CreateTrainingJob) or throttling (`ThrottlingException`, "Rate exceeded") | wait `retry.api_error_wait_seconds`, doubling up to `retry.api_error_wait_max_seconds`, retry; give up after `retry.api_error_max_retries` in a row |
 | Impossible quota (an account limit of 0, a request above the limit, a type not offered in the region) | no retry: the run fails saying which quota to raise |
-| The user's code or data (`AlgorithmError`, `ClientError`, a rejected request, the training package's own `[training:<code>]` failure line) | no retry: the run fails with the reason (for out of memory, what to lower) |
-| Stopped by a user (`TrainingJobStatus` `Stopped`) | no retry |
-| `MaxRuntimeExceeded` | no retry (raise `max_runtime_hours`, or submit again: checkpoints are kept) |
+| The user's code or data (`AlgorithmError`, `ClientError`, a rejected request, the training package's own `[training:<code>]` failure line) | no retry: the run fails with the reason (for out of memory, what to lower); once fixed, `trainctl resume <run id> REQUEST` continues it from its checkpoints |
+| Stopped by a user (`TrainingJobStatus` `Stopped`) | no retry (`trainctl resume <run id>` continues it) |
+| `MaxRuntimeExceeded` | no retry; checkpoints are kept: `trainctl resume <run id>` continues the run (raise `max_runtime_hours` to give each attempt longer) |
 | Anything unrecognised | no retry (fail safe) |
-| `retry.max_attempts` attempts used, or `retry.max_total_hours` spent (waits included) | the run fails with "attempts exhausted" / "time budget exhausted" |
+| `retry.max_attempts` attempts used, or `retry.max_total_hours` spent (waits included) | the run fails with "attempts exhausted" / "time budget exhausted"; `trainctl resume <run id>` continues it with a new budget |
 | The run ends, however it ends (a fault in Decide or Summarize included) | any job of the run still running is stopped; the summary lists it |
 
 Every attempt is a new training job named `<name_prefix>-<run id>-<8 random characters>-a<N>` that resumes
@@ -32,6 +32,13 @@ carries it in its environment as `TRAINING_RUN_ID`, and a job found under an att
 another's: never waited on or stopped, and the run retries under a new name. The execution's output
 is a summary: every attempt (job name, instance type, Spot, status, category, reason, times, billable and
 lost seconds), the time lost to interruptions, final metrics and the model artifact URI.
+
+A run that ended without completing (max runtime, attempts or time spent, stopped, a failure since fixed) is
+continued by `trainctl resume <run id> [REQUEST]`: a new execution whose request carries `resume_run`, under the
+same run id and checkpoint prefix, its attempts numbered on from the run's last, with a new retry budget. The
+request may change `hyperparameters.max_steps`, the instances and `retry`, not `model` or `model_size`. Prepare
+refuses, naming `resume_run`, a run it finds no job of, a run still active (a job `InProgress` or `Stopping`), and
+a run that completed (start a new run with `hyperparameters.init_from` instead).
 """
 
 

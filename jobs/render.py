@@ -23,6 +23,7 @@ import base64
 import json
 import re
 import secrets
+import time
 from typing import Any
 
 from contract.container import (
@@ -33,15 +34,16 @@ from contract.container import (
     TRAIN_CHANNEL,
     VALIDATION_CHANNEL,
 )
-from contract.hyperparameters import Strategy
+from contract.hyperparameters import Strategy, canonical_name
 from contract.metrics import metric_definitions
 from jobs import catalog
 from jobs.api_limits import PLATFORM_ENVIRONMENT
 from jobs.container_entry import container_entrypoint
 from jobs.images import PYTORCH_FRAMEWORK, image_key, resolve_image
 from jobs.parallelism import request_hyperparameters
-from jobs.planner import plan_for_request
-from jobs.platform import PlatformSettings
+from jobs.planner import attempt_cadence, plan_for_request
+from jobs.planning.cadence import before_plan_end, reclaim_epoch
+from jobs.platform import PlatformSettings, TrainingPlan
 from jobs.request_fields import dataset_kind, fsx_path
 from jobs.request_schema import JobRequest
 
@@ -138,26 +140,34 @@ def render_create_training_job(
     spot: bool | None = None,
     infra_check: bool | None = None,
     name_nonce: str | None = None,
+    starts_at: float | None = None,
 ) -> dict[str, Any]:
     """The botocore CreateTrainingJob kwargs for `attempt` (1-based) of run `run_id`.
 
     `instance_type` and `spot` override the request's for this attempt (the retry policy moves to a
     fallback type after a capacity shortage, and off Spot after repeated interruptions). `name_nonce` is the
     job name's random part: fresh random characters unless given (trainctl's stand-in renders fix it).
+    `starts_at`: when the attempt launches, epoch seconds (now unless given): it decides whether the request's
+    training plan still holds instances, and how the checkpoint cadence fits before the plan's end.
     """
     if attempt < 1:
         raise ValueError(f"attempt numbers start at 1, got {attempt}")
     use_spot = request.spot if spot is None else spot
     primary = instance_type or request.training_instance_type
     name = job_name(platform, run_id, attempt, name_nonce or new_name_nonce())
+    starts_at = time.time() if starts_at is None else starts_at
+    plan = attempt_training_plan(request, platform, starts_at)
+    hyperparameters = training_hyperparameters(request, platform, name, primary)
+    hyperparameters.update(_cadence(request, primary, use_spot, plan, starts_at, hyperparameters))
     create: dict[str, Any] = {
         "TrainingJobName": name,
         "AlgorithmSpecification": _algorithm(request, platform, primary),
         "RoleArn": platform.execution_role_arn,
-        "HyperParameters": _hyperparameters(request, platform, name, primary),
+        # Every value JSON-encoded, as SDK v2 does; the in-container toolkit json-decodes them.
+        "HyperParameters": {k: json.dumps(v) for k, v in hyperparameters.items()},
         "InputDataConfig": _channels(request, platform),
         "OutputDataConfig": {"S3OutputPath": output_s3_uri(platform, run_id), "KmsKeyId": platform.kms_key_arn},
-        "ResourceConfig": _resources(request, platform, primary),
+        "ResourceConfig": _resources(request, platform, primary, plan),
         "VpcConfig": {"SecurityGroupIds": list(platform.security_group_ids), "Subnets": list(platform.subnet_ids)},
         "StoppingCondition": _stopping(request, use_spot, primary),
         "EnableNetworkIsolation": request.network_isolation,
@@ -248,9 +258,30 @@ def strategy_and_degrees(request: JobRequest, instance_type: str) -> tuple[Strat
     return Strategy(chosen.strategy), chosen.parallel
 
 
-def _hyperparameters(request: JobRequest, platform: PlatformSettings, job: str, instance_type: str) -> dict[str, str]:
-    # Every value JSON-encoded, as SDK v2 does; the in-container toolkit json-decodes them.
-    return {k: json.dumps(v) for k, v in training_hyperparameters(request, platform, job, instance_type).items()}
+def attempt_training_plan(request: JobRequest, platform: PlatformSettings, starts_at: float) -> TrainingPlan | None:
+    """The request's training plan, unless its end_time says its instances are reclaimed by `starts_at`: then the
+    attempt runs on demand on the same type (a plan request has neither Spot nor fallbacks: jobs.request_rules).
+    A plan without end_time is always targeted: its end is not known here."""
+    plan = platform.training_plans[request.training_plan] if request.training_plan is not None else None
+    if plan is not None and plan.end_time is not None and starts_at >= reclaim_epoch(plan.end_time):
+        return None
+    return plan
+
+
+def _cadence(request: JobRequest, instance_type: str, spot: bool, plan: TrainingPlan | None, starts_at: float,
+             hyperparameters: dict[str, Any]) -> dict[str, Any]:
+    """`checkpoint_minutes` from the planner's Young/Daly interval for this attempt's type, count and Spot, fitted
+    before the plan's end on a training plan; nothing when the request sets it (0 included: steps only) or the
+    planner cannot size the attempt (the job then checkpoints by steps only, TrainConfig's default)."""
+    if any(canonical_name(k) == "checkpoint_minutes" for k in hyperparameters):
+        return {}
+    cad = attempt_cadence(request, instance_type, spot)
+    if cad is None:
+        return {}
+    minutes = cad.interval_min
+    if plan is not None and plan.end_time is not None:
+        minutes = before_plan_end(minutes, cad.save_s, starts_at, reclaim_epoch(plan.end_time))
+    return {"checkpoint_minutes": round(minutes, 1)}  # as `trainctl plan` shows it
 
 
 def _channels(request: JobRequest, platform: PlatformSettings) -> list[dict[str, Any]]:
@@ -298,7 +329,8 @@ def _channel(name: str, uri: str, request: JobRequest, platform: PlatformSetting
     }
 
 
-def _resources(request: JobRequest, platform: PlatformSettings, instance_type: str) -> dict[str, Any]:
+def _resources(request: JobRequest, platform: PlatformSettings, instance_type: str,
+               plan: TrainingPlan | None) -> dict[str, Any]:
     resources: dict[str, Any] = {}
     types: list[str]
     if request.instance_groups:
@@ -319,8 +351,8 @@ def _resources(request: JobRequest, platform: PlatformSettings, instance_type: s
     minutes = request.warm_pool_minutes if request.warm_pool_minutes is not None else platform.default_warm_pool_minutes
     if minutes and not request.instance_groups:
         resources["KeepAlivePeriodInSeconds"] = minutes * 60
-    if request.training_plan is not None:
-        resources["TrainingPlanArn"] = platform.training_plans[request.training_plan].arn
+    if plan is not None:
+        resources["TrainingPlanArn"] = plan.arn
     return resources
 
 

@@ -24,6 +24,9 @@ _S3_URI = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/.*)?")
 _IP_ADDRESS = re.compile(r"\d+\.\d+\.\d+\.\d+")
 # The service model's S3Uri pattern, and what S3 itself refuses in a bucket name.
 _S3_API = re.compile(r"(https|s3)://([^/]+)/?(.*)")
+# A run id as jobs.render.new_run_id mints it: `<slug>-<16 characters of lowercase base32>` (RUN_TOKEN_CHARS there;
+# importing it would make a cycle, so tests/jobs/test_resume.py checks that freshly minted ids pass this rule).
+_RUN_ID = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9])*-[a-z2-7]{16}")
 
 
 def dataset_kind(uri: str) -> str:
@@ -46,6 +49,13 @@ def check_name(name: str) -> str | None:
     if not _NAME.fullmatch(name) or len(name) > NAME_MAX:
         return (f"{name!r} must be 1-{NAME_MAX} letters, digits and dashes, starting and ending with a letter "
                 "or digit (it becomes part of the SageMaker job name)")
+    return None
+
+
+def check_run_id(run_id: str) -> str | None:
+    if not _RUN_ID.fullmatch(run_id) or len(run_id) > NAME_MAX + 17:
+        return (f"{run_id!r} is not a run id; give the run_id of the run to resume, as its execution's output and "
+                "`trainctl status` show it: `<request name>-<16 random characters>`")
     return None
 
 

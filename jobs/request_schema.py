@@ -38,6 +38,7 @@ from jobs.request_fields import (
     check_instance_types,
     check_metric_name,
     check_name,
+    check_run_id,
     check_tags,
     dataset_kind,
 )
@@ -191,6 +192,10 @@ class JobRequest:
         "extra metric definitions on top of the training package's own",
         max=MAX_METRIC_DEFINITIONS - len(METRIC_NAMES)))
     retry: RetryPolicy = field(default_factory=RetryPolicy, metadata=meta("the state machine's retry policy"))
+    resume_run: str | None = field(default=None, metadata=meta(
+        "the run id of a run that ended (max runtime, attempts or time spent, stopped): continue it on its "
+        "checkpoints, under its id, attempt numbers following on (`trainctl resume RUN`); model and model_size must "
+        "be the run's, while hyperparameters.max_steps, the instances and `retry` may change", check=check_run_id))
     model_shape: ModelShape | None = field(default=None, metadata=meta(
         "the planner's view of a model without a preset (presets fill it in themselves)"))
     sizing: Sizing | None = field(default=None, metadata=meta(

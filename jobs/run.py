@@ -3,7 +3,7 @@
 A run is one execution of the state machine: one request, one checkpoint prefix, one or more attempts
 (training jobs). `RunState` travels through Step Functions as plain JSON (256 KB at most), e.g.
     {"run_id", "execution", "request", "started_at", "started_epoch", "attempt", "instance_type", "spot",
-     "checkpoint_s3_uri", "counts": {...}, "waited_seconds", "attempts": [{...}, ...]}
+     "checkpoint_s3_uri", "counts": {...}, "waited_seconds", "attempts": [{...}, ...], "resumed_after"}
 The handlers read it with `RunState.from_dict` and hand `to_dict()` to the next state; the state
 machine's ASL reads no key of it, but the shape is the launcher's contract with its own past executions.
 """
@@ -99,6 +99,9 @@ class RunState:
     counts: Counts = field(default_factory=Counts)
     waited_seconds: int = 0
     attempts: list[Attempt] = field(default_factory=list)
+    # A resumed run (request.resume_run): the last attempt number of its earlier executions. Its attempts are
+    # numbered on from there, while retry.max_attempts counts this execution's only (a new budget).
+    resumed_after: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return to_jsonable(self)
@@ -120,6 +123,11 @@ class RunState:
     @property
     def current(self) -> Attempt:
         return self.attempts[-1]
+
+    @property
+    def attempts_used(self) -> int:
+        """Attempts of this execution, which retry.max_attempts bounds."""
+        return self.attempt - self.resumed_after
 
 
 # TrainingJobStatus values of a job that still runs (or is on its way to Stopped).

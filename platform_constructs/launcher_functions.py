@@ -21,9 +21,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 LAMBDA_CODE_EXCLUDE = ["*", "!jobs", "!jobs/**", "!contract", "!contract/**", "**/__pycache__", "**/*.pyc", "**/.*"]
 
 HANDLERS = ("prepare", "decide", "summarize")
-# What each function may do to the platform's training jobs: decide looks up whether a failed launch left a
-# job running; summarize also stops it when the run ends.
+# What each function may do to the platform's training jobs: prepare describes a resumed run's earlier jobs;
+# decide looks up whether a failed launch left a job running; summarize also stops it when the run ends.
 SAGEMAKER_ACTIONS = {
+    "prepare": ("sagemaker:DescribeTrainingJob",),
     "decide": ("sagemaker:DescribeTrainingJob",),
     "summarize": ("sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob"),
 }
@@ -40,7 +41,8 @@ class LauncherFunctions(Construct):
 
     `decide` may describe the training jobs matching `training_job_arn_pattern` (whether a failed launch left
     a job running), nothing else; `summarize` may describe and stop them (a run that ends stops the job it
-    left running), nothing else; `prepare` calls no AWS API.
+    left running), nothing else; `prepare` may list training jobs and describe the platform's (a request that
+    resumes a run: its earlier jobs), nothing else.
     """
 
     def __init__(self, scope: Construct, id: str, *, name_prefix: str, settings_json: str,
@@ -70,6 +72,9 @@ class LauncherFunctions(Construct):
                 f"({name_prefix}-*): job names are generated per attempt, so a name prefix is the narrowest "
                 "resource that fits.",
             )
+        # A resumed run's earlier jobs are found by listing; ListTrainingJobs has no resource-level permissions.
+        self.functions["prepare"].add_to_role_policy(iam.PolicyStatement(
+            actions=["sagemaker:ListTrainingJobs"], resources=["*"]))
 
     def __getitem__(self, name: str) -> lambda_.Function:
         return self.functions[name]
@@ -100,16 +105,17 @@ class LauncherFunctions(Construct):
             reserved_concurrent_executions=reserved_concurrency,
         )
         self.key.grant_decrypt(role)
-        _acknowledge(role, function, reserved_concurrency)
+        _acknowledge(name, role, function, reserved_concurrency)
         return function
 
 
-def _acknowledge(role: iam.Role, function: lambda_.Function, reserved_concurrency: int | None) -> None:
+def _acknowledge(name: str, role: iam.Role, function: lambda_.Function, reserved_concurrency: int | None) -> None:
     acknowledge(role, "NIST.800.53.R5-IAMNoInlinePolicy", INLINE_POLICY_REASON)
+    listing = " and SageMaker ListTrainingJobs (finding a resumed run's earlier jobs)" if name == "prepare" else ""
     acknowledge(role, "AwsSolutions-IAM5[Resource::*]",
-                "X-Ray PutTraceSegments/PutTelemetryRecords support no resource-level permissions.")
+                f"X-Ray PutTraceSegments/PutTelemetryRecords{listing} support no resource-level permissions.")
     acknowledge(function, "NIST.800.53.R5-LambdaInsideVPC",
-                "The function reaches nothing inside the VPC (decide and summarize call SageMaker's "
+                "The function reaches nothing inside the VPC (it calls SageMaker's ListTrainingJobs, "
                 "DescribeTrainingJob and StopTrainingJob only); it handles job requests and job descriptions, "
                 "never training data.")
     acknowledge(function, "NIST.800.53.R5-LambdaDLQ",

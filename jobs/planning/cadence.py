@@ -7,14 +7,22 @@ On demand, a node fails about every NODE_MTBI_HOURS (Llama 3 paper, arXiv 2407.2
 unexpected interruptions in 54 days on 16,384 H100s = one per 50,700 GPU-hours, 6,300 per 8-GPU node). Spot
 adds jobs.catalog.SPOT_INTERRUPTIONS_PER_INSTANCE_MONTH. The optimal interval is sqrt(2 x save x MTBI) (Young
 1974, Daly 2006); each interruption loses half an interval plus the restart.
+
+The launcher sends the interval as the `checkpoint_minutes` hyperparameter of every attempt that sets none
+(jobs.planner.attempt_cadence), and on a training plan aligns it so that a save ends before the instances are
+reclaimed (before_plan_end).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from dataclasses import dataclass
 
 from jobs.catalog import SPOT_INTERRUPTIONS_PER_INSTANCE_MONTH
+from jobs.planning.layout import Numerics
+from jobs.planning.memory import optimizer_bytes
+from jobs.planning.shape import ModelFacts
 
 SAVE_GIB_PER_S = 11.35 / 16.0  # per node, synchronous DCP save to local disk
 ASYNC_STALL = 9.2 / 16.0  # share of a synchronous save that async_save still stalls
@@ -38,8 +46,16 @@ class Cadence:
         return self.interval_min / 120 + RESTART_HOURS
 
 
-def cadence(state_bytes: float, nodes: int, spot: bool, async_checkpoint: bool) -> Cadence:
-    save = state_bytes / 2 ** 30 / (SAVE_GIB_PER_S * nodes)
+def state_bytes(m: ModelFacts, n: Numerics) -> float:
+    """What a checkpoint writes: fp32 weights plus the optimizer's state."""
+    return 4 * m.params + optimizer_bytes(m.params, m.param_tensors, n.optimizer)
+
+
+def cadence(state_bytes: float, nodes: int, spot: bool, async_checkpoint: bool,
+            measured_save_s: float | None = None) -> Cadence:
+    """`measured_save_s`: a synchronous save's seconds as a run measured them, in place of the model above.
+    Nothing measures it yet (the run state keeps no save time): the hook for when attempts report one."""
+    save = measured_save_s if measured_save_s is not None else state_bytes / 2 ** 30 / (SAVE_GIB_PER_S * nodes)
     stall = save * (ASYNC_STALL if async_checkpoint else 1.0)
     rate = nodes / NODE_MTBI_HOURS + (nodes * SPOT_INTERRUPTIONS_PER_INSTANCE_MONTH / HOURS_PER_MONTH if spot else 0)
     mtbi = 1 / rate
@@ -47,3 +63,24 @@ def cadence(state_bytes: float, nodes: int, spot: bool, async_checkpoint: bool) 
     lost = interval_h / 2 + RESTART_HOURS
     overhead = stall / 3600 / interval_h + lost / mtbi
     return Cadence(stall, mtbi, interval_h * 60, overhead)
+
+
+def reclaim_epoch(end_time: str) -> float:
+    """When a plan ending at `end_time` (ISO 8601, UTC) takes its instances back, as epoch seconds."""
+    end = dt.datetime.fromisoformat(end_time.replace("Z", "+00:00"))
+    if end.tzinfo is None:
+        end = end.replace(tzinfo=dt.UTC)
+    return end.timestamp() - PLAN_RECLAIM_HOURS * 3600
+
+
+def before_plan_end(interval_min: float, save_s: float, starts_at: float, reclaim_at: float) -> float:
+    """The interval, at most `interval_min`, that divides the time from the job's first step to two saves before
+    the reclaim evenly, so that the last save ends before the instances go (the warning's "checkpoint by" time).
+
+    The first step is guessed as `starts_at` (the attempt's launch) plus RESTART_HOURS: the pending and download
+    time of the real job is not known when it is rendered, so a later start moves every save later by as much.
+    A window too short for one save keeps the interval (the job still saves on the stop)."""
+    window_min = (reclaim_at - 2 * save_s - starts_at) / 60 - RESTART_HOURS * 60
+    if window_min <= 0:
+        return interval_min
+    return window_min / math.ceil(window_min / interval_min)

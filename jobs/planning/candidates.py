@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobs.catalog import SPOT_SAVINGS, InstanceSpec
-from jobs.planning.cadence import Cadence, cadence
+from jobs.planning.cadence import Cadence, cadence, state_bytes
 from jobs.planning.layout import Layout, Numerics
-from jobs.planning.memory import memory_per_gpu, optimizer_bytes
+from jobs.planning.memory import memory_per_gpu
 from jobs.planning.shape import ModelFacts
 from jobs.planning.timing import micro_compute, step_time
 
@@ -101,8 +101,7 @@ def evaluate(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, sizing
     samples_s = step_samples / st.total
     ideal = n.micro_batch / micro_compute(m, n, spec, Layout("single", 1, 1))  # one GPU, no communication
     tokens = m.kind == "decoder"
-    state = 4 * m.params + optimizer_bytes(m.params, m.param_tensors, n.optimizer)
-    cad = cadence(state, lay.nodes, spot, n.async_checkpoint)
+    cad = cadence(state_bytes(m, n), lay.nodes, spot, n.async_checkpoint)
     train_h = total_samples(m, n, sizing, step_samples) / samples_s / 3600
     hours = STARTUP_HOURS + train_h * (1 + cad.overhead)
     on_demand = None if price_usd_hour is None else hours * price_usd_hour * lay.nodes

@@ -13,7 +13,7 @@ from jobs.run import Execution, RunState, is_ours
 
 T0 = 1_800_000_000.0
 KEYS = ["run_id", "execution", "request", "started_at", "started_epoch", "attempt", "instance_type", "spot",
-        "checkpoint_s3_uri", "counts", "waited_seconds", "attempts"]
+        "checkpoint_s3_uri", "counts", "waited_seconds", "attempts", "resumed_after"]
 ATTEMPT_KEYS = ["attempt", "job_name", "instance_type", "instance_count", "spot", "status", "secondary_status",
                 "category", "reason", "started_at", "ended_at", "training_seconds", "billable_seconds",
                 "lost_seconds", "looks", "lookup_errors", "stopped_by_launcher"]
@@ -53,6 +53,14 @@ def test_failures_are_counted_by_category_and_written_as_strings(platform):
     # a failure the policy does not bound is not counted, and ends the API-error streak
     run.counts.record(Category.USER_ERROR)
     assert run.counts.api_error_streak == 0 and run.counts.of(Category.USER_ERROR) == 0
+
+
+def test_a_state_written_before_runs_could_be_resumed_still_reads(platform):
+    _, run = started(platform)
+    data = json.loads(run.to_json())
+    del data["resumed_after"]
+    earlier = RunState.from_dict(data)
+    assert earlier.resumed_after == 0 and earlier.attempts_used == earlier.attempt == 1
 
 
 def test_a_state_written_before_the_watch_fields_still_reads(platform):

@@ -11,6 +11,7 @@ from tests.conftest import ROOT
 
 # Actions that support no resource-level permissions, so `"Resource": "*"` is the only form they take.
 UNSCOPABLE = {
+    "sagemaker:ListTrainingJobs",
     "xray:PutTraceSegments",
     "xray:PutTelemetryRecords",
     "xray:GetSamplingRules",
@@ -165,9 +166,10 @@ def test_settings_fit_in_the_lambda_environment(launcher_template):
 
 
 def test_decide_may_describe_only_the_platforms_jobs(launcher_template):
-    # decide looks up a job a failed launch may have left running; summarize stops it when the run ends.
+    # prepare describes a resumed run's earlier jobs; decide looks up a job a failed launch may have left running;
+    # summarize stops it when the run ends. Listing (prepare only) cannot be scoped: checked apart.
     granted = {
-        "jobs.handler.prepare": [],
+        "jobs.handler.prepare": ["sagemaker:DescribeTrainingJob"],
         "jobs.handler.decide": ["sagemaker:DescribeTrainingJob"],
         "jobs.handler.summarize": ["sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob"],
     }
@@ -175,8 +177,12 @@ def test_decide_may_describe_only_the_platforms_jobs(launcher_template):
     for function in functions.values():
         role_id = function["Properties"]["Role"]["Fn::GetAtt"][0]
         statements = policy_statements(launcher_template, role_id)
-        sagemaker = [s for s in statements if any(a.startswith("sagemaker:") for a in actions(s))]
-        expected = granted[function["Properties"]["Handler"]]
+        handler = function["Properties"]["Handler"]
+        listing = [a for s in statements if s["Resource"] == "*" for a in actions(s) if a.startswith("sagemaker:")]
+        assert listing == (["sagemaker:ListTrainingJobs"] if handler == "jobs.handler.prepare" else [])
+        sagemaker = [s for s in statements
+                     if s["Resource"] != "*" and any(a.startswith("sagemaker:") for a in actions(s))]
+        expected = granted[handler]
         assert sorted(a for s in sagemaker for a in actions(s)) == expected
         for statement in sagemaker:
             assert statement["Resource"] == TRAINING_JOB_ARN

@@ -1,0 +1,80 @@
+"""Resuming a run that ended: whether a new execution may continue it, and after which attempt.
+
+A run is its id and its checkpoint prefix (jobs.render.checkpoint_s3_uri), so a request with `resume_run`
+starts a new execution under the old id: its attempts train on the same checkpoints, numbered on from the
+run's last. Prepare finds the run's earlier jobs (SageMaker ListTrainingJobs by the id's random part, each
+kept only when jobs.run.is_ours says it carries the run's marker) and hands their descriptions here; every
+refusal is a RequestInvalid naming the field, the run and what to do instead.
+
+Not seen from here: an earlier execution of the run that is between two attempts (waiting out a capacity
+shortage) has no job running, so it is not "active" to this check.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from contract.errors import Problem, RequestInvalid
+from jobs.request_schema import JobRequest
+from jobs.run import RUNNING
+
+FIELD = "resume_run"
+# Every attempt's job name ends in `-a<N>` (jobs.render.job_name).
+_ATTEMPT = re.compile(r"-a(\d+)$")
+
+
+def run_token(run_id: str) -> str:
+    """The run id's random part: every job name of the run carries it whole (jobs.render.job_name)."""
+    return run_id.rpartition("-")[2]
+
+
+def attempt_number(job: dict[str, Any]) -> int:
+    found = _ATTEMPT.search(job.get("TrainingJobName", ""))
+    return int(found.group(1)) if found else 0
+
+
+def resume_command(run_id: str) -> str:
+    """What a user types to continue a run (one home for the text every message quotes)."""
+    return f"trainctl resume {run_id}"
+
+
+def resume_point(request: JobRequest, jobs: list[dict[str, Any]], checkpoint_uri: str) -> int:
+    """The last attempt number of run `request.resume_run`, whose jobs (DescribeTrainingJob, the run's own
+    only) are `jobs`; RequestInvalid when the run cannot be continued by this request."""
+    run_id = request.resume_run
+    if not jobs:
+        _refuse(FIELD, f"no training job of run {run_id} was found; check the id (an execution's output and "
+                       "`trainctl status EXECUTION` show its run_id)")
+    active = [j for j in jobs if j.get("TrainingJobStatus") in RUNNING]
+    if active:
+        job = active[0]
+        _refuse(FIELD, f"run {run_id} is still active: {job['TrainingJobName']} is {job['TrainingJobStatus']}; "
+                       f"wait for it to end (or `trainctl stop` its execution), then {resume_command(run_id)}")
+    last = max(jobs, key=attempt_number)
+    if last.get("TrainingJobStatus") == "Completed":
+        _refuse(FIELD, f"run {run_id} completed ({last['TrainingJobName']}): nothing to resume; to train further "
+                       f"start a new run with hyperparameters.init_from=<its checkpoint> (its checkpoints: "
+                       f"{checkpoint_uri})")
+    trained = _hyperparameters(last)
+    for name in ("model", "model_size"):
+        if name in trained and trained[name] != getattr(request, name):
+            _refuse(name, f"run {run_id} trained {name} {trained[name]!r}, and its checkpoint cannot take "
+                          f"{getattr(request, name)!r}: resume with {name} {trained[name]!r}, or start a new run")
+    return attempt_number(last)
+
+
+def _hyperparameters(job: dict[str, Any]) -> dict[str, Any]:
+    """The job's hyperparameters, decoded (the launcher JSON-encodes every value, as SDK v2 does)."""
+    decoded = {}
+    for key, value in (job.get("HyperParameters") or {}).items():
+        try:
+            decoded[key] = json.loads(value)
+        except (TypeError, ValueError):
+            decoded[key] = value
+    return decoded
+
+
+def _refuse(field: str, message: str) -> None:
+    raise RequestInvalid([Problem(field, message)])
