@@ -7,9 +7,14 @@ process and no process group is created (the `single` strategy on a laptop).
 from __future__ import annotations
 
 import contextlib
+import gc
+import importlib
 import os
 import signal
+import sys
 import time
+import warnings
+import weakref
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -21,6 +26,12 @@ from contract.container import ENV_NUM_GPUS
 from contract.errors import ConfigError
 from contract.hyperparameters import TrainConfig
 from training.environment import container, stop_file_path
+
+# Modules the run imports whose functions take `group.WORLD` as a default argument, which Python evaluates at
+# import: imported after the default group exists, they would hold it, and its threads, to the end of the process
+# (the abort `teardown` prevents), so they are imported before it (torch 2.8 and 2.13: ShardedGradScaler, which
+# training.precision builds on, and the autograd collectives). teardown names a group that still outlives it.
+_WORLD_DEFAULT_MODULES = ("torch.distributed.fsdp.sharded_grad_scaler", "torch.distributed.nn")
 
 
 @dataclass
@@ -111,6 +122,8 @@ def setup(cfg: TrainConfig) -> Dist:
                 "backend 'smddp' needs the SageMaker distributed data parallel library, which only SageMaker's "
                 "PyTorch images up to 2.2 ship: use backend=auto (NCCL) instead"
             ) from None
+    for module in _WORLD_DEFAULT_MODULES:  # before the group exists (see the constant)
+        importlib.import_module(module)
     if not dist.is_initialized():
         dist.init_process_group(backend=backend, rank=rank, world_size=world, timeout=timedelta(minutes=30),
                                 device_id=device if use_cuda else None)
@@ -119,8 +132,46 @@ def setup(cfg: TrainConfig) -> Dist:
 
 
 def teardown() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    """Leave the process group, and end its backends' threads while the interpreter still runs.
+
+    Why the second half: a gloo worker thread lets go of a finished collective's tensors only after the caller
+    has its result. When the caller has already dropped such a tensor, freeing it needs the GIL; if the main
+    thread has meanwhile begun interpreter finalization (it gets there milliseconds after the last collective),
+    CPython ends that thread inside a C++ destructor: "terminate called without an active exception", SIGABRT,
+    and torchrun exits 1 for a run that completed. `destroy_process_group` does not stop gloo's threads (gloo's
+    shutdown does nothing); a backend's destructor joins them, once the last reference to its group is gone.
+    So every reference is dropped here (the caller holds none: training.train calls this once the run's frame is
+    gone), and a group that survives is reported (a torch that keeps groups somewhere new: the clean-exit test
+    fails on that line)."""
+    if not dist.is_initialized():
+        return
+    from torch.distributed.distributed_c10d import _world
+
+    groups = [weakref.ref(group) for group in _world.pg_map]  # torch's list of the groups it made
+    dist.destroy_process_group()
+    _release_groups()
+    alive = sum(ref() is not None for ref in groups)
+    if alive:
+        print(f"[train] warning: {alive} of {len(groups)} process groups outlive teardown (still referenced): "
+              "their threads may abort the process at exit", file=sys.stderr, flush=True)
+
+
+def _release_groups() -> None:
+    """Drop what still holds the destroyed groups, so each backend's destructor runs now rather than in the
+    interpreter's finalization."""
+    # A sharded model, its optimizer and the checkpoint manager hold groups inside reference cycles.
+    gc.collect()
+    # Device meshes keep the groups they made (`_pg_registry`, in newer torch: 2.13, not 2.8), and DTensor's
+    # caches keep meshes past the model: empty the registries of the meshes still alive.
+    from torch.distributed.device_mesh import DeviceMesh
+
+    with warnings.catch_warnings():  # isinstance on torch's deprecated module aliases warns
+        warnings.simplefilter("ignore", FutureWarning)
+        meshes = [o for o in gc.get_objects() if isinstance(o, DeviceMesh)]
+    for mesh in meshes:
+        registry = getattr(mesh, "_pg_registry", None)
+        if isinstance(registry, dict):
+            registry.clear()
 
 
 def _free_port() -> int:

@@ -40,7 +40,16 @@ def main(argv: list[str] | None = None, *, stop_at: int | None = None) -> int:
     stop = StopFlag.for_environment().install()
     for signum, at in _EARLY_STOP:
         stop.raise_(signum, at)
-    args = sys.argv[1:] if argv is None else argv
+    try:
+        return _run(sys.argv[1:] if argv is None else argv, stop, stop_at)
+    finally:
+        # Here, not inside _run: once it returned, neither its frame nor a caught error's traceback holds the
+        # model, whose groups must all go for teardown to end their threads (training.distributed.teardown).
+        teardown()
+        stop.uninstall()
+
+
+def _run(args: list[str], stop: StopFlag, stop_at: int | None) -> int:
     try:
         cfg = parse_args(args)
         if cfg.strategy == "smp":  # fail before any process group exists, with the image to use
@@ -48,19 +57,14 @@ def main(argv: list[str] | None = None, *, stop_at: int | None = None) -> int:
 
             import_smp()
         dist = setup(cfg)
-        try:
-            from training.loop import train
+        from training.loop import train
 
-            train(cfg, dist, stop, stop_at=stop_at)
-        finally:
-            teardown()
+        train(cfg, dist, stop, stop_at=stop_at)
     except ConfigError as e:
         code = FailureCode.DATA_MISSING if isinstance(e, DataMissing) else FailureCode.CONFIG_INVALID
         return _fail(code, str(e), 2)
     except TrainingFailure as e:
         return _fail(e.code, str(e), e.exit_code)
-    finally:
-        stop.uninstall()
     return 0
 
 
