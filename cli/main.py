@@ -29,6 +29,7 @@ from cli.options import (
     OFFLINE,
     ChartOpt,
     ExecutionArg,
+    ExecutionNameOpt,
     ExecutionStatus,
     IntervalOpt,
     PlatformOpt,
@@ -36,6 +37,7 @@ from cli.options import (
     RegionOpt,
     RequestArg,
     StateMachineOpt,
+    WaitOpt,
 )
 from contract.container import LOG_GROUP
 
@@ -116,10 +118,8 @@ def schema_command() -> None:
 @user_errors
 def submit_command(
     request: RequestArg,
-    wait: Annotated[bool, typer.Option("--wait", help="Follow the execution until it ends; exit 1 if it fails.")]
-    = False,
-    name: Annotated[str | None, typer.Option(
-        "--name", metavar="EXECUTION_NAME", help="Execution name (default: <request name>-<UTC time>).")] = None,
+    wait: WaitOpt = False,
+    name: ExecutionNameOpt = None,
     platform: PlatformOpt = None,
     state_machine: StateMachineOpt = None,
     prefix: PrefixOpt = DEFAULT_PREFIX,
@@ -142,10 +142,8 @@ def resume_command(
     run_id: Annotated[str, typer.Argument(
         metavar="RUN", help="The run id to continue (its execution's run_id, as `trainctl status` shows it).")],
     request: RequestArg,
-    wait: Annotated[bool, typer.Option("--wait", help="Follow the execution until it ends; exit 1 if it fails.")]
-    = False,
-    name: Annotated[str | None, typer.Option(
-        "--name", metavar="EXECUTION_NAME", help="Execution name (default: <request name>-<UTC time>).")] = None,
+    wait: WaitOpt = False,
+    name: ExecutionNameOpt = None,
     platform: PlatformOpt = None,
     state_machine: StateMachineOpt = None,
     prefix: PrefixOpt = DEFAULT_PREFIX,

@@ -28,6 +28,9 @@ OFFLINE = "Offline (no AWS access with --platform FILE)"
 DEPLOYED = "The deployed platform (AWS credentials and region)"
 LOCAL = "This machine"
 IntervalOpt = Annotated[float, typer.Option("--interval", min=0.0, help="Seconds between polls.")]
+WaitOpt = Annotated[bool, typer.Option("--wait", help="Follow the execution until it ends; exit 1 if it fails.")]
+ExecutionNameOpt = Annotated[str | None, typer.Option(
+    "--name", metavar="EXECUTION_NAME", help="Execution name (default: <request name>-<UTC time>).")]
 
 ChartOpt = Annotated[Path | None, typer.Option(
     "--chart", metavar="FILE.png",

@@ -59,11 +59,12 @@ FEATURES: dict[str, dict] = {
 UNMATCHED = {"dropout"}
 
 
-def cell_config(root: Path, corpus: Path, layout: str | None, feature: str, world: int):
-    """The cell's TrainConfig; layout None: the one process with the same global batch."""
+def cell_config(root: Path, corpus: Path, layout: str | None, feature: str, world: int, model: str | None = None):
+    """The cell's TrainConfig; layout None: the one process with the same global batch (of `model`, default
+    the matrix's)."""
     hps = {"micro_batch_size": 2, **BASE, **FEATURES[feature]}
     if layout is None:
-        hps.update(strategy="single", micro_batch_size=hps["micro_batch_size"] * world)
+        hps.update(strategy="single", micro_batch_size=hps["micro_batch_size"] * world, model=model or BASE["model"])
     else:
         hps.update(LAYOUTS[layout][1])
     return config(root, corpus, **hps)

@@ -141,7 +141,9 @@ def test_a_layouts_checkpoint_resumes_on_one_process(matrix, corpus, tmp_path, m
     shutil.copytree(run / "checkpoints" / f"step-{SAVED_AT}", tmp_path / "checkpoints" / f"step-{SAVED_AT}")
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(var, raising=False)
-    cfg = cell_config(tmp_path, corpus, None, "accumulation", world)
+    # The layout's own model: a checkpoint records the model it was written by (training.checkpoint's owner).
+    model = LAYOUTS[layout][1].get("model")
+    cfg = cell_config(tmp_path, corpus, None, "accumulation", world, model)
     try:
         result = train(cfg, setup(cfg), StopFlag())
     finally:
