@@ -239,10 +239,11 @@ class SyntheticImages:
 class GlobalBatchSampler:
     """Deterministic global batches; rank r reads the r-th slice. `state_dict` is the data position."""
 
-    def __init__(self, num_samples: int, global_batch: int, rank: int, world_size: int, seed: int) -> None:
+    def __init__(self, num_samples: int, global_batch: int, rank: int, world_size: int, seed: int,
+                 source: str = "the dataset") -> None:
         if num_samples < global_batch:
-            raise ConfigError(f"the dataset has {num_samples} samples, fewer than one global batch "
-                              f"({global_batch}): lower global_batch_size or add data")
+            raise ConfigError(f"{source} has {num_samples} samples, fewer than one global batch "
+                              f"({global_batch}): lower global_batch_size or micro_batch_size, or add data")
         self.num_samples, self.global_batch = num_samples, global_batch
         self.rank, self.world_size, self.seed = rank, world_size, seed
         self.epoch, self.batch = 0, 0
@@ -280,6 +281,12 @@ class GlobalBatchSampler:
         else:
             self.epoch, self.batch = state["epoch"], state["batch"]
         self._perm = None
+
+
+def describe(dataset) -> str:
+    """How a failure line names a dataset: its channel folder, or what stands in for one."""
+    directory = getattr(dataset, "directory", None)
+    return f"the channel {directory}" if directory else f"the {type(dataset).__name__} data"
 
 
 def epoch_fraction(sampler: GlobalBatchSampler) -> float:

@@ -9,7 +9,7 @@ import torch.distributed as torch_dist
 
 from contract.errors import ConfigError
 from contract.hyperparameters import TrainConfig
-from training.data import validation_indices
+from training.data import describe, validation_indices
 from training.distributed import Dist
 from training.metrics import MetricsLogger
 from training.state import LoopState
@@ -25,9 +25,8 @@ class Evaluator:
             print("[train] no validation channel: evaluation and early stopping are off", flush=True)
         if self.interval and self.batches and val_set is not None and len(val_set) < global_batch:
             # An evaluation would see no sample: its loss would be NaN, and NaN never improves (early stop).
-            where = getattr(val_set, "directory", "the validation set")
             raise ConfigError(
-                f"the validation channel {where} holds {len(val_set)} samples, fewer than one global batch "
+                f"the validation set, {describe(val_set)}, holds {len(val_set)} samples, fewer than one global batch "
                 f"({global_batch} = micro_batch_size {cfg.micro_batch_size} x {dist.world_size} ranks x "
                 f"accumulation {global_batch // (cfg.micro_batch_size * dist.world_size)}): add validation data, "
                 "lower micro_batch_size or global_batch_size, or set eval_interval=0")

@@ -14,7 +14,7 @@ import torch
 from contract.failures import FailureCode
 from contract.hyperparameters import TrainConfig
 from training.checkpoint import CheckpointManager, Owner, current_run_id
-from training.data import GlobalBatchSampler, micro_batches
+from training.data import GlobalBatchSampler, describe, micro_batches
 from training.distributed import Dist, StopFlag
 from training.evaluation import Evaluator
 from training.job import announce, build_job
@@ -37,7 +37,8 @@ def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = No
     optimizer, state = build_optimizer(job.model, cfg), LoopState()
     scheduler = build_scheduler(optimizer, cfg)
     scaler = grad_scaler(job.precision, dist.device)
-    sampler = GlobalBatchSampler(len(job.train_set), job.global_batch, dist.rank, dist.world_size, cfg.seed)
+    sampler = GlobalBatchSampler(len(job.train_set), job.global_batch, dist.rank, dist.world_size, cfg.seed,
+                                 source=describe(job.train_set))
     # Dropout's stream: each batch group its own, shared by the tensor and pipeline ranks that train on its batch.
     stream = dist.rank if job.par.random_stream is None else job.par.random_stream
     checkpoints = CheckpointManager(cfg, dist, {

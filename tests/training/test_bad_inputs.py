@@ -132,13 +132,14 @@ def validation_smaller_than_a_global_batch(root):
     token_channel(root / "train")
     val = token_channel(root / "validation", [tokens(SEQ * 3 + 1)])  # 3 windows; the global batch is 4
     return (["--validation_dir", str(val), "--eval_interval", "2"], val, CONFIG,
-            ["holds 3 samples, fewer than one global batch (4 = micro_batch_size 4 x 1 ranks",
+            [f"the channel {val}, holds 3 samples, fewer than one global batch (4 = micro_batch_size 4 x 1 ranks",
              "add validation data", "eval_interval=0"])
 
 
 def train_smaller_than_a_global_batch(root):
     token_channel(root / "train", [tokens(SEQ * 3 + 1)])
-    return [], None, CONFIG, ["3 samples, fewer than one global batch (4)", "global_batch_size"]
+    return [], None, CONFIG, [f"the channel {root / 'train'} has 3 samples, fewer than one global batch (4)",
+                              "global_batch_size"]
 
 
 CASES = [empty_shard_among_others, only_shard_empty, meta_not_json, meta_not_an_object, meta_without_format,
