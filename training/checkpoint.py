@@ -305,8 +305,7 @@ class CheckpointManager:
                 bad.append(f"{name}: crc32 {got} on disk, the marker says {expected}")
         bad = sorted(b for share in self.dist.all_gather_object(bad) for b in share)
         if bad:
-            more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
-            return f"failed verification ({'; '.join(bad[:3])}{more})", ""
+            return f"failed verification ({_first(bad, 3)})", ""
         seconds = self.dist.max_float(time.time() - began)
         return None, f"{len(step.checksums)} checksums verified in {seconds:.2f} s over {self.dist.world_size} rank(s)"
 
@@ -321,7 +320,11 @@ class CheckpointManager:
             raise
         except BaseException as e:  # DCP's CheckpointException is a BaseException, each rank's error inside
             causes = _causes(e)
-        # A part's own load_state_dict fails on one rank alone: every rank must fall back together.
+        return self._load_failure(causes)
+
+    def _load_failure(self, causes: list[str]) -> str | None:
+        """Every rank's causes, once each, as the reason a load failed; None when no rank had one. A part's own
+        load_state_dict can fail on one rank alone: every rank must fall back together. Collective."""
         causes = list(dict.fromkeys(c for rank_causes in self.dist.all_gather_object(causes) for c in rank_causes))
         return f"failed to load ({'; '.join(causes)})" if causes else None
 
@@ -369,8 +372,7 @@ class CheckpointManager:
         problems += [f"tensor {k!r} there is not in this model" for k in sorted(set(shapes) - everyone)]
         problems = sorted({p for rank_problems in self.dist.all_gather_object(problems) for p in rank_problems})
         if problems:
-            more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
-            raise ConfigError(f"init_from={given} does not fit this model: {'; '.join(problems[:3])}{more}: start from "
+            raise ConfigError(f"init_from={given} does not fit this model: {_first(problems, 3)}: start from "
                               "weights of the same model and shape (model, model_size, seq_len, the data's "
                               "vocabulary), or unset init_from")
 
@@ -386,8 +388,7 @@ class CheckpointManager:
             raise
         except Exception as e:
             causes = _causes(e)
-        causes = list(dict.fromkeys(c for rank_causes in self.dist.all_gather_object(causes) for c in rank_causes))
-        return f"failed to load ({'; '.join(causes)})" if causes else None
+        return self._load_failure(causes)
 
     def _check_folder(self, newest_sizes: dict[str, int] | None) -> None:
         """Each node's folder exists, takes a file, and has room for the next save; otherwise every rank fails
@@ -431,11 +432,6 @@ class CheckpointManager:
         """Every `interval` steps, or when the time cadence is due, while the run goes on."""
         by_steps = bool(self.interval) and step % self.interval == 0
         return running and step > 0 and self.saved_at != step and (by_steps or time_due)
-
-    def save_if_due(self, step: int, running: bool, time_due: bool = False, nonfinite: int = 0) -> bool:
-        if not self.due(step, running, time_due):
-            return False
-        return self.save(step, nonfinite) is not None
 
     def save_final(self, step: int, nonfinite: int = 0) -> None:
         """When the run ends for any reason: a rerun then resumes, or sees the job is done."""
@@ -626,6 +622,12 @@ def _share(sizes: dict[str, int], rank: int, world: int) -> list[str]:
     return mine
 
 
+def _first(items: list[str], n: int) -> str:
+    """The first `n` items joined for a one-line message, and how many more there are."""
+    more = f" and {len(items) - n} more" if len(items) > n else ""
+    return "; ".join(items[:n]) + more
+
+
 def _causes(error: BaseException, limit: int = 300) -> list[str]:
     """The messages under an error, once each: DCP's CheckpointException keeps each rank's
     (exception, traceback) in `.failures`, and its own text only names the ranks."""
@@ -658,8 +660,7 @@ def _foreign(root: Path, path: str, theirs: Owner, mine: Owner, other_run: bool,
     """Why a step is not this run's to resume, naming both runs, what differs, and the fix."""
     why = ["it is another run's"] if other_run else []
     if differences:
-        more = f" and {len(differences) - 4} more" if len(differences) > 4 else ""
-        why.append(f"its model differs from this run's ({'; '.join(differences[:4])}{more})")
+        why.append(f"its model differs from this run's ({_first(differences, 4)})")
     if other_run:
         fix = (f"point checkpoint_dir at this run's own folder (an empty one to start afresh), or start from that "
                f"checkpoint's weights explicitly with init_from={path}")
