@@ -197,3 +197,71 @@ def execution_runs(aws: Any, view: Any) -> list[RunMetrics]:
 
     return [RunMetrics(f"attempt {a.number} ({a.instance_type}{', Spot' if a.spot else ''})",
                        metric_records(aws, a.job_name)) for a in view.attempts]
+
+
+# ---- a run's attempts on a time axis (trainctl show RUN --chart) ---------------------------------------
+
+# Each segment of an attempt, in the order it is drawn (jobs.run_record.BUCKETS after the queueing), and its color.
+SEGMENTS = (("queued", "#d9d9d9"), ("startup", "#ff7f0e"), ("productive", "#2ca02c"), ("checkpoint", "#1f77b4"),
+            ("eval", "#9467bd"), ("other", "#8c8c8c"), ("redone", "#d62728"))
+
+
+def attempt_segments(attempt: Any) -> list[tuple[str, float, float]]:
+    """(segment, start epoch, seconds) of one attempt (jobs.run.Attempt): its queueing from its start, then its
+    held time split as jobs.run_record splits it, the work redone last (it is the end that was lost). The
+    order inside the held time is a summary, not a trace: saves and evaluations happened along the way."""
+    from jobs.classify import to_epoch
+    from jobs.run_record import attempt_time
+
+    start = to_epoch(attempt.started_at)
+    if start is None:
+        return []
+    split = attempt_time(attempt)
+    parts = [("queued", attempt.queued_seconds or 0)] + [(name, split.bucket(name)) for name, _ in SEGMENTS[1:]]
+    segments, at = [], start
+    for name, seconds in parts:
+        if seconds:
+            segments.append((name, at, float(seconds)))
+            at += seconds
+    return segments
+
+
+def write_run_chart(view: Any, record: dict[str, Any], path: Path) -> None:
+    """One bar per attempt (cli.runs.RunView) on a UTC time axis, colored by where its time went; the gaps
+    between bars are the launcher's waits."""
+    _matplotlib()
+    import datetime as dt
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter, date2num
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    from jobs.summary import money
+
+    colors = dict(SEGMENTS)
+    figure = Figure(figsize=(10, 1.2 + 0.5 * max(len(view.attempts), 1)), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots()
+    labels = []
+    for row, attempt in enumerate(view.attempts):
+        for name, start, seconds in attempt_segments(attempt):
+            left = date2num(dt.datetime.fromtimestamp(start, dt.UTC))
+            axes.barh(row, seconds / 86400, left=left, color=colors[name], height=0.6,
+                      hatch="//" if name == "redone" else None, edgecolor="white", linewidth=0.3)
+        spot = ", Spot" if attempt.spot else ""
+        labels.append(f"{attempt.attempt}: {attempt.instance_count}x {attempt.instance_type}{spot} ({attempt.status})")
+    axes.set_yticks(range(len(labels)), labels, fontsize=8)
+    axes.invert_yaxis()
+    locator = AutoDateLocator()
+    axes.xaxis.set_major_locator(locator)
+    axes.xaxis.set_major_formatter(ConciseDateFormatter(locator))
+    axes.set_xlabel("UTC")
+    axes.grid(True, axis="x", alpha=0.3)
+    goodput = "-" if record["goodput"] is None else f"{record['goodput']:.0%}"
+    axes.set_title(f"{view.run_id}: goodput {goodput}, cost {money(record['cost']['total_usd'])}", loc="left",
+                   fontsize=10)
+    axes.legend(handles=[Patch(color=c, label=n, hatch="//" if n == "redone" else None) for n, c in SEGMENTS],
+                fontsize=7, ncols=len(SEGMENTS), loc="upper center", bbox_to_anchor=(0.5, -0.35 if labels else -0.1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)

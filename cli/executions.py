@@ -72,8 +72,9 @@ def _instance_type(params: dict[str, Any]) -> str:
     return " + ".join(f"{g.get('InstanceCount')}x {g.get('InstanceType')}" for g in groups) or "?"
 
 
-def _decision(event: dict[str, Any]) -> dict[str, Any] | None:
-    """The `decision` in a Lambda's result: direct function ARN or the lambda:invoke integration (Payload)."""
+def lambda_result(event: dict[str, Any]) -> dict[str, Any] | None:
+    """What a launcher Lambda returned, from its history event: direct function ARN or the lambda:invoke
+    integration (Payload); None for any other event."""
     if event["type"] == "LambdaFunctionSucceeded":
         result = _json(event["lambdaFunctionSucceededEventDetails"].get("output"))
     elif event["type"] == "TaskSucceeded" and event["taskSucceededEventDetails"].get("resourceType") == "lambda":
@@ -81,8 +82,32 @@ def _decision(event: dict[str, Any]) -> dict[str, Any] | None:
         result = result.get("Payload") if isinstance(result, dict) else None
     else:
         return None
-    decision = result.get("decision") if isinstance(result, dict) else None
+    return result if isinstance(result, dict) else None
+
+
+def _decision(event: dict[str, Any]) -> dict[str, Any] | None:
+    """The `decision` in a Lambda's result."""
+    decision = (lambda_result(event) or {}).get("decision")
     return decision if isinstance(decision, dict) else None
+
+
+def latest_run_state(events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The run state (jobs.run.RunState's dict form) as the launcher's last Lambda left it: every handler
+    returns it ("run"; Summarize's "summary" holds its attempts); None when Prepare never succeeded."""
+    for event in reversed(events):
+        result = lambda_result(event)
+        if result and isinstance(result.get("run"), dict):
+            return result["run"]
+    return None
+
+
+def final_summary(events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Summarize's summary (jobs.summary.summary), the run's attempts as they ended; None before it ran."""
+    for event in reversed(events):
+        summary = (lambda_result(event) or {}).get("summary")
+        if isinstance(summary, dict):
+            return summary
+    return None
 
 
 def history_events(aws: Aws, arn: str) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ from typing import Annotated
 
 import typer
 
-from cli import local_runner, logs, render, schema, status, stop, submit
+from cli import local_runner, logs, render, runs, schema, status, stop, submit
 from cli.aws import DEFAULT_PREFIX, Aws
 from cli.errors import user_errors
 from cli.options import (
@@ -34,6 +34,7 @@ from cli.options import (
     IntervalOpt,
     PlatformOpt,
     PrefixOpt,
+    PricesOpt,
     RegionOpt,
     RequestArg,
     StateMachineOpt,
@@ -62,12 +63,7 @@ def plan_command(
         "--json", help="Print the sizing as JSON: recommendation, candidates, warnings.")] = False,
     chart: Annotated[Path | None, typer.Option(
         "--chart", metavar="FILE.png", help="Draw hours and cost against GPU count (needs matplotlib).")] = None,
-    prices: Annotated[str, typer.Option(
-        "--prices", metavar="auto|aws|none|FILE.json",
-        help="On-demand training prices for the costs: aws asks the AWS Price List API (pricing:GetProducts; "
-             "cached 7 days in ~/.cache/trainctl, aws refreshes it); FILE.json holds "
-             "{\"ml.p4d.24xlarge\": <USD per hour>, ...}; none plans without; auto uses aws when AWS credentials "
-             "are found, else none.")] = "auto",
+    prices: PricesOpt = "auto",
 ) -> None:
     """Validate a request, show what would run, and size it: memory per GPU, step time, hours, cost.
 
@@ -140,10 +136,16 @@ def submit_command(
 @user_errors
 def resume_command(
     run_id: Annotated[str, typer.Argument(
-        metavar="RUN", help="The run id to continue (its execution's run_id, as `trainctl status` shows it).")],
-    request: RequestArg,
+        metavar="RUN", help="The run id to continue (`trainctl runs` lists them).")],
+    request: Annotated[Path | None, typer.Argument(
+        metavar="[REQUEST.json]", help="The request to continue it with (more max_steps, other instances, a new "
+                                       "retry budget). Default: the request its last execution was sent.",
+        show_default=False)] = None,
     wait: WaitOpt = False,
     name: ExecutionNameOpt = None,
+    limit: Annotated[int, typer.Option(
+        "--limit", min=1, help="Look for the run in at most this many executions, newest first.")]
+    = runs.DEFAULT_LIMIT,
     platform: PlatformOpt = None,
     state_machine: StateMachineOpt = None,
     prefix: PrefixOpt = DEFAULT_PREFIX,
@@ -152,13 +154,13 @@ def resume_command(
 ) -> None:
     """Continue a run that ended (max runtime, attempts spent, stopped) on its checkpoints.
 
-    Submits REQUEST (the run's request, perhaps with more max_steps, other instances or a new retry budget)
-    with resume_run set to RUN: same run id and checkpoint prefix, attempt numbers following on. The launcher
-    refuses a run that completed, is still active, or trained another model.
+    Starts the launcher with the run's request (or REQUEST) and resume_run set to RUN: same run id and
+    checkpoint prefix, attempt numbers following on. Refused while an execution of the run is running; the
+    launcher refuses a run that completed, whose job still runs, or that trained another model.
     """
     raise typer.Exit(submit.resume_request(run_id, request, Aws(region=region, prefix=prefix), name=name,
                                            platform=platform, state_machine=state_machine, wait=wait,
-                                           interval=interval))
+                                           interval=interval, limit=limit))
 
 
 @app.command("status", rich_help_panel=DEPLOYED)
@@ -189,6 +191,47 @@ def list_command(
     """List the launcher's executions, newest first."""
     status.list_executions(Aws(region=region, prefix=prefix), [s.value for s in status_ or []], limit,
                            state_machine)
+
+
+@app.command("runs", rich_help_panel=DEPLOYED)
+@user_errors
+def runs_command(
+    limit: Annotated[int, typer.Option(
+        "--limit", min=1, help="Read at most this many executions, newest first (a resumed run spans several).")]
+    = runs.DEFAULT_LIMIT,
+    prices: PricesOpt = "auto",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the runs and their records as JSON.")] = False,
+    state_machine: StateMachineOpt = None,
+    prefix: PrefixOpt = DEFAULT_PREFIX,
+    region: RegionOpt = None,
+) -> None:
+    """List runs, newest first: name, id, status, attempts, instance types, step, wall time, goodput, cost.
+
+    A run is one id and checkpoint prefix across its executions (the first and each `trainctl resume`).
+    """
+    runs.list_runs(Aws(region=region, prefix=prefix), state_machine, limit=limit, prices=prices, as_json=as_json)
+
+
+@app.command("show", rich_help_panel=DEPLOYED)
+@user_errors
+def show_command(
+    run_id: Annotated[str, typer.Argument(metavar="RUN", help="The run id (`trainctl runs` lists them).")],
+    chart: Annotated[Path | None, typer.Option(
+        "--chart", metavar="FILE.png", help="Draw the run's attempts on a time axis, colored by where their "
+                                            "time went (needs matplotlib).")] = None,
+    limit: Annotated[int, typer.Option(
+        "--limit", min=1, help="Look for the run in at most this many executions, newest first.")]
+    = runs.DEFAULT_LIMIT,
+    prices: PricesOpt = "auto",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run and its record as JSON.")] = False,
+    state_machine: StateMachineOpt = None,
+    prefix: PrefixOpt = DEFAULT_PREFIX,
+    region: RegionOpt = None,
+) -> None:
+    """Show one run in full: its executions, every attempt, where the held instance-time went (goodput and the
+    losses: startup, checkpoint stalls, evaluation, work redone after an interruption), and its cost."""
+    runs.show_run(Aws(region=region, prefix=prefix), run_id, state_machine, limit=limit, prices=prices,
+                  as_json=as_json, chart=chart)
 
 
 @app.command("stop", rich_help_panel=DEPLOYED)

@@ -46,3 +46,9 @@ class ExecutionStatus(StrEnum):
     TIMED_OUT = "TIMED_OUT"
     ABORTED = "ABORTED"
     PENDING_REDRIVE = "PENDING_REDRIVE"
+PricesOpt = Annotated[str, typer.Option(
+    "--prices", metavar="auto|aws|none|FILE.json",
+    help="On-demand training prices for the costs: aws asks the AWS Price List API (pricing:GetProducts; "
+         "cached 7 days in ~/.cache/trainctl, aws refreshes it); FILE.json holds "
+         "{\"ml.p4d.24xlarge\": <USD per hour>, ...}; none goes without; auto uses aws when AWS credentials "
+         "are found, else none.")]

@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from contract.hyperparameters import canonical_name
+from jobs.summary import duration
 
 # Plans render with a stand-in run id: each execution gets its own (jobs.render.new_run_id: the request
 # name and 16 random characters), and each attempt's name 8 random characters of its own, so the plan
@@ -39,15 +40,6 @@ def _hp(create: dict[str, Any], key: str) -> Any:
         return json.loads(raw)
     except (TypeError, json.JSONDecodeError):
         return raw
-
-
-def duration(seconds: int | None) -> str:
-    if seconds is None:
-        return "-"
-    hours, rest = divmod(int(seconds), 3600)
-    minutes, secs = divmod(rest, 60)
-    text = f"{hours}h{minutes:02d}m" if hours else f"{minutes}m"
-    return f"{text}{secs:02d}s" if secs else text
 
 
 def _spec_text(instance_type: str) -> tuple[str, int]:

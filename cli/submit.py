@@ -40,20 +40,37 @@ def submit_request(request: Path, aws: Aws, *, name: str | None, platform: Path 
                            wait=wait, interval=interval)
 
 
-def resume_request(run_id: str, request: Path, aws: Aws, *, name: str | None, platform: Path | None,
-                   state_machine: str | None, wait: bool, interval: float) -> int:
-    """Start an execution that continues run `run_id` (the request with `resume_run` set): same run id and
-    checkpoints, attempts numbered on. The launcher's Prepare checks the run may be continued."""
+def resume_request(run_id: str, request: Path | None, aws: Aws, *, name: str | None, platform: Path | None,
+                   state_machine: str | None, wait: bool, interval: float, limit: int) -> int:
+    """Start an execution that continues run `run_id` with `request` (default: the request its last execution
+    was sent) and `resume_run` set: same run id and checkpoints, attempts numbered on. A run whose execution
+    still runs (training, or waiting between attempts) is refused here; the launcher's Prepare checks the rest
+    (no job of the run active, not completed, same model). With a request, a run whose executions are not
+    found (Step Functions keeps an execution's history 90 days; its checkpoints stay) is left to Prepare."""
+    from cli.runs import find_run, search_run
     from jobs.request_fields import check_run_id
+    from jobs.resume import FIELD
 
     if problem := check_run_id(run_id):
         raise UserError(f"RUN: {problem}")
-    document = read_json_object(request, "job request")
-    earlier = document.get("resume_run")
-    if earlier not in (None, run_id):
-        raise UserError(f"{request} sets resume_run {earlier!r}, not {run_id!r}",
-                        "remove resume_run from the file (trainctl resume sets it), or resume that run")
-    loaded = parse_loaded(request, {**document, "resume_run": run_id})
+    machine = aws.state_machine_arn(state_machine)
+    view = find_run(aws, machine, run_id, limit) if request is None else search_run(aws, machine, run_id, limit)
+    active = [e.name for e in view.executions if e.status == "RUNNING"] if view else []
+    if active:
+        raise UserError(f"run {run_id} is still active: execution {active[-1]} is RUNNING",
+                        f"wait for it to end, or `trainctl stop {active[-1]}`, then resume")
+    if request is None:
+        document, where = view.executions[-1].request, Path(f"<the request of {view.executions[-1].name}>")
+        if document is None:
+            raise UserError(f"the last execution of run {run_id} has no readable request",
+                            f"give the request file: trainctl resume {run_id} REQUEST.json")
+    else:
+        document, where = read_json_object(request, "job request"), request
+    earlier = document.get(FIELD)
+    if request is not None and earlier not in (None, run_id):
+        raise UserError(f"{request} sets {FIELD} {earlier!r}, not {run_id!r}",
+                        f"remove {FIELD} from the file (trainctl resume sets it), or resume that run")
+    loaded = parse_loaded(where, {**document, FIELD: run_id})
     return start_execution(loaded, aws, name=name, platform=platform, state_machine=state_machine, wait=wait,
                            interval=interval)
 

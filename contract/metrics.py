@@ -30,6 +30,14 @@ METRIC_NAMES: tuple[str, ...] = (
     # checkpoint_age_s / the seconds expected between checkpoints by the job's cadence (0 when it has none):
     # dimensionless, so one alarm threshold fits every job whatever its cadence.
     "checkpoint_overdue",
+    # Where this attempt's seconds went so far (training.meter.AttemptClock), cumulative, so the last value
+    # SageMaker keeps of each (FinalMetricDataList) is the attempt's total: the launcher's run record
+    # (jobs.run_record) reads them to split the attempt's billed time into goodput and its losses.
+    "startup_s",  # from the training process's start to its first step (imports, model build, restore)
+    "train_s",  # in training steps
+    "checkpoint_s",  # the step loop blocked by checkpoint saves (the stall, not an async save's tail)
+    "checkpoint_saves",  # saves on the cadence (their mean stall: the save time the next attempt plans with)
+    "eval_s",  # in evaluation
 )
 
 LINE_PREFIX = "[metrics]"

@@ -28,10 +28,12 @@ from jobs.platform import PlatformSettings
 from jobs.platform_rules import validate_for_platform
 from jobs.policy import Action, succeeded, watch
 from jobs.policy import decide as decide_next
+from jobs.prices import API_REGION, SERVICE_CODE, instance_filters, products_to_prices
 from jobs.render import checkpoint_s3_uri, new_run_id, render_create_training_job
 from jobs.request import parse_request
 from jobs.resume import resume_point, run_token
 from jobs.run import RunState
+from jobs.run_record import cluster_types
 from jobs.summary import describe_in_words, summary
 
 log = logging.getLogger(__name__)
@@ -179,10 +181,41 @@ def summarize(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         job = runs.jsonable(job)
         runs.finish_attempt(run, now=now, job=job)
     stopped, left = stop_jobs_left_running(run)
-    outcome = summary(run, job=job, decision=decision, now=now, stopped_jobs=stopped, jobs_left_running=left)
+    types = {kind for a in run.attempts if a.training_seconds or a.billable_seconds
+             for _, kind in cluster_types(a.instance_type, a.instance_count)}
+    outcome = summary(run, job=job, decision=decision, now=now, stopped_jobs=stopped, jobs_left_running=left,
+                      prices=training_prices(platform_region(), sorted(types)))
     subject, message = describe_in_words(outcome)
     return {"succeeded": outcome["status"] == "Succeeded", "subject": subject, "message": message,
             "summary": outcome}
+
+
+def platform_region() -> str | None:
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+
+
+def training_prices(region: str | None, instance_types: list[str]) -> dict[str, float]:
+    """On-demand USD per instance-hour of each type, from the AWS Price List API (jobs.prices reads the answer,
+    as trainctl's does); {} when it cannot be asked: the record's cost is then "unknown", and the run's end is
+    never held up by a price (short timeouts, two tries)."""
+    if not region or not instance_types:
+        return {}
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    client = boto3.client("pricing", region_name=API_REGION, config=Config(
+        connect_timeout=3, read_timeout=10, retries={"mode": "standard", "total_max_attempts": 2}))
+    entries = []
+    try:
+        for kind in instance_types:
+            for page in client.get_paginator("get_products").paginate(
+                    ServiceCode=SERVICE_CODE, Filters=instance_filters(region, kind), FormatVersion="aws_v1"):
+                entries += page.get("PriceList", [])
+    except (BotoCoreError, ClientError) as exc:
+        log.warning("no prices for the run's record (pricing:GetProducts): %s", exc)
+        return {}
+    return products_to_prices(entries, region)[0]
 
 
 def _sagemaker(region: str | None = None, attempts: int = 1):

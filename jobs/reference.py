@@ -30,15 +30,22 @@ from the run's one checkpoint prefix, `s3://<checkpoint bucket>/<name_prefix>/<r
 id is the request's name and 16 random characters (80 bits), drawn once per execution; every attempt's job
 carries it in its environment as `TRAINING_RUN_ID`, and a job found under an attempt's name without it is
 another's: never waited on or stopped, and the run retries under a new name. The execution's output
-is a summary: every attempt (job name, instance type, Spot, status, category, reason, times, billable and
-lost seconds), the time lost to interruptions, final metrics and the model artifact URI.
+is a summary: every attempt (job name, instance type, Spot, status, category, reason, times, billable
+seconds, work lost), final metrics, the model artifact URI and the run's record, which the notification
+carries too: wall time, step reached, goodput (productive training time over the instance time held) with
+the losses split into startup, checkpoint stalls, evaluation and work redone after an interruption (the age
+of the newest checkpoint when the attempt ended), and the cost, on demand and Spot apart, from the AWS Price
+List API ("unknown" without a price). `trainctl runs` lists runs with the same figures across every
+execution of a run; `trainctl show RUN [--chart FILE.png]` prints one in full (`--prices` as for `plan`).
 
 A run that ended without completing (max runtime, attempts or time spent, stopped, a failure since fixed) is
-continued by `trainctl resume <run id> [REQUEST]`: a new execution whose request carries `resume_run`, under the
-same run id and checkpoint prefix, its attempts numbered on from the run's last, with a new retry budget. The
-request may change `hyperparameters.max_steps`, the instances and `retry`, not `model` or `model_size`. Prepare
-refuses, naming `resume_run`, a run it finds no job of, a run still active (a job `InProgress` or `Stopping`), and
-a run that completed (start a new run with `hyperparameters.init_from` instead).
+continued by `trainctl resume <run id> [REQUEST]`: a new execution whose request (REQUEST, or the one its last
+execution was sent) carries `resume_run`, under the same run id and checkpoint prefix, its attempts numbered on
+from the run's last, with a new retry budget. The request may change `hyperparameters.max_steps`, the instances
+and `retry`, not `model` or `model_size`. trainctl refuses a run with an execution still running (training, or
+waiting between attempts); Prepare refuses, naming `resume_run`, a run it finds no job of, a run whose job is
+active (`InProgress` or `Stopping`), and a run that completed (start a new run with `hyperparameters.init_from`
+instead).
 """
 
 

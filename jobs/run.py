@@ -21,6 +21,7 @@ from contract.container import ENV_RUN_ID
 from contract.schema import to_jsonable
 from jobs.classify import Category, Failure, to_epoch
 from jobs.request_schema import JobRequest
+from jobs.run_record import job_figures
 
 
 def iso(epoch: float) -> str:
@@ -77,12 +78,23 @@ class Attempt:
     ended_at: str = ""
     training_seconds: int | None = None
     billable_seconds: int | None = None
+    # Work lost when the attempt ended unfinished: its newest checkpoint's age then (jobs.run_record), or,
+    # when the job did not say (lost_is_upper_bound), its whole training time.
     lost_seconds: int = 0
     # While the job runs with no `.sync` task waiting on it (the launch task failed but the job exists),
     # Decide looks it up again and again: how often, and how many look-ups in a row found no answer.
     looks: int = 0
     lookup_errors: int = 0
     stopped_by_launcher: bool = False  # the run ended while the job ran: the launcher stopped it
+    lost_is_upper_bound: bool = False
+    # Where its time went (jobs.run_record.job_figures; None: the job did not say) and the step it reached.
+    queued_seconds: int | None = None
+    startup_seconds: int | None = None
+    train_seconds: int | None = None
+    checkpoint_seconds: int | None = None
+    eval_seconds: int | None = None
+    step: int | None = None
+    checkpoint_saves: int | None = None  # saves on the cadence, whose stall checkpoint_seconds includes
 
 
 @dataclass
@@ -209,11 +221,16 @@ def finish_attempt(run: RunState, *, now: float, job: dict[str, Any] | None,
     """Record the outcome of the current attempt; on failure count it by category."""
     current = run.current
     started = to_epoch(current.started_at) or now
+    age = None
     if job:
         current.status = job.get("TrainingJobStatus", current.status)
         current.secondary_status = job.get("SecondaryStatus", "")
         current.training_seconds = job.get("TrainingTimeInSeconds")
         current.billable_seconds = job.get("BillableTimeInSeconds")
+        figures = job_figures(job)
+        age = figures.pop("checkpoint_age_seconds")
+        for name, value in figures.items():
+            setattr(current, name, value)
         started = to_epoch(job.get("CreationTime")) or started
         ended = to_epoch(job.get("TrainingEndTime")) or to_epoch(job.get("LastModifiedTime")) or now
     else:
@@ -226,9 +243,11 @@ def finish_attempt(run: RunState, *, now: float, job: dict[str, Any] | None,
         current.status = "NotCreated" if not failure.job_started else "Failed"
     current.category = failure.category.value
     current.reason = failure.reason
-    # Work since the last checkpoint is lost; without knowing when that was, count the attempt's training
-    # time (or, lacking it, its wall-clock time) as the upper bound.
-    current.lost_seconds = int(current.training_seconds if current.training_seconds is not None
-                               else max(ended - started, 0)) if failure.job_started else 0
+    # Work since the last checkpoint is lost: its age at the end when the job printed it; else the attempt's
+    # training time (or, lacking it, its wall-clock time), an upper bound.
+    if failure.job_started:
+        current.lost_is_upper_bound = age is None
+        current.lost_seconds = age if age is not None else int(
+            current.training_seconds if current.training_seconds is not None else max(ended - started, 0))
     run.counts.record(failure.category)
     return current

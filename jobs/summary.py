@@ -6,14 +6,17 @@ from dataclasses import asdict
 from typing import Any
 
 from jobs.classify import Category
+from jobs.resume import resume_command
 from jobs.run import RunState
+from jobs.run_record import run_record
 
 
 def summary(run: RunState, *, job: dict[str, Any] | None, decision: dict[str, Any] | None,
-            now: float, stopped_jobs: list[str] = (), jobs_left_running: list[str] = ()) -> dict[str, Any]:
+            now: float, stopped_jobs: list[str] = (), jobs_left_running: list[str] = (),
+            prices: dict[str, float] | None = None) -> dict[str, Any]:
     """What the execution outputs and the notification says. `decision` is a "fail" decision's event, if any;
     `stopped_jobs` the run's jobs the launcher stopped as the run ended, `jobs_left_running` those it could
-    not stop ("name (why)")."""
+    not stop ("name (why)"); `prices` USD per instance-hour by type, for the record's cost."""
     attempts = run.attempts
     succeeded = decision is None and bool(job) and job.get("TrainingJobStatus") == "Completed"
     metrics = {m["MetricName"]: m["Value"] for m in (job or {}).get("FinalMetricDataList") or []}
@@ -40,6 +43,9 @@ def summary(run: RunState, *, job: dict[str, Any] | None, decision: dict[str, An
         "checkpoint_s3_uri": run.checkpoint_s3_uri,
         "stopped_jobs": list(stopped_jobs),
         "jobs_left_running": list(jobs_left_running),
+        # This execution's attempts only: a resumed run's earlier ones are in their executions (trainctl show).
+        "record": run_record(attempts, started=run.started_epoch, ended=now, prices=prices),
+        "resumed_after": run.resumed_after,
     }
 
 
@@ -67,9 +73,46 @@ def describe_in_words(s: dict[str, Any]) -> tuple[str, str]:
     if s.get("jobs_left_running"):
         lines.append(f"Could not stop, stop by hand (aws sagemaker stop-training-job --training-job-name NAME): "
                      f"{', '.join(s['jobs_left_running'])}.")
+    lines += record_in_words(s["record"], resumed=bool(s.get("resumed_after")))
+    if s["status"] != "Succeeded" and resume_command(s["run_id"]) not in s["reason"]:
+        lines.append(f"To continue from its newest checkpoint: {resume_command(s['run_id'])}")
     if s["final_metrics"]:
         lines.append("Final metrics: " + ", ".join(f"{k}={v:g}" for k, v in sorted(s["final_metrics"].items())))
     if s["model_artifacts"]:
         lines.append(f"Model: {s['model_artifacts']}")
     lines.append(f"Checkpoints: {s['checkpoint_s3_uri']}")
     return subject, "\n".join(lines)
+
+
+def money(usd: float | None) -> str:
+    return "unknown" if usd is None else f"${usd:,.2f}"
+
+
+def duration(seconds: float | None) -> str:
+    """`1h02m05s`, `4m`, `-` for unknown: the one way trainctl and the notification write a duration."""
+    if seconds is None:
+        return "-"
+    hours, rest = divmod(int(seconds), 3600)
+    minutes, secs = divmod(rest, 60)
+    text = f"{hours}h{minutes:02d}m" if hours else f"{minutes}m"
+    return f"{text}{secs:02d}s" if secs else text
+
+
+def record_in_words(record: dict[str, Any], *, resumed: bool = False) -> list[str]:
+    """The record's lines in the notification (trainctl show prints the same figures as a table)."""
+    scope = " (this execution; `trainctl show RUN` for the whole run)" if resumed else ""
+    split = record["instance_seconds"]
+    held = record["held_instance_seconds"]
+    share = ", ".join(f"{name} {split[name] / held:.0%}" for name in split if split[name]) if held else "none"
+    goodput = "unknown" if record["goodput"] is None else f"{record['goodput']:.0%}"
+    if record["unmeasured_attempts"]:
+        goodput += f" (at least: attempts {record['unmeasured_attempts']} did not measure their time)"
+    cost = record["cost"]
+    unpriced = f" (no price for {', '.join(cost['unpriced'])})" if cost["unpriced"] else ""
+    return [
+        f"Record{scope}: wall time {duration(record['wall_seconds'])}, step {record['step'] or 0}, "
+        f"queued {duration(record['queued_seconds'])}, between attempts {duration(record['between_attempts_seconds'])}.",
+        f"Goodput {goodput} of {held / 3600:.2f} instance-hours held: {share}.",
+        f"Cost {money(cost['total_usd'])}: on demand {money(cost['on_demand_usd'])}, Spot {money(cost['spot_usd'])} "
+        f"(saved {money(cost['spot_savings_usd'])}){unpriced}.",
+    ]

@@ -9,6 +9,8 @@ CUDA out of memory, and a loss or gradient norm non-finite for `nonfinite_patien
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from contract.failures import FailureCode
@@ -18,7 +20,7 @@ from training.data import GlobalBatchSampler, describe, micro_batches
 from training.distributed import Dist, StopFlag
 from training.evaluation import Evaluator
 from training.job import announce, build_job
-from training.meter import StepMeter, checkpoint_overdue
+from training.meter import AttemptClock, StepMeter, checkpoint_overdue
 from training.metrics import MetricsLogger
 from training.optim import build_optimizer, build_scheduler
 from training.outcome import Result, TrainingFailure, finish
@@ -33,6 +35,7 @@ OutOfMemory = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = None, observe=None) -> Result:
     """Run (or resume) the job. `stop_at` acts like a stop signal at that step; `observe` sees every step's
     gradients and weights (training.step.TrainStep.observe). Tests use both."""
+    clock = AttemptClock()
     job = build_job(cfg, dist)
     optimizer, state = build_optimizer(job.model, cfg), LoopState()
     scheduler = build_scheduler(optimizer, cfg)
@@ -57,6 +60,7 @@ def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = No
                       job.seq_len if job.kind == "tokens" else 1, job.kind, job.flops_per_sample,
                       nonfinite_patience=cfg.nonfinite_patience, count_grad_norm=not scaler.is_enabled())
     job.model.train()
+    clock.training_starts()
     while state.status == "running":
         stopping, time_due = dist.agree(stop.raised or (stop_at is not None and state.step >= stop_at),
                                         checkpoints.time_due())
@@ -64,7 +68,7 @@ def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = No
             state.status = "stopped"
             break
         if checkpoints.due(state.step, running=True, time_due=time_due):
-            _checkpoint(checkpoints, meter, state.step)
+            _checkpoint(checkpoints, meter, clock, state.step)
         batches = micro_batches(job.train_set, sampler.next_indices(), cfg.micro_batch_size, dist.device)
         try:
             meter.add(*train_step(batches))
@@ -73,26 +77,34 @@ def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = No
         state.step += 1
         if meter.due(state.step):
             meter.raise_if_nonfinite(state.step)
-            logger.log({**meter.record(state.step, sampler, scheduler, scaler), **_checkpoint_age(checkpoints, meter)})
+            record = meter.record(state.step, sampler, scheduler, scaler)
+            logger.log({**record, **_checkpoint_age(checkpoints, meter), **clock.metrics(meter.trained_s)})
         logger.progress(state.step)
         if evaluator.due(state.step):
-            evaluator.run(state, logger)
+            with clock.evaluating():
+                evaluator.run(state, logger)
             meter.restart()
         state.finish_if_done(cfg.max_steps)
         if checkpoints.due(state.step, running=state.status == "running"):
-            _checkpoint(checkpoints, meter, state.step)
+            _checkpoint(checkpoints, meter, clock, state.step)
     logger.close()
+    trained_s = meter.trained_s
     nonfinite = meter.raise_if_nonfinite(state.step)  # a diverged run fails; a non-finite last step is not saved
-    if state.status == "stopped":  # SIGKILL follows SageMaker's SIGTERM: save only what can finish
-        checkpoints.save_at_stop(state.step, dist.max_float(stop.seconds_since()), nonfinite)
-    else:  # finished or early-stopped: a rerun resumes or sees it done
-        checkpoints.save_final(state.step, nonfinite)
+    with clock.checkpointing():
+        if state.status == "stopped":  # SIGKILL follows SageMaker's SIGTERM: save only what can finish
+            checkpoints.save_at_stop(state.step, dist.max_float(stop.seconds_since()), nonfinite)
+        else:  # finished or early-stopped: a rerun resumes or sees it done
+            checkpoints.save_final(state.step, nonfinite)
+    if meter.run_steps or meter.timed_steps:  # this attempt trained: its totals, the stop's save included
+        logger.final({"step": state.step, **_checkpoint_age(checkpoints, meter), **clock.metrics(trained_s)})
     return finish(cfg, dist, job.model, job.export_config, state)
 
 
-def _checkpoint(checkpoints: CheckpointManager, meter: StepMeter, step: int) -> None:
+def _checkpoint(checkpoints: CheckpointManager, meter: StepMeter, clock: AttemptClock, step: int) -> None:
     # A diverged run fails here; a step non-finite on any rank, below the patience, is not saved.
+    began = time.perf_counter()
     if checkpoints.save(step, nonfinite=meter.raise_if_nonfinite(step)) is not None:
+        clock.saved(time.perf_counter() - began)
         meter.restart()  # the save's stall is not training time
 
 

@@ -7,7 +7,10 @@ GPU's dense bf16 peak (training.metrics.PEAK_FLOPS).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as torch_dist
@@ -29,6 +32,70 @@ def checkpoint_overdue(age_s: float, every_s: float, interval: int, step_s: floa
     """
     cadences = [c for c in (every_s, interval * step_s if interval and step_s else 0.0) if c > 0]
     return age_s / min(cadences) if cadences else 0.0
+
+
+def process_started_at() -> float:
+    """When this process started (epoch seconds): Linux's /proc record of it, so that the interpreter's and
+    torch's imports count as startup; where there is none, the time this module was imported."""
+    try:
+        # Field 22 of /proc/self/stat (the 20th after the command name's closing parenthesis): clock ticks
+        # after boot; /proc/stat's btime: the boot, in epoch seconds.
+        ticks = int(Path("/proc/self/stat").read_text().rpartition(")")[2].split()[19])
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return _IMPORTED_AT
+
+
+_IMPORTED_AT = time.time()
+
+
+class AttemptClock:
+    """Where this attempt's seconds went, as cumulative metrics (contract.metrics: startup_s, train_s,
+    checkpoint_s, eval_s) on every metrics line and once more when the attempt ends.
+
+    The launcher's run record (jobs.run_record) reads their last values from the job to split the billed time
+    into productive training and the losses (startup, checkpoint stalls, evaluation); the work redone after a
+    failure it reads from checkpoint_age_s. Rank 0's clock speaks for the job: the ranks step together.
+    """
+
+    def __init__(self, started_at: float | None = None) -> None:
+        self.started_at = process_started_at() if started_at is None else started_at
+        self.startup_s: float | None = None
+        self.checkpoint_s = self.eval_s = 0.0
+        self.saves = 0  # checkpoints saved on the cadence: their mean stall is the next attempt's save time
+
+    def training_starts(self) -> None:
+        """The first step begins: everything before it was startup."""
+        if self.startup_s is None:
+            self.startup_s = max(time.time() - self.started_at, 0.0)
+
+    def saved(self, seconds: float) -> None:
+        """A checkpoint on the cadence stalled the loop this long."""
+        self.checkpoint_s += seconds
+        self.saves += 1
+
+    @contextlib.contextmanager
+    def checkpointing(self):
+        """The end's save (and the wait for an async one): a stall, not a save on the cadence."""
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.checkpoint_s += time.perf_counter() - began
+
+    @contextlib.contextmanager
+    def evaluating(self):
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.eval_s += time.perf_counter() - began
+
+    def metrics(self, train_s: float) -> dict:
+        return {"startup_s": self.startup_s, "train_s": train_s, "checkpoint_s": self.checkpoint_s,
+                "checkpoint_saves": self.saves, "eval_s": self.eval_s}
 
 
 class StepMeter:
@@ -60,6 +127,11 @@ class StepMeter:
     def mean_step_s(self) -> float | None:
         """The mean seconds of a timed training step over the run so far (None before the first log)."""
         return self.run_seconds / self.run_steps if self.run_steps else None
+
+    @property
+    def trained_s(self) -> float:
+        """Seconds spent in training steps so far, the interval not yet logged included."""
+        return self.run_seconds + (time.perf_counter() - self.t0 if self.timed_steps else 0.0)
 
     def restart(self) -> None:
         self.timed_steps, self.t0 = 0, time.perf_counter()

@@ -53,6 +53,13 @@ class MetricsLogger:
         with self.path.open("a") as f:
             f.write(json.dumps({**clean, "time": round(time.time(), 3)}) + "\n")
 
+    def final(self, record: dict) -> None:
+        """The attempt's last metrics line, on stdout only: SageMaker keeps each metric's last value
+        (FinalMetricDataList), which the launcher's run record reads; the metrics file keeps one record per
+        log interval, as charts and readers of the file expect."""
+        if self.enabled:
+            print(format_metrics({k: v for k, v in record.items() if v is not None}), flush=True)
+
     def progress(self, step: int, loss: float | None = None) -> None:
         """A one-line progress bar on stderr when it is a terminal (never in SageMaker's log stream)."""
         if not self.tty:

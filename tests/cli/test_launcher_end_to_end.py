@@ -107,3 +107,110 @@ def test_invalid_request_in_the_console_box_is_named_by_status(launcher, tmp_pat
     status = run("status", "cli-invalid", "--region", REGION, env={"COLUMNS": "250"})
     assert "FAILED" in status.stdout and "no training job launched yet" in status.stdout
     assert "RequestInvalid" in status.stdout and "instance.count" in status.stdout
+
+
+INTERRUPTED = {"step": 1400, "startup_s": 100, "train_s": 1500, "checkpoint_s": 60, "eval_s": 30,
+               "checkpoint_age_s": 240}
+FINISHED = {"step": 3000, "startup_s": 200, "train_s": 1800, "checkpoint_s": 100, "eval_s": 50,
+            "checkpoint_age_s": 10}
+
+
+def test_runs_and_show_account_for_a_run_resumed_once(launcher, tmp_path):
+    """A Spot run that spends its one attempt, resumed on demand: one run of two executions, whose record
+    adds both (goodput, losses, cost with --prices FILE) and whose chart is drawn."""
+    import dataclasses
+
+    request = job_request(spot=True, retry={**FAST_RETRY, "max_attempts": 1})
+    interrupted = dataclasses.replace(sm.spot_interrupted(), metrics=INTERRUPTED, training_seconds=1800,
+                                      billable_seconds=600)
+    first = _submit(launcher, tmp_path, request, [interrupted], "record-first")
+    assert first.exit_code == 1, first.output
+    listed = json.loads(run("runs", "--json", "--prices", "none", "--region", REGION).stdout)
+    (ended,) = [r for r in listed if r["executions"][-1]["name"] == "record-first"]
+    assert ended["status"] == "ended" and len(ended["attempts"]) == 1
+    run_id = ended["run_id"]
+
+    sm.StateTaskServiceSageMaker.world = sm.ScriptedSageMaker(
+        [dataclasses.replace(sm.completed(), metrics=FINISHED, training_seconds=2400)])
+    (tmp_path / "on-demand.json").write_text(json.dumps(request | {"spot": False}))
+    resumed = run("resume", run_id, tmp_path / "on-demand.json", "--name", "record-resumed", "--wait",
+                  "--interval", "0.05", "--region", REGION)
+    assert resumed.exit_code == 0, resumed.output
+
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({"ml.p4d.24xlarge": 36.0}))
+    listed = json.loads(run("runs", "--json", "--prices", str(prices), "--region", REGION).stdout)
+    (view,) = [r for r in listed if r["run_id"] == run_id]
+    assert view["status"] == "completed"
+    assert [e["name"] for e in view["executions"]] == ["record-first", "record-resumed"]
+    assert [a["attempt"] for a in view["attempts"]] == [1, 2] and [a["spot"] for a in view["attempts"]] == [True, False]
+    record, count = view["record"], view["attempts"][0]["instance_count"]
+    # held 1800 + 2400 s per instance; productive (1500 - 240) + 1800; redone 240 (the checkpoint's age)
+    assert record["held_instance_seconds"] == 4200 * count
+    assert record["instance_seconds"]["redone"] == 240 * count
+    assert record["goodput"] == pytest.approx((1260 + 1800) / 4200, abs=1e-4)
+    assert record["step"] == 3000
+    # $36/h per instance: Spot bills 600 of its 1800 s, on demand all 2400 s
+    rate = 36.0 * count / 3600
+    assert record["cost"] == {"on_demand_usd": round(2400 * rate, 2), "spot_usd": round(600 * rate, 2),
+                              "spot_savings_usd": round(1200 * rate, 2), "total_usd": round(3000 * rate, 2),
+                              "unpriced": []}
+
+    chart = tmp_path / "run.png"
+    shown = run("show", run_id, "--prices", str(prices), "--chart", str(chart), "--region", REGION,
+                env={"COLUMNS": "250"})
+    assert shown.exit_code == 0, shown.output
+    assert f"goodput   {record['goodput']:.0%}" in shown.stdout or f"{record['goodput']:.0%}" in shown.stdout
+    assert "redone" in shown.stdout and f"${record['cost']['total_usd']:,.2f}" in shown.stdout
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    missing = run("show", "gpt-125m-fsdp-aaaaaaaaaaaaaaaa", "--prices", "none", "--region", REGION)
+    assert missing.exit_code == 2 and "no run gpt-125m-fsdp-aaaaaaaaaaaaaaaa" in missing.stderr
+    assert "Traceback" not in missing.output
+
+
+def _run_of(execution: str) -> dict:
+    listed = json.loads(run("runs", "--json", "--prices", "none", "--region", REGION).stdout)
+    return next(r for r in listed if any(e["name"] == execution for e in r["executions"]))
+
+
+def test_resume_without_a_request_continues_with_the_runs_own(launcher, tmp_path):
+    request = job_request(retry={**FAST_RETRY, "max_attempts": 1})
+    assert _submit(launcher, tmp_path, request, [sm.internal_error()], "own-first").exit_code == 1
+    run_id = _run_of("own-first")["run_id"]
+    sm.StateTaskServiceSageMaker.world = sm.ScriptedSageMaker([sm.completed()])
+    resumed = run("resume", run_id, "--name", "own-resumed", "--wait", "--interval", "0.05", "--region", REGION)
+    assert resumed.exit_code == 0, resumed.output
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    arn = launcher.state_machine_arn.replace(":stateMachine:", ":execution:") + ":own-resumed"
+    assert json.loads(sfn.describe_execution(executionArn=arn)["input"]) == request | {"resume_run": run_id}
+    view = _run_of("own-resumed")
+    assert view["run_id"] == run_id and [a["attempt"] for a in view["attempts"]] == [1, 2]
+    assert view["status"] == "completed"
+
+
+def test_resume_refuses_a_run_waiting_between_attempts(launcher, tmp_path):
+    """No job of the run runs while its execution waits out a capacity shortage: the launcher's job check
+    cannot see it, trainctl's execution check does."""
+    import time
+
+    sm.StateTaskServiceSageMaker.world = sm.ScriptedSageMaker([sm.capacity_error(), sm.completed()])
+    request = job_request(retry={**FAST_RETRY, "capacity_wait_seconds": 20, "capacity_wait_max_seconds": 20})
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    arn = sfn.start_execution(stateMachineArn=launcher.state_machine_arn, name="waiting",
+                              input=json.dumps(request))["executionArn"]
+    try:
+        deadline = time.monotonic() + 15
+        while not any(e["type"] == "WaitStateEntered" for e in
+                      sfn.get_execution_history(executionArn=arn, maxResults=1000)["events"]):
+            assert time.monotonic() < deadline, "the execution never reached its wait"
+            time.sleep(0.05)
+        run_id = _run_of("waiting")["run_id"]
+        (tmp_path / "r.json").write_text(json.dumps(request))
+        for args in ((), (str(tmp_path / "r.json"),)):
+            refused = run("resume", run_id, *args, "--region", REGION)
+            assert refused.exit_code == 2, refused.output
+            assert f"run {run_id} is still active: execution waiting is RUNNING" in refused.stderr
+            assert "trainctl stop waiting" in refused.stderr
+    finally:
+        sfn.stop_execution(executionArn=arn)

@@ -22,6 +22,7 @@ from cli.aws import Aws
 from cli.errors import UserError
 from cli.plan_view import plan_json, print_sizing, sizing_result
 from jobs.catalog import SPOT_SAVINGS
+from jobs.prices import products_to_prices
 from jobs.request import parse_request
 from tests.cli.conftest import DATA, run
 
@@ -147,7 +148,7 @@ def test_the_api_is_read_over_every_page_keeping_only_on_demand_training_hours(a
 
 
 def test_the_parser_takes_parsed_products_and_skips_unreadable_entries():
-    found, unresolved, skipped = prices.products_to_prices(
+    found, unresolved, skipped = products_to_prices(
         [json.loads(PAGE_1[0]), "not json", json.dumps({"terms": {}})], REGION)
     assert found == {"ml.p4d.24xlarge": 10.0} and unresolved == {} and skipped == 2
 

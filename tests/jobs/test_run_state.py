@@ -16,7 +16,9 @@ KEYS = ["run_id", "execution", "request", "started_at", "started_epoch", "attemp
         "checkpoint_s3_uri", "counts", "waited_seconds", "attempts", "resumed_after"]
 ATTEMPT_KEYS = ["attempt", "job_name", "instance_type", "instance_count", "spot", "status", "secondary_status",
                 "category", "reason", "started_at", "ended_at", "training_seconds", "billable_seconds",
-                "lost_seconds", "looks", "lookup_errors", "stopped_by_launcher"]
+                "lost_seconds", "looks", "lookup_errors", "stopped_by_launcher", "lost_is_upper_bound",
+                "queued_seconds", "startup_seconds", "train_seconds", "checkpoint_seconds", "eval_seconds", "step",
+                "checkpoint_saves"]
 # The attempt's keys before the launcher waited on jobs left running: states of executions started then
 # must still read.
 EARLIER_ATTEMPT_KEYS = ATTEMPT_KEYS[:14]

@@ -115,8 +115,10 @@ class Outcome:
     secondary: tuple[str, ...] = ("Starting", "Downloading", "Training", "Uploading", "Completed")
     failure_reason: str | None = None
     api_error: tuple[str, str] | None = None  # (error code, message) raised by CreateTrainingJob
+    # FinalMetricDataList: each metric's last value, whatever the job's end (SageMaker scrapes the logs).
     metrics: dict[str, float] = field(default_factory=dict)
     training_seconds: int = 3600
+    billable_seconds: int | None = None  # managed Spot bills fewer seconds than it trains; None: the same
     # (error code, message, HTTP status) that CreateTrainingJob answers although it created the job.
     error_after_create: tuple[str, str, int] | None = None
     # The first CreateTrainingJob created the job but its answer was lost; the same request, sent again,
@@ -282,6 +284,7 @@ class ScriptedSageMaker:
         job.resource_config = params["ResourceConfig"]
         job.stopping_condition = params["StoppingCondition"]
         job.environment = params.get("Environment", {})  # SageMaker's DescribeTrainingJob returns it
+        job.training_start_time = job.training_end_time = None  # moto stamps both at create; set as it plays
         self._steps[name] = self._play(job, outcome)
         self._throttle[name] = outcome.throttled_describes
         next(self._steps[name])
@@ -319,6 +322,8 @@ class ScriptedSageMaker:
     def _enter(job, transitions: list[dict[str, Any]], secondary: str, now: datetime) -> None:
         if transitions:
             transitions[-1]["EndTime"] = now
+        if secondary in ("Downloading", "Training") and getattr(job, "training_start_time", None) is None:
+            job.training_start_time = now  # the instances are the job's: billing starts
         transitions.append({"Status": secondary, "StartTime": now, "StatusMessage": secondary})
         job.secondary_status = secondary
         job.secondary_status_transitions = list(transitions)
@@ -327,16 +332,14 @@ class ScriptedSageMaker:
     def _finish(self, job, outcome: Outcome, now: datetime) -> None:
         job.training_end_time = now
         job.training_time_in_seconds = outcome.training_seconds
-        job.billable_time_in_seconds = outcome.training_seconds
+        job.billable_time_in_seconds = (outcome.training_seconds if outcome.billable_seconds is None
+                                        else outcome.billable_seconds)
         if outcome.failure_reason:
             job.failure_reason = outcome.failure_reason
-        if outcome.status == "Completed":
-            job.final_metric_data_list = [
-                {"MetricName": name, "Value": value, "Timestamp": now}
-                for name, value in outcome.metrics.items()
-            ]
-        else:
-            job.final_metric_data_list = []
+        job.final_metric_data_list = [
+            {"MetricName": name, "Value": value, "Timestamp": now} for name, value in outcome.metrics.items()
+        ]
+        if outcome.status != "Completed":
             job.model_artifacts = None
 
     def look(self, name: str) -> None:

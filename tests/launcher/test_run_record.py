@@ -1,0 +1,100 @@
+"""The run's record (goodput, its losses, cost) through the real state machine: a run of several attempts
+whose jobs report the training package's time metrics, checked against the arithmetic done by hand.
+
+The emulated jobs move one secondary status per minute from their creation (sagemaker_sync._play):
+Starting at +0, Downloading at +60 s (TrainingStartTime: billing starts), Training at +120 s. So each job
+that reaches Training queued 60 s and downloaded 60 s before its container started.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from jobs.run import Attempt
+from jobs.run_record import run_cost
+from tests.launcher import sagemaker_sync as sm
+from tests.launcher.inputs import job_request
+
+QUEUED = DOWNLOAD = 60
+
+INTERRUPTED = {"step": 1400, "startup_s": 100, "train_s": 1500, "checkpoint_s": 60, "eval_s": 30,
+               "checkpoint_age_s": 240, "train_loss": 2.9}
+FINISHED = {"step": 3000, "startup_s": 200, "train_s": 3000, "checkpoint_s": 100, "eval_s": 50,
+            "checkpoint_age_s": 10, "train_loss": 2.1}
+
+
+@pytest.fixture(scope="module")
+def three_attempts(harness):
+    """Spot, interrupted (held 1800 s, billed 600 s); a capacity shortage (no instances); on demand, done."""
+    request = job_request(spot=True, retry={"interruptions_before_on_demand": 1})
+    outcomes = [dataclasses.replace(sm.spot_interrupted(), metrics=INTERRUPTED, billable_seconds=600),
+                sm.capacity_error(),
+                dataclasses.replace(sm.completed(), metrics=FINISHED, training_seconds=3600)]
+    result = harness.run(request, outcomes, name="record-three-attempts")
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    return result
+
+
+def test_each_attempt_records_where_its_time_went(three_attempts):
+    first, shortage, last = three_attempts.output["attempts"]
+    assert (first["spot"], shortage["spot"], last["spot"]) == (True, False, False)
+    assert first["startup_seconds"] == 100 + DOWNLOAD and last["startup_seconds"] == 200 + DOWNLOAD
+    assert (first["train_seconds"], first["checkpoint_seconds"], first["eval_seconds"]) == (1500, 60, 30)
+    assert first["lost_seconds"] == 240 and not first["lost_is_upper_bound"]  # the checkpoint's age, not 1800
+    assert last["lost_seconds"] == 0 and (first["step"], last["step"]) == (1400, 3000)
+    assert first["queued_seconds"] == last["queued_seconds"] == QUEUED
+    assert shortage["training_seconds"] == 0 and shortage["train_seconds"] is None
+
+
+def test_goodput_and_losses_add_up(three_attempts):
+    record = three_attempts.output["record"]
+    count = three_attempts.create_calls[0]["ResourceConfig"]["InstanceCount"]
+    assert all(c["ResourceConfig"]["InstanceCount"] == count for c in three_attempts.create_calls)
+    # held: 1800 + 3600 per instance. Attempt 1: startup 160, productive 1500 - 240 = 1260, checkpoint 60,
+    # eval 30, redone 240, other 1800 - 1750 = 50. Attempt 3: startup 260, productive 3000, checkpoint 100,
+    # eval 50, other 3600 - 3410 = 190.
+    expected = {"startup": 160 + 260, "productive": 1260 + 3000, "checkpoint": 60 + 100, "eval": 30 + 50,
+                "redone": 240, "other": 50 + 190}
+    assert record["instance_seconds"] == {k: v * count for k, v in expected.items()}
+    assert record["held_instance_seconds"] == (1800 + 3600) * count == sum(record["instance_seconds"].values())
+    assert record["goodput"] == pytest.approx(4260 / 5400, abs=1e-4)
+    assert record["step"] == 3000 and record["unmeasured_attempts"] == []
+    assert record["queued_seconds"] == QUEUED * 2 + 60  # the shortage's job waited a minute and failed
+    # The launcher has no price source: cost unknown, and said so, never a made-up figure.
+    assert record["cost"]["total_usd"] is None and record["cost"]["unpriced"] == ["ml.p4d.24xlarge",
+                                                                                   "ml.p5.48xlarge"]
+
+
+def test_the_notification_carries_the_record(three_attempts):
+    ((_, message),) = three_attempts.notifications
+    assert "Goodput 79% of" in message and "redone 4%" in message and "productive 79%" in message
+    assert "step 3000" in message and "Cost unknown" in message
+
+
+def test_cost_from_the_record_is_billable_time_at_the_on_demand_rate(three_attempts):
+    """The same attempts priced: Spot's discount is in its billable seconds (600 of 1800 held)."""
+    attempts = [Attempt(**a) for a in three_attempts.output["attempts"]]
+    count = attempts[0].instance_count
+    prices = {"ml.p4d.24xlarge": 36.0, "ml.p5.48xlarge": 72.0}
+    cost = run_cost(attempts, prices)
+    rate_first = prices[attempts[0].instance_type] * count / 3600
+    rate_last = prices[attempts[2].instance_type] * count / 3600
+    assert cost["spot_usd"] == pytest.approx(600 * rate_first, abs=0.01)
+    assert cost["spot_savings_usd"] == pytest.approx(1200 * rate_first, abs=0.01)
+    assert cost["on_demand_usd"] == pytest.approx(3600 * rate_last, abs=0.01)
+    assert cost["total_usd"] == pytest.approx(cost["spot_usd"] + cost["on_demand_usd"], abs=0.01)
+    assert cost["unpriced"] == []
+
+
+def test_a_job_without_the_time_metrics_counts_its_whole_time_as_lost(harness):
+    """An image that does not print the metrics: its interruption loses its whole training time (said to be
+    an upper bound), and goodput counts none of its time as productive."""
+    result = harness.run(job_request(spot=True), [sm.spot_interrupted(), sm.completed()], name="record-unmeasured")
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    first = result.output["attempts"][0]
+    assert first["lost_seconds"] == 1800 and first["lost_is_upper_bound"]
+    record = result.output["record"]
+    assert record["unmeasured_attempts"] == [1, 2] and record["goodput"] == 0
+    assert "at least" in result.notifications[0][1]
