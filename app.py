@@ -26,9 +26,11 @@ def build_app(app: cdk.App) -> cdk.App:
         app, f"{config.name_prefix}-platform", name_prefix=config.name_prefix, images=images,
         network=_network(config), file_system=_file_system(config),
         jobs=JobDefaults(allowed_instance_types=config.allowed_instance_types, training_plans=config.training_plans,
-                         default_warm_pool_minutes=config.default_warm_pool_minutes),
+                         default_warm_pool_minutes=config.default_warm_pool_minutes,
+                         environment_patterns=config.environment_patterns),
         dataset_prefix=config.dataset_prefix, dataset_bucket_name=config.dataset_bucket_name,
-        kms_key_arn=config.kms_key_arn, removal_policy=removal, env=env)
+        kms_key_arn=config.kms_key_arn, teams=config.team_specs, egress=config.egress, removal_policy=removal,
+        env=env)
     LauncherStack(app, f"{config.name_prefix}-launcher", resources=platform.resources,
                   notification_email=config.notification_email,
                   log_retention=retention(config.log_retention_days), removal_policy=removal, env=env)

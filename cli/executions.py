@@ -177,13 +177,18 @@ def describe(aws: Aws, arn: str) -> ExecutionView:
 
 
 def describe_job(aws: Aws, job_name: str) -> dict[str, Any] | None:
-    """DescribeTrainingJob, or None when the job was never created (e.g. CreateTrainingJob was refused)."""
+    """DescribeTrainingJob, or None when the job was never created (e.g. CreateTrainingJob was refused).
+
+    An engineer may describe only jobs tagged with their team's run tag (docs/SECURITY.md), so a job that does
+    not exist answers AccessDenied rather than "not found": both read as no job here (the attempt's name is the
+    run's own, from its execution history)."""
     from botocore.exceptions import ClientError
 
     try:
         return aws.client("sagemaker").describe_training_job(TrainingJobName=job_name)
     except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") in {"ValidationException", "ResourceNotFound"}:
+        if exc.response.get("Error", {}).get("Code") in {"ValidationException", "ResourceNotFound",
+                                                           "AccessDeniedException"}:
             return None
         raise
 

@@ -28,11 +28,16 @@ ENV_CHECKPOINT_DIR = "TRAINING_CHECKPOINT_DIR"
 # records it in each checkpoint and refuses a checkpoint another run wrote; the launcher reads it back from a job
 # it finds to tell its own attempt from a job that took the name.
 ENV_RUN_ID = "TRAINING_RUN_ID"
+# Not a SageMaker variable: the request's `secrets` as JSON, {"ENV_NAME": "<Secrets Manager ARN>"}. Only ARNs
+# travel through the execution and the job; the container entry (jobs.container_entry) reads each secret with
+# the execution role and exports it as ENV_NAME before the training command starts.
+ENV_SECRET_ARNS = "TRAINING_SECRET_ARNS"
 
 # ---- input channels ----
 TRAIN_CHANNEL = "train"
 VALIDATION_CHANNEL = "validation"
 CODE_CHANNEL = "code"  # network isolation: the sourcedir arrives as an input channel
+INIT_CHANNEL = "init"  # a request's init_from_run: that run's checkpoints, which init_from then points at
 
 # ---- what the training package leaves behind ----
 STATUS_FILE = "training_status.json"  # in the output data dir: how the run ended (stopped, completed, step)

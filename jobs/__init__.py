@@ -9,6 +9,7 @@ whole code, with no bundled dependencies. It imports nothing else of the project
     request_schema   JobRequest and its sections        request_fields   field-level rules
     request_rules    cross-field rules                   platform_rules   rules of a deployed platform
     api_limits       CreateTrainingJob's limits          hyperparameter_rules  who sets which hyperparameter
+    command_line     what may reach the toolkit's shell  environment_rules  variables, credentials, secrets
     platform         PlatformSettings, TrainingPlan      catalog, planner, images
     render           CreateTrainingJob requests          classify         the failure rule table
     policy           retry or fail                       run, summary     the run state, its summary

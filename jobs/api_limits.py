@@ -1,13 +1,13 @@
 """CreateTrainingJob's limits (botocore's service model, docs/REFERENCE.md) and what the platform itself adds.
 
 A request's own share of each limit is the API's less the platform's: the renderer adds
-PLATFORM_ENVIRONMENT and RUN_ENVIRONMENT to Environment, PLATFORM_TAGS to Tags, and the hyperparameters of
-jobs.hyperparameter_rules to HyperParameters.
+PLATFORM_ENVIRONMENT, RUN_ENVIRONMENT and SECRETS_ENVIRONMENT to Environment, PLATFORM_TAGS to Tags, and the
+hyperparameters of jobs.hyperparameter_rules to HyperParameters.
 """
 
 from __future__ import annotations
 
-from contract.container import ENV_RUN_ID, TORCHRUN_SHUTDOWN_SECONDS
+from contract.container import ENV_RUN_ID, ENV_SECRET_ARNS, TORCHRUN_SHUTDOWN_SECONDS
 
 MAX_HYPERPARAMETERS = 100
 MAX_HYPERPARAMETER_JSON = 2500  # characters of one JSON-encoded value
@@ -37,6 +37,11 @@ PLATFORM_ENVIRONMENT = {
 # Variables the renderer sets per run, not to a fixed value: the run's id, the marker by which the launcher
 # knows its own jobs (jobs.run.is_ours), so a request may never set it.
 RUN_ENVIRONMENT = (ENV_RUN_ID,)
-MAX_ENVIRONMENT = MAX_ENVIRONMENT_VARIABLES - len(PLATFORM_ENVIRONMENT) - len(RUN_ENVIRONMENT)
+# The variable that carries a request's `secrets` (their ARNs, as JSON; jobs.container_entry reads them).
+SECRETS_ENVIRONMENT = (ENV_SECRET_ARNS,)
+MAX_ENVIRONMENT = (MAX_ENVIRONMENT_VARIABLES - len(PLATFORM_ENVIRONMENT) - len(RUN_ENVIRONMENT)
+                   - len(SECRETS_ENVIRONMENT))
 # Tags the renderer writes on every job, as `<name_prefix>:<tag>`.
 PLATFORM_TAGS = ("run-id", "attempt", "request", "strategy")
+# Tags the platform settings may add to every job of a launcher (`job_tags`: a team's cost allocation tag).
+MAX_JOB_TAGS = 1

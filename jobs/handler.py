@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import time
+from types import SimpleNamespace
 from typing import Any
 
 from contract.container import ENV_RUN_ID
@@ -31,9 +32,9 @@ from jobs.policy import decide as decide_next
 from jobs.prices import API_REGION, SERVICE_CODE, instance_filters, products_to_prices
 from jobs.render import checkpoint_s3_uri, new_run_id, render_create_training_job
 from jobs.request import parse_request
-from jobs.resume import resume_point, run_token
+from jobs.resume import attempt_number, check_init_run, resume_point, run_token
 from jobs.run import RunState
-from jobs.run_record import cluster_types
+from jobs.run_record import cluster_types, job_figures, measured_save_seconds
 from jobs.summary import describe_in_words, summary
 
 log = logging.getLogger(__name__)
@@ -69,11 +70,18 @@ def prepare(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     # A resumed run keeps its id, hence its checkpoint prefix; its attempts number on from its last one.
     run_id = request.resume_run or new_run_id(request.name)
     run = runs.new_run(request, run_id=run_id, execution=execution, now=now)
+    measured = None
     if request.resume_run:
         run.checkpoint_s3_uri = checkpoint_s3_uri(platform, run_id)
-        run.resumed_after = resume_point(request, jobs_of_run(run, platform.region), run.checkpoint_s3_uri)
+        earlier = jobs_of_run(run, platform.region)
+        run.resumed_after = resume_point(request, earlier, run.checkpoint_s3_uri)
+        measured = measured_save_seconds(SimpleNamespace(**job_figures(j)) for j in sorted(earlier, key=attempt_number))
+    if request.init_from_run:
+        source = runs.new_run(request, run_id=request.init_from_run, execution={}, now=now)
+        source.checkpoint_s3_uri = checkpoint_s3_uri(platform, request.init_from_run)
+        check_init_run(request, jobs_of_run(source, platform.region))
     attempt = run.resumed_after + 1
-    create = render_create_training_job(request, platform, run_id=run_id, attempt=attempt)
+    create = render_create_training_job(request, platform, run_id=run_id, attempt=attempt, measured_stall_s=measured)
     runs.start_attempt(run, create, attempt=attempt, now=now)
     log.info("run %s: attempt %s is %s on %s", run_id, attempt, create["TrainingJobName"], run.instance_type)
     return {"run": run.to_dict(), "create": create}
@@ -133,7 +141,8 @@ def decide(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
                                             instance_type=decision.instance_type, spot=decision.spot,
                                             infra_check=decision.infra_check if decision.infra_check is not None
                                             else create["InfraCheckConfig"]["EnableInfraCheck"],
-                                            starts_at=now + decision.wait_seconds)
+                                            starts_at=now + decision.wait_seconds,
+                                            measured_stall_s=measured_save_seconds(run.attempts))
         run.waited_seconds += decision.wait_seconds
         runs.start_attempt(run, create, attempt=attempt, now=now + decision.wait_seconds)
     return {"run": run.to_dict(), "create": create, "decision": decision.to_event()}
@@ -153,7 +162,9 @@ def _watch(request, run: RunState, create: dict[str, Any], failure_event: dict[s
            error: str) -> dict[str, Any]:
     """The attempt's job runs (or cannot be looked up): wait and look again; the failure travels along."""
     failure = classify_launch(failure_event, None)
-    decision = watch(request, run, failure, error)
+    stopping = create["StoppingCondition"]
+    decision = watch(request, run, failure, error, now=clock(),
+                     job_limit_seconds=stopping.get("MaxWaitTimeInSeconds") or stopping["MaxRuntimeInSeconds"])
     log.info("run %s attempt %s: %s", run.run_id, run.attempt, decision.reason)
     if decision.action is Action.FAIL:
         current = run.current

@@ -1,10 +1,18 @@
 """Who sets which hyperparameter, and the rule a request's `hyperparameters` obey.
 
 The training package's hyperparameters come from `contract.hyperparameters.TrainConfig`, each with its
-`set_by`: a request may set the "user" ones and the "container" paths (accepted, as `trainctl local`
-uses them); the "request" ones come from request fields of the same name and the "platform" ones from
-other request fields. The `sagemaker_*` keys below belong to the in-container toolkit, written by the
-renderer (jobs.render).
+`set_by`: a request may set the "user" ones only. The "request" ones come from request fields of the same
+name, the "platform" ones from other request fields, and the "container" paths are SageMaker's (the training
+package reads them from SM_* variables; `trainctl local` sets those variables, not these keys). The
+`sagemaker_*` keys belong to the in-container toolkit, written by the renderer (jobs.render).
+
+Every key the platform owns (PLATFORM_OWNED, and any `sagemaker_*` key: the toolkit reads keys it knows
+and additional framework parameters under that prefix) is refused under any spelling that could reach the
+container as that key or be taken for it: case, `-` for `_`, leading dashes, surrounding whitespace and
+Unicode compatibility forms (NFKC: a fullwidth `ｃheckpoint_dir` is `checkpoint_dir`). A path key that a request
+could set would move checkpoints off the synced folder, and before this rule its value reached the
+toolkit's shell command as it was (`/opt/ml/checkpoints$(id)`). Keys and values that do reach the command line
+follow jobs.command_line.
 """
 
 from __future__ import annotations
@@ -12,15 +20,19 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import unicodedata
 from typing import Any
 
 from contract.errors import Problem
 from contract.hyperparameters import TrainConfig, canonical_name, hyperparameter_fields
 from contract.schema.core import field_types, parse_value
 from jobs.api_limits import MAX_HYPERPARAMETER_JSON
+from jobs.command_line import SAFE_KEY, TOOLKIT_PREFIX, unsafe_characters, value_problem
 
 # What a request's `hyperparameters` may set.
-SETTABLE_HYPERPARAMETERS = frozenset(hyperparameter_fields("user") + hyperparameter_fields("container"))
+SETTABLE_HYPERPARAMETERS = frozenset(hyperparameter_fields("user"))
+# SageMaker's paths inside the container: the training package reads them from SM_* variables.
+CONTAINER_HYPERPARAMETERS = hyperparameter_fields("container")
 # Set from the request fields of the same name (strategy, model, model_size, checkpoint_interval).
 SCRIPT_HYPERPARAMETERS = hyperparameter_fields("request")
 # The toolkit's keys, on every job.
@@ -32,6 +44,9 @@ LAUNCHER_HYPERPARAMETERS = (
 SMP_HYPERPARAMETERS = (*hyperparameter_fields("platform"), "sagemaker_distributed_dataparallel_enabled")
 # Only on heterogeneous clusters.
 GROUP_HYPERPARAMETERS = ("sagemaker_distribution_instance_groups",)
+# Every key the platform writes or SageMaker provides: never a request's, under any spelling (owner_problem).
+PLATFORM_OWNED = frozenset(SCRIPT_HYPERPARAMETERS + CONTAINER_HYPERPARAMETERS + LAUNCHER_HYPERPARAMETERS
+                           + SMP_HYPERPARAMETERS + GROUP_HYPERPARAMETERS)
 
 
 def platform_hyperparameter_count(model_parallel: bool, groups: bool) -> int:
@@ -56,33 +71,60 @@ def _value_problem(name: str, value: Any) -> str | None:
     return "; ".join(p.message for p in problems) or None
 
 
+def normalized_key(key: str) -> str:
+    """The key a spelling stands for: NFKC, trimmed, lower case, leading dashes dropped, `-` as `_`."""
+    return canonical_name(unicodedata.normalize("NFKC", key).strip().lower())
+
+
+def owner_problem(key: str, value: Any) -> str | None:
+    """Why a request may not set `key` because the platform owns it (any spelling); None when it may."""
+    name = normalized_key(key)
+    if name in SCRIPT_HYPERPARAMETERS:
+        return f"is set by the platform; use the request field {name!r} instead (got {value!r})"
+    if name in CONTAINER_HYPERPARAMETERS:
+        return (f"is SageMaker's path inside the container, which the platform sets (SM_* variables, "
+                f"CheckpointConfig); remove it (got {value!r})")
+    if name in PLATFORM_OWNED or name.startswith(TOOLKIT_PREFIX):
+        return f"is set by the platform (the launcher and the in-container toolkit); remove it (got {value!r})"
+    return None
+
+
 def check_hyperparameters(values: dict[str, Any]) -> list[tuple[str, str]]:
     """(key, message) for every hyperparameter a request may not send as given."""
     found = []
-    platform_set = LAUNCHER_HYPERPARAMETERS + SMP_HYPERPARAMETERS + GROUP_HYPERPARAMETERS
     spellings: dict[str, str] = {}
     for key, value in values.items():
+        if message := owner_problem(key, value) or _key_problem(key):
+            found.append((key, message))
         # `lr` and `--lr`, `model_size` and `model-size`: the toolkit and argparse read them as one key.
-        if (first := spellings.setdefault(canonical_name(key), key)) != key:
+        elif (first := spellings.setdefault(canonical_name(key), key)) != key:
             found.append((key, f"is the same hyperparameter as {first!r}; keep one spelling"))
-            continue
-        # `model-size` reaches the training package as model_size: refuse it like model_size.
-        name = canonical_name(key)
-        if name in SCRIPT_HYPERPARAMETERS:
-            found.append((key, f"is set by the platform; use the request field {name!r}"))
-        elif name in platform_set:
-            found.append((key, "is set by the platform; remove it"))
-        # Not canonical_name here: `--lr` would be sent as `----lr`.
-        elif key.replace("-", "_") not in SETTABLE_HYPERPARAMETERS:
-            settable = sorted(SETTABLE_HYPERPARAMETERS)
-            close = difflib.get_close_matches(key.replace("-", "_"), settable, n=1, cutoff=0.6)
-            hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(settable)}"
-            found.append((key, f"the training package has no hyperparameter {key!r}; {hint}"))
-        elif value is None:
-            found.append((key, "must not be null; remove the key to use the training default"))
-        elif len(json.dumps(value)) > MAX_HYPERPARAMETER_JSON:
-            found.append((key, f"is longer than {MAX_HYPERPARAMETER_JSON} characters once JSON-encoded "
-                               "(CreateTrainingJob's limit)"))
-        elif message := _value_problem(key.replace("-", "_"), value):
-            found.append((key, f"{message} (the training package's {key.replace('-', '_')})"))
+        elif message := _settable_problem(key, value):
+            found.append((key, message))
     return found
+
+
+def _key_problem(key: str) -> str | None:
+    if SAFE_KEY.fullmatch(key):
+        return None
+    return (f"{key!r} becomes `--{key}` on the toolkit's shell command line; keys are letters, digits, '_' and "
+            f"'-' (refused: {unsafe_characters(key) or 'an empty key'})")
+
+
+def _settable_problem(key: str, value: Any) -> str | None:
+    # Not canonical_name here: `--lr` would be sent as `----lr`.
+    name = key.replace("-", "_")
+    if name not in SETTABLE_HYPERPARAMETERS:
+        settable = sorted(SETTABLE_HYPERPARAMETERS)
+        close = difflib.get_close_matches(name, settable, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(settable)}"
+        return f"the training package has no hyperparameter {key!r}; {hint}"
+    if value is None:
+        return "must not be null; remove the key to use the training default"
+    if len(json.dumps(value)) > MAX_HYPERPARAMETER_JSON:
+        return f"is longer than {MAX_HYPERPARAMETER_JSON} characters once JSON-encoded (CreateTrainingJob's limit)"
+    if message := value_problem(value):
+        return f"{message} (it reaches the toolkit's shell command line as `--{key} <value>`)"
+    if message := _value_problem(name, value):
+        return f"{message} (the training package's {name})"
+    return None

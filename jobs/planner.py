@@ -73,11 +73,11 @@ def plan_for_request(request: Any, instance_type: str | None = None) -> Plan:
 
 
 def attempt_cadence(request: Any, instance_type: str, spot: bool,
-                    measured_save_s: float | None = None) -> Cadence | None:
+                    measured_stall_s: float | None = None) -> Cadence | None:
     """The Young/Daly checkpoint cadence of an attempt on `instance_type`, on Spot or not: the one `trainctl plan`
     shows for the request's shape (its nodes after sizing.max_gpus, its state size), so the job checkpoints as
     planned. None where the planner sizes nothing: no NVIDIA GPUs, an unknown model, inputs it cannot use.
-    `measured_save_s`: see jobs.planning.cadence.cadence (nothing passes it yet)."""
+    `measured_stall_s`: a save's stall as the run's earlier attempts measured it (jobs.planning.cadence.cadence)."""
     spec = catalog.lookup(instance_type)
     if spec is None or spec.kind != "gpu":
         return None
@@ -91,4 +91,4 @@ def attempt_cadence(request: Any, instance_type: str, spot: bool,
         nodes, _ = requested_shape(spec, count, request.sizing)
     except (PlanInputError, ValueError, TypeError):
         return None
-    return cadence(state_bytes(m, n), nodes, spot, n.async_checkpoint, measured_save_s)
+    return cadence(state_bytes(m, n), nodes, spot, n.async_checkpoint, measured_stall_s)

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from contract.errors import Invalid, Problem
 from contract.schema import join, json_schema, meta, parse_dataclass
+from jobs.api_limits import MAX_JOB_TAGS
 
 
 class PlatformSettingsInvalid(Invalid, ValueError):
@@ -49,6 +51,27 @@ def _image_table(value: Any) -> list[tuple[str, str]] | None:
     return found
 
 
+ENV_PATTERN = re.compile(r"\*|[A-Za-z_][A-Za-z0-9_]*\*?")
+IMAGE_REPOSITORY = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?/([a-z0-9._/-]*)")
+
+
+def _env_patterns(value: Any) -> str | list[tuple[int, str]] | None:
+    """Names or `PREFIX*` patterns: what a request's `environment` may set on top of jobs.environment_rules'."""
+    if problem := _strings(value):
+        return problem
+    return [(i, f"{item!r}: give a variable name or a prefix ending in '*', e.g. MYLIB_*") for i, item in
+            enumerate(value) if not ENV_PATTERN.fullmatch(item)]
+
+
+def _repositories(value: Any) -> str | list[tuple[int, str]] | None:
+    """`<registry>/<repository>` (that repository) or `<registry>/` (every repository of that registry)."""
+    if problem := _strings(value):
+        return problem
+    return [(i, f"{item!r}: give `<account>.dkr.ecr.<region>.amazonaws.com/<repository>`, or the registry "
+                "ending in '/' for all of its repositories") for i, item in enumerate(value)
+            if not IMAGE_REPOSITORY.fullmatch(item)]
+
+
 @dataclass(frozen=True)
 class FsxSettings:
     file_system_id: str = field(metadata=meta("FSx for Lustre file system id (fs-...)"))
@@ -56,6 +79,9 @@ class FsxSettings:
     # The folder on the file system that the dataset bucket prefix is linked to (no leading slash).
     linked_path: str = field(default="datasets", metadata=meta(
         "folder on the file system linked to the dataset bucket's prefix"))
+    # With teams, a team's dataset_prefix lies under the prefix the one file system links: name that one here.
+    linked_prefix: str | None = field(default=None, metadata=meta(
+        "key prefix of the dataset bucket that the file system links to linked_path (null: dataset_prefix)"))
 
 
 @dataclass(frozen=True)
@@ -100,6 +126,33 @@ class PlatformSettings:
     # The execution role reads the dataset bucket only under this prefix (platform_constructs.roles).
     dataset_prefix: str | None = field(default=None, metadata=meta(
         "key prefix of the dataset bucket the training jobs may read (null: not published; not checked)"))
+    # jobs.environment_rules: requests may set these on top of its allow-list, never its refused names.
+    environment_patterns: list[str] = field(default_factory=list, metadata=meta(
+        "environment variable names or `PREFIX*` patterns requests may set, on top of the default allow-list",
+        check=_env_patterns))
+    # A team's cost allocation tag (platform_constructs.teams): its budget filters the bill on it.
+    job_tags: dict[str, str] = field(default_factory=dict, metadata=meta(
+        "tags written on every job of this launcher besides the run's own (a team's cost allocation tag)",
+        max=MAX_JOB_TAGS))
+    # jobs.images: requests' `image` must come from these or from the registries of the images above.
+    allowed_image_repositories: list[str] = field(default_factory=list, metadata=meta(
+        "ECR repositories requests' `image` may come from (`<registry>/<repo>`, or `<registry>/` for all), on top "
+        "of the AWS registries of the platform's own images", check=_repositories))
+
+    def dataset_key(self, uri: str) -> str | None:
+        """The key of an `s3://` dataset relative to dataset_prefix (all the execution role reads); None when it
+        lies outside. Without a published prefix, the whole key (the whole bucket)."""
+        return _key_under(uri, self.dataset_bucket, self.dataset_prefix)
+
+    def fsx_directory(self, uri: str) -> str | None:
+        """Where an `s3://` dataset appears on the file system: `/<mount>/<linked_path>/<key below the linked
+        prefix>`; None when the file system does not link it (or there is none)."""
+        if self.fsx is None:
+            return None
+        key = _key_under(uri, self.dataset_bucket, self.fsx.linked_prefix or self.dataset_prefix)
+        if key is None:
+            return None
+        return "/" + "/".join(p for p in (self.fsx.mount_name, self.fsx.linked_path.strip("/"), key) if p)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PlatformSettings:
@@ -128,6 +181,19 @@ class PlatformSettings:
         return json.dumps(self.to_dict())
 
 
+def _key_under(uri: str, bucket: str, prefix: str | None) -> str | None:
+    """The key of `s3://bucket/<prefix><key>` without the prefix (a whole path segment: `datasets/` does not hold
+    `datasets-old/`); None for another bucket or outside the prefix. No prefix: the whole key."""
+    uri_bucket, _, key = uri[len("s3://"):].partition("/")
+    prefix = (prefix or "").strip("/")
+    if uri_bucket != bucket:
+        return None
+    key = key.strip("/")
+    if not prefix or key == prefix:
+        return "" if prefix else key
+    return key[len(prefix) + 1:] if key.startswith(prefix + "/") else None
+
+
 def _training_plans(value: Any, problems: list[Problem]) -> dict[str, TrainingPlan]:
     if not isinstance(value, dict):
         problems.append(Problem("training_plans", f"expected an object of plans by name, got {type(value).__name__}"))
@@ -153,7 +219,8 @@ def settings_json_schema() -> dict[str, Any]:
     schema = json_schema(PlatformSettings, title="Platform settings",
                          description="What the launcher and trainctl need to render jobs on one deployed platform.")
     props = schema["properties"]
-    for name in ("subnet_ids", "security_group_ids", "allowed_instance_types"):
+    for name in ("subnet_ids", "security_group_ids", "allowed_instance_types", "environment_patterns",
+                 "allowed_image_repositories"):
         props[name].update({"type": "array", "items": {"type": "string", "minLength": 1}})
     plan = json_schema(TrainingPlan)
     del plan["$schema"]

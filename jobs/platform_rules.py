@@ -1,6 +1,6 @@
 """Rules a parsed request must obey on one deployed platform: its allowed instance types, training plans,
-FSx file system, dataset bucket and container images. `validate_for_platform` raises RequestInvalid
-naming every problem's field."""
+FSx file system, dataset bucket, container images and environment allow-list. `validate_for_platform` raises
+RequestInvalid naming every problem's field."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from contract.hyperparameters import (
 )
 from jobs import catalog
 from jobs.api_limits import PLATFORM_TAGS
-from jobs.images import image_problem
+from jobs.environment_rules import environment_problems, secret_scope_problem
+from jobs.images import image_problem, image_source_problem, starts_through_platform_entry
 from jobs.parallelism import TORCH_NATIVE, request_problems
 from jobs.planner import plan_for_request
 from jobs.platform import PlatformSettings
@@ -37,6 +38,8 @@ def validate_for_platform(request: JobRequest, platform: PlatformSettings) -> No
     found += batch_problems(request, platform)
     if request.image is None and (problem := image_problem(request, platform)):
         found.append(Problem(*problem))
+    found += _image_source_problems(request, platform)
+    found += _environment_problems(request, platform)
     if found:
         raise RequestInvalid(found)
 
@@ -76,22 +79,53 @@ def _training_plan_problems(request: JobRequest, platform: PlatformSettings) -> 
     return found
 
 
+def _environment_problems(request: JobRequest, platform: PlatformSettings) -> list[Problem]:
+    """Variable names (and secrets' names) from the allow-list; secrets only where the platform's entry reads them."""
+    found = [Problem(f"{section}.{name}", message) for section, names in
+             (("environment", request.environment), ("secrets", request.secrets))
+             for name, message in environment_problems(names, platform.environment_patterns)]
+    if request.secrets and not starts_through_platform_entry(request, platform, request.training_instance_type):
+        found.append(Problem("secrets", "are read by the platform's container entry, which only its PyTorch images "
+                                        "start through (not a request's own image, not the smp image); leave image "
+                                        "out, or read the secret with boto3 in your own code"))
+    if not is_local_platform(platform):
+        found += [Problem(f"secrets.{name}", message) for name, arn in request.secrets.items()
+                  if (message := secret_scope_problem(arn, platform))]
+    return found
+
+
+def _image_source_problems(request: JobRequest, platform: PlatformSettings) -> list[Problem]:
+    """A request's image from the platform's allowed repositories; `trainctl local` pulls no image."""
+    if request.image is None or is_local_platform(platform):
+        return []
+    problem = image_source_problem(request.image, platform)
+    return [Problem("image", problem)] if problem else []
+
+
 def _readable_problems(request: JobRequest, platform: PlatformSettings) -> list[Problem]:
-    """S3 datasets the execution role can read: the dataset bucket, under dataset_prefix."""
+    """S3 datasets the execution role can read: the dataset bucket, under dataset_prefix (a team's, with teams),
+    through FSx too. What the file system does not link at all, _dataset_problems says in its terms."""
     if platform.dataset_prefix is None or is_local_platform(platform):
         return []
     readable = f"s3://{platform.dataset_bucket}/{platform.dataset_prefix.lstrip('/')}"
+    fsx = request.effective_input_mode == "FSx" and platform.fsx is not None
     return [Problem(path, f"{uri!r} is outside what the training jobs may read; put the data under {readable}")
             for path, uri in (("dataset", request.dataset), ("validation_dataset", request.validation_dataset))
-            if uri is not None and dataset_kind(uri) == "s3" and not (uri.rstrip("/") + "/").startswith(readable)]
+            if uri is not None and dataset_kind(uri) == "s3" and platform.dataset_key(uri) is None
+            and not (fsx and platform.fsx_directory(uri) is None)]
 
 
 def _tag_problems(request: JobRequest, platform: PlatformSettings) -> list[Problem]:
-    """The platform's own tags (`<name_prefix>:run-id`, ...) are written by the launcher, never by a request."""
+    """The platform's own tags (`<name_prefix>:run-id`, ..., a team's cost allocation tag) are written by the
+    launcher, never by a request."""
     own = f"{platform.name_prefix}:".lower()
+    team = {key.lower() for key in platform.job_tags}
     return [Problem(f"tags.{key}", f"keys starting with {own!r} are the platform's own (it writes "
                                    f"{', '.join(own + t for t in PLATFORM_TAGS)}); rename the tag")
-            for key in request.tags if key.lower().startswith(own)]
+            for key in request.tags if key.lower().startswith(own)] + [
+        Problem(f"tags.{key}", f"{key!r} is the platform's: it tags every job of this team with its cost allocation "
+                               f"tag ({key}={platform.job_tags[key]}); rename the tag")
+        for key in request.tags if key.lower() in team and not key.lower().startswith(own)]
 
 
 def _dataset_problems(request: JobRequest, platform: PlatformSettings) -> list[Problem]:
@@ -104,9 +138,14 @@ def _dataset_problems(request: JobRequest, platform: PlatformSettings) -> list[P
             found.append(Problem(path, "this platform has no FSx for Lustre file system; use an s3:// dataset"))
         elif request.effective_input_mode == "FSx" and kind == "s3":
             bucket = uri[len("s3://"):].split("/", 1)[0]
+            prefix = platform.fsx.linked_prefix or platform.dataset_prefix or ""
+            linked = f"s3://{platform.dataset_bucket}/{prefix.lstrip('/')}"
             if bucket != platform.dataset_bucket:
                 found.append(Problem(path, f"input_mode FSx reads the dataset bucket {platform.dataset_bucket!r} "
                                            f"through FSx; {bucket!r} is not linked to the file system"))
+            elif platform.fsx_directory(uri) is None:
+                found.append(Problem(path, f"{uri!r} is outside what the file system links ({linked} appears as "
+                                           f"/{platform.fsx.linked_path.strip('/')}); put the data under {linked}"))
         if kind == "local" and not is_local_platform(platform):
             found.append(Problem(path, f"{uri!r} is a local folder: it only runs with `trainctl local`; upload it "
                                        "to S3 or FSx"))

@@ -27,7 +27,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from jobs.classify import Category, Failure, Response
+from jobs.classify import Category, Failure, Response, to_epoch
 from jobs.request_schema import JobRequest
 from jobs.resume import resume_command
 from jobs.run import RunState
@@ -142,24 +142,36 @@ def _next_type(request: JobRequest, instance_type: str) -> str:
     return types[(types.index(instance_type) + 1) % len(types)] if instance_type in types else types[0]
 
 
-def watch(request: JobRequest, run: RunState, failure: Failure, lookup_error: str = "") -> Decision:
+# How long past its own stopping condition a job may go unread before the run stops waiting on it: SageMaker
+# stops a job at MaxRuntimeInSeconds (MaxWaitTimeInSeconds on Spot) and then uploads its model and output.
+WATCH_MARGIN_SECONDS = 3600
+
+
+def watch(request: JobRequest, run: RunState, failure: Failure, lookup_error: str = "", *, now: float,
+          job_limit_seconds: int) -> Decision:
     """The launch failed but the attempt's job may still run: wait on it rather than start another.
 
     `run.current` has been looked up (jobs.run.note_lookup): either its job runs, or the look-up itself
-    failed (`lookup_error`, e.g. throttled) and nobody knows. Unknown is treated as running, within
-    retry.api_error_max_retries look-ups in a row; after that the run gives up (and stops the job, if any).
+    failed (`lookup_error`, e.g. throttled) and nobody knows. Unknown is treated as running, looking again
+    with backoff, for as long as the job itself can run: `job_limit_seconds` (its stopping condition) plus
+    WATCH_MARGIN_SECONDS from the attempt's start. Only past that does the run give up (Summarize then looks
+    once more and stops the job if it still runs); a throttled API never stops a healthy job.
     """
-    retry, current = request.retry, run.current
+    current = run.current
     if lookup_error:
         n = current.lookup_errors
-        if n > retry.api_error_max_retries:
+        started = to_epoch(current.started_at) or now
+        if now - started > job_limit_seconds + WATCH_MARGIN_SECONDS:
             return Decision(Action.FAIL, 0, failure.category,
-                            f"could not look up {current.job_name} ({n} times in a row, last: {lookup_error}), "
-                            f"so no new attempt was started while it might run; launch error: {failure.reason}")
-        wait = backoff(retry.api_error_wait_seconds, retry.api_error_wait_max_seconds, n)
-        what = f"could not look up {current.job_name} ({lookup_error})"
+                            f"could not look up {current.job_name} for longer than it can run ({n} times in a row, "
+                            f"last: {lookup_error}), so no new attempt was started while it might run; launch "
+                            f"error: {failure.reason}; `{resume_command(run.run_id)}` continues the run")
+        # WATCH_MAX_SECONDS, not api_error_wait_max_seconds, caps the wait: looking for 28 days must stay within
+        # the execution's history.
+        wait = backoff(request.retry.api_error_wait_seconds, WATCH_MAX_SECONDS, n)
+        what = f"could not look up {current.job_name} ({lookup_error}, {n} times in a row)"
     else:
-        wait = backoff(retry.api_error_wait_seconds, WATCH_MAX_SECONDS, current.looks)
+        wait = backoff(request.retry.api_error_wait_seconds, WATCH_MAX_SECONDS, current.looks)
         what = f"{current.job_name} still runs ({current.status}/{current.secondary_status}): waiting on it"
     return Decision(Action.WATCH, wait, failure.category,
                     f"launch error ({failure.reason}), but {what}; looking again in {wait} s")

@@ -30,16 +30,21 @@ from contract.container import (
     CHECKPOINT_DIR,
     CODE_CHANNEL,
     ENV_RUN_ID,
+    ENV_SECRET_ARNS,
+    INIT_CHANNEL,
     INPUT_DATA_DIR,
     TRAIN_CHANNEL,
     VALIDATION_CHANNEL,
 )
+from contract.errors import Problem, RequestInvalid
 from contract.hyperparameters import Strategy, canonical_name
 from contract.metrics import metric_definitions
 from jobs import catalog
 from jobs.api_limits import PLATFORM_ENVIRONMENT
+from jobs.command_line import TOOLKIT_PREFIX, command_line_problems
 from jobs.container_entry import container_entrypoint
-from jobs.images import PYTORCH_FRAMEWORK, image_key, resolve_image
+from jobs.environment_rules import secrets_variable
+from jobs.images import resolve_image, starts_through_platform_entry
 from jobs.parallelism import request_hyperparameters
 from jobs.planner import attempt_cadence, plan_for_request
 from jobs.planning.cadence import before_plan_end, reclaim_epoch
@@ -141,6 +146,7 @@ def render_create_training_job(
     infra_check: bool | None = None,
     name_nonce: str | None = None,
     starts_at: float | None = None,
+    measured_stall_s: float | None = None,
 ) -> dict[str, Any]:
     """The botocore CreateTrainingJob kwargs for `attempt` (1-based) of run `run_id`.
 
@@ -149,6 +155,8 @@ def render_create_training_job(
     job name's random part: fresh random characters unless given (trainctl's stand-in renders fix it).
     `starts_at`: when the attempt launches, epoch seconds (now unless given): it decides whether the request's
     training plan still holds instances, and how the checkpoint cadence fits before the plan's end.
+    `measured_stall_s`: a checkpoint save's stall as the run's earlier attempts measured it (the cadence plans
+    with it rather than with the planner's model of a save).
     """
     if attempt < 1:
         raise ValueError(f"attempt numbers start at 1, got {attempt}")
@@ -158,7 +166,8 @@ def render_create_training_job(
     starts_at = time.time() if starts_at is None else starts_at
     plan = attempt_training_plan(request, platform, starts_at)
     hyperparameters = training_hyperparameters(request, platform, name, primary)
-    hyperparameters.update(_cadence(request, primary, use_spot, plan, starts_at, hyperparameters))
+    hyperparameters.update(_cadence(request, primary, use_spot, plan, starts_at, hyperparameters, measured_stall_s))
+    _check_command_line(hyperparameters)
     create: dict[str, Any] = {
         "TrainingJobName": name,
         "AlgorithmSpecification": _algorithm(request, platform, primary),
@@ -174,15 +183,20 @@ def render_create_training_job(
         "EnableInterContainerTrafficEncryption": request.inter_container_encryption,
         "EnableManagedSpotTraining": use_spot,
         "CheckpointConfig": {"S3Uri": checkpoint_s3_uri(platform, run_id), "LocalPath": CHECKPOINT_DIR},
-        # The run's marker last: a request may not set it (jobs.request_fields refuses it), and it is what tells
+        # The run's marker last: a request may not set it (jobs.environment_rules refuses it), and it is what tells
         # the run's own job from one that took its name.
-        "Environment": {**PLATFORM_ENVIRONMENT, **request.environment, ENV_RUN_ID: run_id},
+        "Environment": {**PLATFORM_ENVIRONMENT, **request.environment, **_secrets(request), ENV_RUN_ID: run_id},
         "ProfilerConfig": _profiler(request, platform, run_id),
         "InfraCheckConfig": {"EnableInfraCheck": request.infra_check if infra_check is None else infra_check},
         "Tags": _tags(request, platform, run_id, attempt, strategy_and_degrees(request, primary)[0]),
     }
     assert tuple(create) == CREATE_REQUEST_KEYS, "CREATE_REQUEST_KEYS and the renderer disagree"
     return create
+
+
+def _secrets(request: JobRequest) -> dict[str, str]:
+    """The secrets' ARNs for the container entry to read (jobs.container_entry); never their values."""
+    return {ENV_SECRET_ARNS: secrets_variable(request.secrets)} if request.secrets else {}
 
 
 def _algorithm(request: JobRequest, platform: PlatformSettings, instance_type: str) -> dict[str, Any]:
@@ -200,7 +214,7 @@ def _algorithm(request: JobRequest, platform: PlatformSettings, instance_type: s
 def _entrypoint(request: JobRequest, platform: PlatformSettings, instance_type: str) -> dict[str, Any]:
     """The platform's PyTorch images start through jobs.container_entry, so that a stop reaches the ranks;
     an image the platform did not pick keeps its own entry."""
-    if request.image or image_key(request, platform, instance_type)[0] != PYTORCH_FRAMEWORK:
+    if not starts_through_platform_entry(request, platform, instance_type):
         return {}
     return {"ContainerEntrypoint": container_entrypoint()}
 
@@ -245,7 +259,21 @@ def training_hyperparameters(request: JobRequest, platform: PlatformSettings, jo
         "checkpoint_interval": request.checkpoint_interval,
     })
     values.update(request.hyperparameters)
+    if request.init_from_run:  # the request rules keep hyperparameters.init_from out of such a request
+        values["init_from"] = f"{INPUT_DATA_DIR}/{INIT_CHANNEL}"
     return values
+
+
+def _check_command_line(hyperparameters: dict[str, Any]) -> None:
+    """The last guard before the toolkit's `/bin/sh`: every key and value it puts on the command line is one plain
+    word (jobs.command_line). The request rules make this hold; a value that slips past them (a rule missing
+    for a new field) ends the run as a bad request here rather than reaching a shell. The toolkit's own
+    `sagemaker_*` keys stay off its command line and are not checked (`trainctl local` points one at a folder
+    of this machine, whatever its name)."""
+    on_command_line = {k: v for k, v in hyperparameters.items() if not k.startswith(TOOLKIT_PREFIX)}
+    if problems := command_line_problems(on_command_line):
+        raise RequestInvalid([Problem(f"hyperparameters.{key}", f"{message} (as the job would send it)")
+                              for key, message in problems])
 
 
 def strategy_and_degrees(request: JobRequest, instance_type: str) -> tuple[Strategy, dict[str, Any]]:
@@ -269,13 +297,13 @@ def attempt_training_plan(request: JobRequest, platform: PlatformSettings, start
 
 
 def _cadence(request: JobRequest, instance_type: str, spot: bool, plan: TrainingPlan | None, starts_at: float,
-             hyperparameters: dict[str, Any]) -> dict[str, Any]:
+             hyperparameters: dict[str, Any], measured_stall_s: float | None) -> dict[str, Any]:
     """`checkpoint_minutes` from the planner's Young/Daly interval for this attempt's type, count and Spot, fitted
     before the plan's end on a training plan; nothing when the request sets it (0 included: steps only) or the
     planner cannot size the attempt (the job then checkpoints by steps only, TrainConfig's default)."""
     if any(canonical_name(k) == "checkpoint_minutes" for k in hyperparameters):
         return {}
-    cad = attempt_cadence(request, instance_type, spot)
+    cad = attempt_cadence(request, instance_type, spot, measured_stall_s)
     if cad is None:
         return {}
     minutes = cad.interval_min
@@ -288,6 +316,16 @@ def _channels(request: JobRequest, platform: PlatformSettings) -> list[dict[str,
     channels = [_channel(TRAIN_CHANNEL, request.dataset, request, platform)]
     if request.validation_dataset:
         channels.append(_channel(VALIDATION_CHANNEL, request.validation_dataset, request, platform))
+    if request.init_from_run:
+        # The other run's whole checkpoint prefix, read-only, in File mode: the training package starts from its
+        # newest complete step. Its prefix is under the platform's (a team's) own: the execution role reads it.
+        channels.append({
+            "ChannelName": INIT_CHANNEL,
+            "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix",
+                                            "S3Uri": checkpoint_s3_uri(platform, request.init_from_run),
+                                            "S3DataDistributionType": "FullyReplicated"}},
+            "InputMode": "File",
+        })
     if request.network_isolation:
         channels.append({
             "ChannelName": CODE_CHANNEL,
@@ -302,17 +340,18 @@ def _channel(name: str, uri: str, request: JobRequest, platform: PlatformSetting
     kind = dataset_kind(uri)
     if request.effective_input_mode == "FSx":
         if kind == "fsx":
-            path = fsx_path(uri)
-        else:  # s3://<dataset bucket>/key: the same objects through the file system's linked folder
-            key = uri[len("s3://"):].partition("/")[2].strip("/")
-            path = "/".join(p for p in (platform.fsx.linked_path.strip("/"), key) if p)
+            directory = f"/{platform.fsx.mount_name}/{fsx_path(uri)}"
+        else:  # s3://<dataset bucket>/<linked prefix><key>: the same objects as /<mount>/<linked_path>/<key>
+            directory = platform.fsx_directory(uri)
+            if directory is None:  # jobs.platform_rules refuses it: the file system does not hold it
+                raise ValueError(f"{uri} is outside the file system's linked prefix")
         return {
             "ChannelName": name,
             "DataSource": {"FileSystemDataSource": {
                 "FileSystemId": platform.fsx.file_system_id,
                 "FileSystemType": "FSxLustre",
                 "FileSystemAccessMode": "ro",
-                "DirectoryPath": f"/{platform.fsx.mount_name}/{path}",
+                "DirectoryPath": directory,
             }},
             "InputMode": "File",
         }
@@ -388,6 +427,7 @@ def _tags(request: JobRequest, platform: PlatformSettings, run_id: str, attempt:
         f"{prefix}:request": request.name,
         f"{prefix}:strategy": strategy.value,
     }
+    platform_tags.update(platform.job_tags)  # a team's cost allocation tag
     tags = [{"Key": k, "Value": v} for k, v in platform_tags.items()]
     tags += [{"Key": k, "Value": v} for k, v in request.tags.items() if k not in platform_tags]
     return tags

@@ -13,13 +13,17 @@ The names below are re-exported so that callers need only this module.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from contract.errors import Problem, RequestInvalid
 from contract.schema import json_schema, parse_dataclass
 from jobs.api_limits import MAX_REQUEST_BYTES, MAX_REQUEST_DEPTH, PLATFORM_ENVIRONMENT
+from jobs.command_line import SAFE_KEY, SAFE_TEXT
+from jobs.environment_rules import ENV_NAME, ENV_VALUE, REFUSED, SECRET_ARN
+from jobs.hyperparameter_rules import PLATFORM_OWNED
 from jobs.platform_rules import validate_for_platform
-from jobs.request_fields import dataset_kind, fsx_path
+from jobs.request_fields import IMAGE_URI, dataset_kind, fsx_path
 from jobs.request_rules import cross_field_problems
 from jobs.request_schema import JobRequest
 
@@ -78,8 +82,39 @@ def _shape_problem(data: dict[str, Any]) -> Problem | None:
 def request_json_schema() -> dict[str, Any]:
     """The job request as a JSON Schema (draft 2020-12), for editors and the console's input box.
 
-    It catches shapes, types, ranges and choices; the field-level and cross-field rules need code, so
-    `parse_request` stays the authority.
+    It catches shapes, types, ranges and choices, and the character rules that a pattern can say (what reaches
+    the toolkit's command line, variable names, image URIs, secret ARNs); the allow-lists that depend on the
+    platform, spellings of the platform's keys other than its own, and cross-field rules need code, so
+    `parse_request` and `validate_for_platform` stay the authority.
     """
-    return json_schema(JobRequest, title="Job request",
-                       description="A training run for the SageMaker training platform's launcher (trainctl submit).")
+    schema = json_schema(JobRequest, title="Job request",
+                         description="A training run for the SageMaker training platform's launcher (trainctl "
+                                     "submit).")
+    props = schema["properties"]
+    safe = _anchored(SAFE_TEXT.pattern)
+    props["hyperparameters"].update({
+        "propertyNames": {"pattern": _anchored(SAFE_KEY.pattern), "not": {"enum": sorted(PLATFORM_OWNED)}},
+        "additionalProperties": {"anyOf": [{"type": ["number", "boolean"]}, {"type": "string", "pattern": safe}]}})
+    names = {"pattern": _anchored(ENV_NAME.pattern), "not": {"pattern": _refused_names_pattern()}}
+    props["environment"].update({"propertyNames": names, "additionalProperties": {
+        "type": "string", "pattern": _anchored(ENV_VALUE.pattern)}})
+    props["secrets"].update({"propertyNames": names, "additionalProperties": {
+        "type": "string", "pattern": _anchored(SECRET_ARN.pattern)}})
+    for name in ("model", "model_size", "framework_version"):
+        _string_schema(props[name])["pattern"] = safe
+    _string_schema(props["image"])["pattern"] = _anchored(re.sub(r"\?P<\w+>", "", IMAGE_URI.pattern))
+    return schema
+
+
+def _anchored(pattern: str) -> str:
+    return f"^(?:{pattern})$"
+
+
+def _refused_names_pattern() -> str:
+    """REFUSED's patterns as one regex (upper case: JSON Schema patterns have no case flag)."""
+    return "^(?:" + "|".join(re.escape(p).replace("\\*", ".*") for p, _ in REFUSED) + ")$"
+
+
+def _string_schema(prop: dict[str, Any]) -> dict[str, Any]:
+    """The string branch of a property (optional fields are `anyOf: [string, null]`)."""
+    return next((b for b in prop.get("anyOf", []) if b.get("type") == "string"), prop)

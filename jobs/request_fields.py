@@ -7,18 +7,11 @@ import difflib
 import re
 
 from jobs import catalog
-from jobs.api_limits import (
-    MAX_ENVIRONMENT_TEXT,
-    MAX_IMAGE_URI,
-    MAX_METRIC_NAME,
-    MAX_S3_URI,
-    PLATFORM_ENVIRONMENT,
-    RUN_ENVIRONMENT,
-)
+from jobs.api_limits import MAX_IMAGE_URI, MAX_METRIC_NAME, MAX_S3_URI
+from jobs.command_line import text_problem
 
 NAME_MAX = 40  # leaves room for "<prefix>-" and "-<hash>-a<N>" inside SageMaker's 63 characters
 _NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9])*")
-_ENV_KEY = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _GROUP_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _S3_URI = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/.*)?")
 _IP_ADDRESS = re.compile(r"\d+\.\d+\.\d+\.\d+")
@@ -27,6 +20,10 @@ _S3_API = re.compile(r"(https|s3)://([^/]+)/?(.*)")
 # A run id as jobs.render.new_run_id mints it: `<slug>-<16 characters of lowercase base32>` (RUN_TOKEN_CHARS there;
 # importing it would make a cycle, so tests/jobs/test_resume.py checks that freshly minted ids pass this rule).
 _RUN_ID = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9])*-[a-z2-7]{16}")
+# A container image reference as ECR and Docker read it: lower-case registry and path, a tag or a digest.
+IMAGE_URI = re.compile(r"(?P<registry>[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?)"
+                       r"/(?P<repository>[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*)"
+                       r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?")
 
 
 def dataset_kind(uri: str) -> str:
@@ -72,6 +69,8 @@ def check_dataset(uri: str) -> str | None:
         return f"{uri!r} climbs out of its folder with '..'; name the folder under the file system root"
     if kind == "fsx" and (len(fsx_path(uri)) > 4096 or any(ord(c) < 32 for c in uri)):
         return f"{uri[:60]!r}...: use a path of at most 4096 printable characters"
+    if kind == "fsx" and (problem := text_problem(fsx_path(uri))):
+        return f"the path {problem}"
     return None
 
 
@@ -87,19 +86,33 @@ def _s3_problem(uri: str) -> str | None:
     if "//" in key:
         # SageMaker refuses such keys at download time: "has an illegal char sub-sequence '//' in it".
         return f"{uri[:80]!r} has '//' in its key, which SageMaker refuses; remove the empty path segment"
+    if key and (problem := text_problem(key)):
+        return f"the key {problem}"
     return None
+
+
+def image_parts(uri: str) -> tuple[str, str] | None:
+    """(registry, repository) of `<registry>/<repository>[:tag][@sha256:digest]`; None when it is not one."""
+    match = IMAGE_URI.fullmatch(uri)
+    return (match["registry"], match["repository"]) if match else None
 
 
 def check_image(uri: str) -> str | None:
-    if len(uri) > MAX_IMAGE_URI or any(c.isspace() for c in uri):
-        return f"an image URI has at most {MAX_IMAGE_URI} characters and no spaces (CreateTrainingJob's TrainingImage)"
+    if len(uri) > MAX_IMAGE_URI or image_parts(uri) is None:
+        return (f"{uri[:80]!r} is not an image URI: give `<account>.dkr.ecr.<region>.amazonaws.com/<repository>:<tag>` "
+                f"(or @sha256:<digest>), at most {MAX_IMAGE_URI} characters")
     return None
+
+
+def check_plain_text(text: str) -> str | None:
+    """Free text that reaches the training command (model_size) or names a thing (framework_version)."""
+    return text_problem(text)
 
 
 def check_metric_name(name: str) -> str | None:
     if len(name) > MAX_METRIC_NAME or not re.fullmatch(r".+", name):
         return f"a metric name has 1-{MAX_METRIC_NAME} characters on one line"
-    return None
+    return text_problem(name)
 
 
 def check_instance_type(instance_type: str) -> str | None:
@@ -119,21 +132,6 @@ def check_group_name(name: str) -> str | None:
     return None if _GROUP_NAME.fullmatch(name) else f"{name!r}: use 1-64 letters, digits, '-' or '_'"
 
 
-def check_environment(env: dict[str, str]) -> list[tuple[str, str]]:
-    found = []
-    for key, value in env.items():
-        if key in PLATFORM_ENVIRONMENT:
-            found.append((key, f"is set by the platform ({key}={PLATFORM_ENVIRONMENT[key]}); remove it"))
-        elif key in RUN_ENVIRONMENT:
-            found.append((key, "is set by the platform to the run's id, which marks the run's own jobs; remove it"))
-        elif not _ENV_KEY.fullmatch(key) or len(key) > MAX_ENVIRONMENT_TEXT:
-            found.append((key, f"names must match [a-zA-Z_][a-zA-Z0-9_]* (at most {MAX_ENVIRONMENT_TEXT} characters)"))
-        elif len(value) > MAX_ENVIRONMENT_TEXT or not _env_text(value):
-            found.append((key, f"values must be at most {MAX_ENVIRONMENT_TEXT} characters, with no control "
-                               "characters"))
-    return found
-
-
 def check_tags(tags: dict[str, str]) -> list[tuple[str, str]]:
     found = []
     for key, value in tags.items():
@@ -151,9 +149,3 @@ def _tag_text(text: str) -> bool:
     # isspace() also takes tabs and newlines, which are not separators: only \p{Z} (space-like) counts.
     return all(ch.isalnum() or ch in "_.:/=+-@" or (ch.isspace() and ch.isprintable()) or ch == " "
                for ch in text)
-
-
-def _env_text(text: str) -> bool:
-    # The service model's pattern for Environment values is [\S\s]*, but a control character in a variable
-    # breaks the container's env file; tabs are fine.
-    return all(ch == "\t" or ord(ch) >= 32 for ch in text)

@@ -9,11 +9,12 @@ import re
 from collections.abc import Callable
 
 from contract.errors import Problem
-from contract.hyperparameters import Strategy
+from contract.hyperparameters import Strategy, canonical_name
 from contract.metrics import MAX_REGEX_LENGTH, METRIC_NAMES
 from contract.models import FACTORY_PATTERN, PRESETS, REFERENCE_MODELS, preset_names
 from jobs import catalog
 from jobs.api_limits import MAX_HYPERPARAMETERS
+from jobs.environment_rules import secrets_problems
 from jobs.hyperparameter_rules import platform_hyperparameter_count
 from jobs.parallelism import TORCH_NATIVE, strategy_degree_problems
 from jobs.request_fields import dataset_kind
@@ -34,12 +35,15 @@ def cross_field_problems(r: JobRequest) -> list[Problem]:
              for i, t in enumerate(r.instance_types)]
     specs += [(f"instance_groups[{i}].type", catalog.lookup(g.type)) for i, g in enumerate(r.instance_groups)]
     _model_problems(r, add)
+    _init_problems(r, add)
     _data_problems(r, add)
     _instance_problems(r, add)
     _budget_problems(r, specs, add)
     _plan_problems(r, add)
     _strategy_problems(r, specs, add)
     _api_limit_problems(r, add)
+    for path, message in secrets_problems(r.environment, r.secrets):
+        add(path, message)
     return found
 
 
@@ -51,6 +55,17 @@ def _model_problems(r: JobRequest, add: Add) -> None:
         add("model_size", f"{r.model} has no preset {r.model_size!r}; {hint}presets: {', '.join(presets)}")
     elif r.model not in PRESETS and not re.fullmatch(FACTORY_PATTERN, r.model):
         add("model", f"{r.model!r}: use {', '.join(REFERENCE_MODELS)}, or `package.module:factory` for your own model")
+
+
+def _init_problems(r: JobRequest, add: Add) -> None:
+    if not r.init_from_run:
+        return
+    if r.resume_run:
+        add("init_from_run", f"a request either continues run {r.resume_run} (resume_run) or starts a new run from "
+                             f"run {r.init_from_run}'s weights (init_from_run): remove one")
+    if any(canonical_name(k) == "init_from" for k in r.hyperparameters):
+        add("init_from_run", "sets hyperparameters.init_from to that run's checkpoints: remove "
+                             "hyperparameters.init_from (or init_from_run, to start from a folder of your own)")
 
 
 def _data_problems(r: JobRequest, add: Add) -> None:

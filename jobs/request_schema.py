@@ -20,24 +20,26 @@ from jobs.api_limits import (
     MAX_CHECKPOINT_INTERVAL,
     MAX_ENVIRONMENT,
     MAX_INSTANCE_GROUPS,
+    MAX_JOB_TAGS,
     MAX_PENDING_HOURS,
     MAX_RUNTIME_HOURS,
     MAX_TAGS,
     MAX_WARM_POOL_MINUTES,
     PLATFORM_TAGS,
 )
+from jobs.environment_rules import check_environment, check_secrets
 from jobs.hyperparameter_rules import check_hyperparameters
 from jobs.planner import plan_for_request
 from jobs.request_fields import (
     NAME_MAX,
     check_dataset,
-    check_environment,
     check_group_name,
     check_image,
     check_instance_type,
     check_instance_types,
     check_metric_name,
     check_name,
+    check_plain_text,
     check_run_id,
     check_tags,
     dataset_kind,
@@ -128,7 +130,8 @@ class RetryPolicy:
     api_error_wait_max_seconds: int = field(default=900, metadata=meta(
         "longest wait after a quota or throttling error", min=0, max=86400))
     api_error_max_retries: int = field(default=5, metadata=meta(
-        "quota/throttling retries in a row before the run gives up", min=0, max=30))
+        "quota/throttling errors of CreateTrainingJob in a row before the run gives up (a job that runs but cannot "
+        "be looked up is waited on as long as it can run, never stopped for it)", min=0, max=30))
 
 
 @dataclass(frozen=True)
@@ -145,9 +148,9 @@ class JobRequest:
         "how the run is parallelized, and when to use each: "
         + "; ".join(f"{name}: {use}" for name, use in STRATEGY_USES.items()),
         choices=REQUEST_STRATEGIES))
-    model: str = field(default="gpt", metadata=meta("gpt, vit, or `package.module:factory`"))
+    model: str = field(default="gpt", metadata=meta("gpt, vit, or `package.module:factory`", check=check_plain_text))
     model_size: str = field(default="small", metadata=meta(
-        f"model preset: {', '.join(preset_names('gpt'))} (gpt)..."))
+        f"model preset: {', '.join(preset_names('gpt'))} (gpt)...", check=check_plain_text))
     validation_dataset: str | None = field(default=None, metadata=meta(
         "validation data, same forms as dataset (channel `validation`)", check=check_dataset))
     input_mode: str | None = field(default=None, metadata=meta(
@@ -164,13 +167,22 @@ class JobRequest:
     checkpoint_interval: int = field(default=500, metadata=meta(
         "training steps between checkpoints", min=1, max=MAX_CHECKPOINT_INTERVAL))
     hyperparameters: dict[str, Any] = field(default_factory=dict, metadata=meta(
-        "passed to the training script as `--key value` (JSON-encoded)", check=check_hyperparameters))
+        "the training package's hyperparameters, passed as `--key value` on the toolkit's shell command line: numbers, "
+        "true/false, or strings of letters, digits and . _ : / = + , @ % -; the platform's own keys (paths, "
+        "strategy, model, sagemaker_*...) are refused", check=check_hyperparameters))
     environment: dict[str, str] = field(default_factory=dict, metadata=meta(
-        "environment variables of the training container", max=MAX_ENVIRONMENT, check=check_environment))
+        "environment variables of the training container: NCCL_*, FI_*, TORCH_*, PYTORCH_*, CUDA_*, HF_*, WANDB_* "
+        "and the like (jobs.environment_rules, plus the platform's environment_patterns); no credentials: use "
+        "secrets", max=MAX_ENVIRONMENT, check=check_environment))
+    secrets: dict[str, str] = field(default_factory=dict, metadata=meta(
+        "environment variables read from AWS Secrets Manager when the container starts: NAME -> the secret's ARN "
+        "(the value never enters the execution's input or history; the platform's PyTorch images only)",
+        check=check_secrets))
     framework_version: str | None = field(default=None, metadata=meta(
-        "PyTorch (or SMP, for smp) version of the AWS image (null: the platform's default)"))
+        "PyTorch (or SMP, for smp) version of the AWS image (null: the platform's default)", check=check_plain_text))
     image: str | None = field(default=None, metadata=meta(
-        "container image URI, overrides framework_version", check=check_image))
+        "container image URI, overrides framework_version; from the platform's AWS registries or its "
+        "allowed_image_repositories", check=check_image))
     warm_pool_minutes: int | None = field(default=None, metadata=meta(
         "keep instances warm this long after the job (null: the platform's default)", min=0, max=MAX_WARM_POOL_MINUTES))
     training_plan: str | None = field(default=None, metadata=meta(
@@ -186,8 +198,8 @@ class JobRequest:
     inter_container_encryption: bool = field(default=False, metadata=meta(
         "encrypt traffic between instances (slows collectives; traffic already stays in the private VPC)"))
     tags: dict[str, str] = field(default_factory=dict, metadata=meta(
-        f"tags on the training jobs (the platform adds {len(PLATFORM_TAGS)} of its own)", max=MAX_TAGS - len(PLATFORM_TAGS),
-        check=check_tags))
+        f"tags on the training jobs (the platform adds {len(PLATFORM_TAGS)} of its own, and a team's cost "
+        "allocation tag)", max=MAX_TAGS - len(PLATFORM_TAGS) - MAX_JOB_TAGS, check=check_tags))
     metrics: tuple[MetricSpec, ...] = field(default=(), metadata=meta(
         "extra metric definitions on top of the training package's own",
         max=MAX_METRIC_DEFINITIONS - len(METRIC_NAMES)))
@@ -196,6 +208,12 @@ class JobRequest:
         "the run id of a run that ended (max runtime, attempts or time spent, stopped): continue it on its "
         "checkpoints, under its id, attempt numbers following on (`trainctl resume RUN`); model and model_size must "
         "be the run's, while hyperparameters.max_steps, the instances and `retry` may change", check=check_run_id))
+    init_from_run: str | None = field(default=None, metadata=meta(
+        "the run id of a run of this platform to start from (fine-tuning, a longer schedule): its newest complete "
+        "checkpoint's weights, at step 0, under a new run id with a fresh optimizer, data order and schedule; its "
+        "checkpoints arrive as the `init` input channel (hyperparameters.init_from points there). The same model "
+        "and model_size as that run; on this machine (`trainctl local`) give hyperparameters.init_from a folder",
+        check=check_run_id))
     model_shape: ModelShape | None = field(default=None, metadata=meta(
         "the planner's view of a model without a preset (presets fill it in themselves)"))
     sizing: Sizing | None = field(default=None, metadata=meta(

@@ -55,14 +55,28 @@ def resume_point(request: JobRequest, jobs: list[dict[str, Any]], checkpoint_uri
     last = max(jobs, key=attempt_number)
     if last.get("TrainingJobStatus") == "Completed":
         _refuse(FIELD, f"run {run_id} completed ({last['TrainingJobName']}): nothing to resume; to train further "
-                       f"start a new run with hyperparameters.init_from=<its checkpoint> (its checkpoints: "
-                       f"{checkpoint_uri})")
-    trained = _hyperparameters(last)
+                       f"start a new run from its weights: init_from_run {run_id!r} instead of resume_run (its "
+                       f"checkpoints: {checkpoint_uri})")
+    _check_same_model(request, last, run_id, "resume with the run's {name}, or start a new run")
+    return attempt_number(last)
+
+
+def check_init_run(request: JobRequest, jobs: list[dict[str, Any]]) -> None:
+    """RequestInvalid unless run `request.init_from_run` exists here (`jobs`: its own jobs) and trained this
+    model: its checkpoints are loaded as weights of the same shape only."""
+    run_id = request.init_from_run
+    if not jobs:
+        _refuse("init_from_run", f"no training job of run {run_id} was found on this platform; check the id "
+                                 "(`trainctl runs` lists them)")
+    _check_same_model(request, max(jobs, key=attempt_number), run_id, "start from a run of this {name}")
+
+
+def _check_same_model(request: JobRequest, job: dict[str, Any], run_id: str, fix: str) -> None:
+    trained = _hyperparameters(job)
     for name in ("model", "model_size"):
         if name in trained and trained[name] != getattr(request, name):
             _refuse(name, f"run {run_id} trained {name} {trained[name]!r}, and its checkpoint cannot take "
-                          f"{getattr(request, name)!r}: resume with {name} {trained[name]!r}, or start a new run")
-    return attempt_number(last)
+                          f"{getattr(request, name)!r}: {fix.format(name=name)} ({trained[name]!r})")
 
 
 def _hyperparameters(job: dict[str, Any]) -> dict[str, Any]:

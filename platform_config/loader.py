@@ -18,6 +18,7 @@ from contract.errors import Problem
 from contract.schema import coerce_text, parse_value
 from platform_config.model import AZ_NAME, PlatformConfig
 from platform_constructs.network import IPS_PER_EFA_INSTANCE
+from platform_constructs.teams import MAX_NAME_PREFIX
 
 _FIELDS = {f.name: f for f in dataclasses.fields(PlatformConfig)}
 _HINTS = typing.get_type_hints(PlatformConfig)
@@ -134,6 +135,9 @@ def relation_problems(c: PlatformConfig) -> list[str]:
                         "largest_cluster_instances")
     if c.nat_gateways > c.az_count:
         bad("nat_gateways", f"must be 0 (VPC endpoints only) to az_count={c.az_count}")
+    if c.egress == "endpoints" and c.nat_gateways:
+        bad("egress", f"'endpoints' leaves the training subnets no route to a NAT gateway: set nat_gateways 0 "
+                      f"(now {c.nat_gateways}), or egress 'internet'")
     for plan in c.training_plans:
         where = f"'training_plans' entry {plan.name!r}"
         if c.region and plan.arn.split(":")[3] != c.region:
@@ -141,4 +145,35 @@ def relation_problems(c: PlatformConfig) -> list[str]:
         if plan.instance_type not in c.allowed_instance_types:
             p.append(f"{where}: instance_type {plan.instance_type!r} is not in allowed_instance_types "
                      f"{list(c.allowed_instance_types)}")
+    p += team_problems(c)
+    return p
+
+
+def team_problems(c: PlatformConfig) -> list[str]:
+    """Teams against each other and the platform: names, prefix lengths, instance types, disjoint datasets."""
+    p: list[str] = []
+    if not c.teams:
+        return p  # the default team is the platform itself
+    names = [t.name for t in c.teams]
+    if c.fsx_enabled:
+        p.append(f"'teams' = {names}: FSx for Lustre has no per-team access control (every job that mounts it "
+                 "reads every dataset on it), so teams need 'fsx_enabled' false; jobs read their team's datasets "
+                 "from S3 (input_mode File or FastFile)")
+    for team, spec in zip(c.teams, c.team_specs, strict=True):
+        where = f"'teams' entry {team.name!r}"
+        if names.count(team.name) > 1:
+            p.append(f"{where}: name is declared {names.count(team.name)} times; team names must be unique")
+        if len(spec.name_prefix) > MAX_NAME_PREFIX:
+            p.append(f"{where}: its prefix {spec.name_prefix!r} has {len(spec.name_prefix)} characters; the "
+                     f"most is {MAX_NAME_PREFIX} (it starts job names, capped at 63): shorten the team name or "
+                     "name_prefix")
+        extra = [t for t in team.allowed_instance_types if t not in c.allowed_instance_types]
+        if extra:
+            p.append(f"{where}: allowed_instance_types {extra} are not in the platform's allowed_instance_types "
+                     f"{list(c.allowed_instance_types)}")
+        for other in c.team_specs:
+            if other.name != spec.name and spec.dataset_prefix.startswith(other.dataset_prefix):
+                p.append(f"{where}: dataset_prefix {spec.dataset_prefix!r} lies inside team {other.name!r}'s "
+                         f"{other.dataset_prefix!r}, so each could read the other's data; give every team a "
+                         "prefix of its own, e.g. teams/<name>/")
     return p

@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contract.schema import meta
-from jobs.platform import TrainingPlan
+from jobs.platform import ENV_PATTERN, IMAGE_REPOSITORY, TrainingPlan
 from platform_config.tested_torch import TESTED_TORCH_FILE, TESTED_TORCH_VERSIONS
 from platform_constructs.network import training_subnet_mask
 from platform_constructs.retention import RETENTION_PERIODS as LOG_RETENTION_DAYS
+from platform_constructs.teams import TEAM_SEPARATOR, Team, TeamSpec, team_prefix, team_tags
 
 FSX_DEPLOYMENT_TYPES = ("PERSISTENT_2", "SCRATCH_2")
+EGRESS_MODES = ("internet", "endpoints")
 FSX_THROUGHPUT_PER_TIB = (125, 250, 500, 1000)  # PERSISTENT_2, MB/s per TiB
 TRAINING_PLAN_ARN = re.compile(
     r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:training-plan/[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
@@ -63,10 +65,31 @@ def _cidr(text: str) -> str | None:
     return None
 
 
+def _name_prefix(text: str) -> str | None:
+    if not NAME_PREFIX.match(text):
+        return ("must be 3-20 lowercase letters, digits or hyphens, starting with a letter (it starts bucket and "
+                "training job names)")
+    if TEAM_SEPARATOR in text:
+        return (f"must not contain {TEAM_SEPARATOR!r}: team prefixes are <name_prefix>{TEAM_SEPARATOR}<team> "
+                "(platform_constructs.teams), and no platform's names may start with another's team prefix")
+    return None
+
+
 def _prefix(text: str) -> str | None:
     if text.startswith("/") or not text.endswith("/") or " " in text:
         return "must be an S3 key prefix ending in '/' with no leading '/', e.g. datasets/"
     return None
+
+
+def _env_patterns(patterns: tuple[str, ...]) -> str | None:
+    bad = [p for p in patterns if not ENV_PATTERN.fullmatch(p)]
+    return f"entry {bad[0]!r}: must be a variable name or a prefix ending in '*', e.g. MYLIB_*" if bad else None
+
+
+def _image_repositories(repositories: tuple[str, ...]) -> str | None:
+    bad = [r for r in repositories if not IMAGE_REPOSITORY.fullmatch(r)]
+    return (f"entry {bad[0]!r}: must be <account>.dkr.ecr.<region>.amazonaws.com/<repository>, or the registry "
+            "ending in '/' for all of its repositories") if bad else None
 
 
 def _instance_types(types: tuple[str, ...]) -> str | None:
@@ -141,8 +164,7 @@ _LIST = "a JSON list of strings (for -c, quote it: -c 'key=[\"a\",\"b\"]')"
 @dataclass(frozen=True)
 class PlatformConfig:
     name_prefix: str = _f("mltrain", "Starts every bucket, role, job and parameter name", expects="a string",
-                          check=_matches(NAME_PREFIX, "must be 3-20 lowercase letters, digits or hyphens, "
-                                         "starting with a letter (it starts bucket and training job names)"))
+                          check=_name_prefix)
     region: str | None = _f(None, "Deploy region; null for an environment-agnostic synth", expects="a string or null",
                             check=_optional(_matches(REGION, "must be a region name such as us-east-1, or null for "
                                                      "an environment-agnostic synth")))
@@ -150,6 +172,9 @@ class PlatformConfig:
     az_count: int = _f(2, "Availability zones with a training subnet", min=2, max=6, expects=_WHOLE)
     vpc_cidr: str = _f("10.80.0.0/16", "The VPC's IPv4 block", expects="a string", check=_cidr)
     nat_gateways: int = _f(1, "NAT gateways; 0 uses VPC interface endpoints only", min=0, expects=_WHOLE)
+    egress: str = _f("internet", "Where training jobs may connect: internet (HTTPS anywhere, through NAT) or "
+                     "endpoints (only the VPC endpoints, whose policies admit only the platform's buckets and images)",
+                     expects="a string", check=_one_of(EGRESS_MODES, "must be internet or endpoints"))
     largest_cluster_instances: int = _f(16, "Largest training cluster; sizes the training subnets", min=1, max=256,
                                         expects=_WHOLE)
     flow_log_retention_days: int = _f(90, "VPC flow log retention (days)", check=_RETENTION, expects=_WHOLE)
@@ -175,6 +200,15 @@ class PlatformConfig:
     allowed_instance_types: tuple[str, ...] = _f(
         ("ml.p5.48xlarge", "ml.p4d.24xlarge", "ml.g5.12xlarge", "ml.g6e.12xlarge", "ml.c5.2xlarge"),
         "Instance types a job may request", expects=_LIST, check=_instance_types)
+    # Request policy (jobs.environment_rules, jobs.images): published in the platform settings of the same names.
+    environment_patterns: tuple[str, ...] = _f((), "Variable names or PREFIX* patterns a job's environment may set "
+                                               "on top of the default allow-list (NCCL_*, TORCH_*, HF_*...); the "
+                                               "refused ones (LD_*, PYTHON*, AWS_*...) stay refused",
+                                               expects=_LIST, check=_env_patterns)
+    allowed_image_repositories: tuple[str, ...] = _f((), "ECR repositories a job's image may come from "
+                                                     "(<registry>/<repo>, or <registry>/ for all), on top of the "
+                                                     "AWS registries of the platform's images",
+                                                     expects=_LIST, check=_image_repositories)
     training_plans: tuple[TrainingPlan, ...] = _f((), "SageMaker training plans jobs may run on",
                                                   check=_plan_entries,
                                                   expects="a JSON list of {name, arn, instance_type, instance_count}")
@@ -192,6 +226,28 @@ class PlatformConfig:
                            expects="true or false")
     tags: dict[str, str] = _f({"project": "ml-training-platform"}, "Tags on every resource", check=_tags,
                               expects='a JSON object of string values, e.g. {"team": "ml"}')
+    teams: tuple[Team, ...] = _f((), "Teams sharing the platform, each with its own launcher, execution role, "
+                                 "engineers' policy and data (docs/SECURITY.md); empty: one team, as before",
+                                 expects='a JSON list of {"name", "engineer_roles", "dataset_prefix", '
+                                         '"allowed_instance_types", "allowed_image_repositories", '
+                                         '"monthly_budget_usd"}')
+
+    @property
+    def team_specs(self) -> tuple[TeamSpec, ...]:
+        """Each team resolved for the stacks; with no teams declared, the default team: the platform's own
+        prefix, dataset prefix and instance types, so every name stays where it was."""
+        if not self.teams:
+            return (TeamSpec(name=None, name_prefix=self.name_prefix, dataset_prefix=self.dataset_prefix,
+                             allowed_instance_types=self.allowed_instance_types,
+                             image_repositories=self.allowed_image_repositories),)
+        return tuple(TeamSpec(name=t.name, name_prefix=team_prefix(self.name_prefix, t.name),
+                              job_tags=team_tags(self.name_prefix, t.name), monthly_budget_usd=t.monthly_budget_usd,
+                              dataset_prefix=t.dataset_prefix or f"{self.dataset_prefix}{t.name}/",
+                              allowed_instance_types=t.allowed_instance_types or self.allowed_instance_types,
+                              engineer_roles=t.engineer_roles,
+                              image_repositories=tuple(dict.fromkeys(self.allowed_image_repositories
+                                                                     + t.allowed_image_repositories)))
+                     for t in self.teams)
 
     @property
     def private_subnet_mask(self) -> int:

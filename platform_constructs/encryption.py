@@ -11,16 +11,31 @@ from constructs import Construct
 
 # The role FSx for Lustre uses to read a linked bucket; one per file system, named after its id.
 FSX_S3_ROLE = "role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_*"
+# What the account (through IAM) may do to the key without being one of its users: manage it (the account must keep
+# PutKeyPolicy, or the key becomes unmanageable) but not encrypt or decrypt. CreateGrant is left out here: a grant is
+# a way to use the key, given below only for AWS resources (volumes, file systems).
+KEY_ADMIN_ACTIONS = ["kms:CreateAlias", "kms:Describe*", "kms:Enable*", "kms:List*", "kms:Put*", "kms:Update*",
+                     "kms:Revoke*", "kms:Disable*", "kms:Get*", "kms:Delete*", "kms:TagResource", "kms:UntagResource",
+                     "kms:ScheduleKeyDeletion", "kms:CancelKeyDeletion", "kms:RotateKeyOnDemand"]
+KEY_USE_ACTIONS = ["kms:Encrypt", "kms:Decrypt", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:DescribeKey"]
+
+
+def key_user_path(name_prefix: str) -> str:
+    """The IAM path of every role of the platform that uses its key; the key policy lets only roles under it
+    use the key (with their own IAM grants), so a broad kms:Decrypt elsewhere in the account decrypts nothing."""
+    return f"/{name_prefix}/"
 
 
 class PlatformKey(Construct):
     """One customer-managed key for buckets, volumes, logs, topics and the file system, aliased
-    `alias/<name_prefix>-platform`; or, with `imported_key_arn`, an existing key.
+    `alias/<name_prefix>-platform`; or, with `imported_key_arn`, an existing key. Only roles under `user_path`
+    (default `/<name_prefix>/`) and the AWS services named in its policy may use a created key.
 
     An imported key's policy is not ours to change: README lists the statements it needs.
     """
 
     def __init__(self, scope: Construct, id: str, *, name_prefix: str, imported_key_arn: str | None = None,
+                 user_path: str | None = None, budgets: bool = False,
                  removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN) -> None:
         super().__init__(scope, id)
         if not re.fullmatch(r"[a-zA-Z0-9/_-]{1,240}", name_prefix):
@@ -30,13 +45,47 @@ class PlatformKey(Construct):
         if imported_key_arn is not None:
             self.key: kms.IKey = kms.Key.from_key_arn(self, "Imported", imported_key_arn)
             return
+        # The least-privilege key policy (the CDK's key-administrators pattern): `policy` given, the CDK adds no
+        # kms:* for the account root; the account keeps administration, and use is delegated to IAM only for the
+        # platform's own roles (key_user_path) and the AWS services below.
+        statements = [*_account_statements(user_path or key_user_path(name_prefix)), *_service_statements()]
+        if budgets:  # a team's budget publishes to its key-encrypted notification topic (platform_constructs.budget)
+            statements.append(iam.PolicyStatement(
+                sid="BudgetsPublish", principals=[iam.ServicePrincipal("budgets.amazonaws.com")],
+                actions=["kms:Decrypt", "kms:GenerateDataKey*"], resources=["*"],
+                conditions={"StringEquals": {"aws:SourceAccount": cdk.Aws.ACCOUNT_ID}}))
         key = kms.Key(
             self, "Key", alias=f"alias/{name_prefix}-platform", enable_key_rotation=True,
             description=f"{name_prefix} training platform: checkpoints, outputs, datasets, logs, volumes",
+            policy=iam.PolicyDocument(statements=statements),
             removal_policy=removal_policy, pending_window=cdk.Duration.days(30))
-        for statement in _service_statements():
-            key.add_to_resource_policy(statement)
         self.key = key
+
+
+def _account_statements(user_path: str) -> list[iam.PolicyStatement]:
+    """Administration for the account; use for the platform's roles; grants only for AWS resources."""
+    partition, region, account = cdk.Aws.PARTITION, cdk.Aws.REGION, cdk.Aws.ACCOUNT_ID
+    root = iam.AccountRootPrincipal()
+    return [
+        iam.PolicyStatement(sid="KeyAdministration", principals=[root], actions=KEY_ADMIN_ACTIONS, resources=["*"]),
+        # The platform's roles (execution roles, launcher functions, state machines) carry user_path; each still
+        # needs its own IAM grant (the constructs write them), as the account delegates to IAM.
+        iam.PolicyStatement(
+            sid="PlatformRolesUse", principals=[root], actions=KEY_USE_ACTIONS, resources=["*"],
+            conditions={"ArnLike": {"aws:PrincipalArn": f"arn:{partition}:iam::{account}:role{user_path}*"}}),
+        # SageMaker (job volumes), FSx (the file system) and Lambda (its environment) use the key through grants
+        # they create for their own resources, with the caller's permission.
+        iam.PolicyStatement(
+            sid="GrantsForAwsResources", principals=[root], actions=["kms:CreateGrant", "kms:DescribeKey"],
+            resources=["*"], conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}}),
+        # Deploying a function encrypts its environment (the platform settings, no secrets) through Lambda with the
+        # deployer's permissions.
+        iam.PolicyStatement(
+            sid="LambdaEnvironmentEncryption", principals=[root],
+            actions=["kms:Encrypt", "kms:GenerateDataKey*", "kms:DescribeKey"], resources=["*"],
+            conditions={"StringEquals": {"kms:ViaService": f"lambda.{region}.amazonaws.com",
+                                         "kms:CallerAccount": account}}),
+    ]
 
 
 def _service_statements() -> list[iam.PolicyStatement]:

@@ -3,8 +3,15 @@
 trainctl (cli/) calls, besides reading `/<prefix>/platform-settings` and `/<prefix>/state-machine-arn`:
   submit: states:StartExecution                      stop: sagemaker:StopTrainingJob, states:StopExecution
   status: states:DescribeExecution, GetExecutionHistory, sagemaker:DescribeTrainingJob
-  list:   states:ListExecutions                      logs: logs:DescribeLogStreams, logs:FilterLogEvents
-It reads no CloudWatch metrics and calls no GetLogEvents, so neither is granted.
+  list:   states:ListExecutions                      logs: logs:DescribeLogStreams, logs:GetLogEvents
+It reads no CloudWatch metrics, so none is granted.
+
+Everything is the launcher's own: its executions, the jobs named `<prefix>-*` that also carry its run-id tag key
+(a platform named `<prefix>-dev` has jobs named `<prefix>-dev-...` but tags them `<prefix>-dev:run-id`), and the
+log streams of those jobs. Every training job logs to one group (contract.container.LOG_GROUP), and
+FilterLogEvents is granted on a whole group, never on a stream: it would read every team's logs, so it is not
+granted; GetLogEvents is, on the streams `<prefix>-*` (a stream is `<job name>/algo-N-...`). DescribeLogStreams
+(a group-level action) lists stream names, that is other teams' job names, not their lines.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ class JobLauncher(Protocol):
     state_machine: sfn.StateMachine
     state_machine_name: str
     training_job_arn_pattern: str
+    run_id_tag_key: str
 
 _TRAINING_LOGS_ID = "TrainingJobLogs"
 
@@ -39,8 +47,7 @@ def grant_submit(launcher: JobLauncher, grantee: iam.IGrantable) -> iam.Grant:
     machine = launcher.state_machine
     return (machine.grant_start_execution(grantee)
             .combine(_grant_executions(launcher, grantee, "states:StopExecution"))
-            .combine(iam.Grant.add_to_principal(grantee=grantee, actions=["sagemaker:StopTrainingJob"],
-                                                resource_arns=[launcher.training_job_arn_pattern]))
+            .combine(_grant_jobs(launcher, grantee, "sagemaker:StopTrainingJob"))
             .combine(_grant_parameters(launcher, grantee)))
 
 
@@ -48,10 +55,23 @@ def grant_observe(launcher: JobLauncher, grantee: iam.IGrantable) -> iam.Grant:
     machine = launcher.state_machine
     return (machine.grant(grantee, "states:ListExecutions")
             .combine(_grant_executions(launcher, grantee, "states:DescribeExecution", "states:GetExecutionHistory"))
-            .combine(iam.Grant.add_to_principal(grantee=grantee, actions=["sagemaker:DescribeTrainingJob"],
-                                                resource_arns=[launcher.training_job_arn_pattern]))
-            .combine(_training_logs(launcher).grant(grantee, "logs:DescribeLogStreams", "logs:FilterLogEvents"))
+            .combine(_grant_jobs(launcher, grantee, "sagemaker:DescribeTrainingJob"))
+            .combine(_training_logs(launcher).grant(grantee, "logs:DescribeLogStreams"))
+            .combine(iam.Grant.add_to_principal(grantee=grantee, actions=["logs:GetLogEvents"],
+                                                resource_arns=[log_streams_arn(launcher)]))
             .combine(_grant_parameters(launcher, grantee)))
+
+
+def _grant_jobs(launcher: JobLauncher, grantee: iam.IGrantable, *actions: str) -> iam.Grant:
+    """The launcher's own jobs: its name prefix and its run-id tag key (see the module's docstring)."""
+    return iam.Grant.add_to_principal(
+        grantee=grantee, actions=list(actions), resource_arns=[launcher.training_job_arn_pattern],
+        conditions={"Null": {f"aws:ResourceTag/{launcher.run_id_tag_key}": "false"}})
+
+
+def log_streams_arn(launcher: JobLauncher) -> str:
+    """The log streams of the launcher's jobs: `<job name>/algo-N-...`, job names starting `<prefix>-`."""
+    return f"{_training_logs(launcher).log_group_arn.removesuffix(':*')}:log-stream:{launcher.name_prefix}-*"
 
 
 def _grant_parameters(launcher: JobLauncher, grantee: iam.IGrantable) -> iam.Grant:
@@ -96,8 +116,10 @@ def engineers_policy(launcher: JobLauncher, id: str, name: str) -> iam.ManagedPo
                                   "the launcher's own state machine is named by <state machine>:*",
         launcher.training_job_arn_pattern: f"training job names are generated per attempt; the platform's prefix "
                                            f"({launcher.name_prefix}-*) is the narrowest resource",
-        _training_logs(launcher).log_group_arn: "the training jobs' log group; its streams (one per job and host) "
-                                                "are named by SageMaker",
+        _training_logs(launcher).log_group_arn: "DescribeLogStreams on the training jobs' log group (SageMaker "
+                                                "creates it; the action has no stream-level resource)",
+        log_streams_arn(launcher): "GetLogEvents on the log streams of the launcher's own jobs: one stream per job "
+                                   "and host, named <job name>/algo-N-... by SageMaker",
         parameters_arn(launcher): f"the platform's own parameters under /{launcher.name_prefix}/ (settings and the "
                                   "state machine ARN), which trainctl reads to find the platform",
     }

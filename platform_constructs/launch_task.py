@@ -24,8 +24,8 @@ class LaunchTrainingJob(sfn.CustomState):
     rule, and grants on `encryption_key` for the job's encrypted volumes.
     """
 
-    def __init__(self, scope: Construct, id: str, *, training_job_arn_pattern: str, execution_role: iam.IRole,
-                 encryption_key: kms.IKey) -> None:
+    def __init__(self, scope: Construct, id: str, *, training_job_arn_pattern: str, run_id_tag_key: str,
+                 execution_role: iam.IRole, encryption_key: kms.IKey) -> None:
         super().__init__(scope, id, state_json={
             "Type": "Task",
             "Resource": f"arn:{Aws.PARTITION}:states:::sagemaker:createTrainingJob.sync",
@@ -33,6 +33,7 @@ class LaunchTrainingJob(sfn.CustomState):
             "ResultPath": "$.job",
         })
         self.training_job_arn_pattern = training_job_arn_pattern
+        self.run_id_tag_key = run_id_tag_key
         self.execution_role = execution_role
         self.encryption_key = encryption_key
 
@@ -40,11 +41,19 @@ class LaunchTrainingJob(sfn.CustomState):
         events_rule = Stack.of(self).format_arn(service="events", resource="rule", resource_name=SYNC_EVENTS_RULE)
         return [
             # The actions of the policy Step Functions itself generates for createTrainingJob.sync (which grants
-            # ListTags on "*"), plus AddTags for the request's Tags, all scoped to the platform's job names.
+            # ListTags on "*"), plus AddTags for the request's Tags, all scoped to the platform's job names; create,
+            # describe and stop also to the jobs carrying this launcher's run-id tag key, which a job of another
+            # platform whose name starts the same (`mltrain-dev-...` for `mltrain-*`) does not carry.
             iam.PolicyStatement(
-                sid="TrainingJobsUnderThePrefix",
-                actions=["sagemaker:CreateTrainingJob", "sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob",
-                         "sagemaker:AddTags", "sagemaker:ListTags"],
+                sid="CreateOwnTaggedJobs", actions=["sagemaker:CreateTrainingJob"],
+                resources=[self.training_job_arn_pattern],
+                conditions={"Null": {f"aws:RequestTag/{self.run_id_tag_key}": "false"}}),
+            iam.PolicyStatement(
+                sid="FollowOwnTaggedJobs", actions=["sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob"],
+                resources=[self.training_job_arn_pattern],
+                conditions={"Null": {f"aws:ResourceTag/{self.run_id_tag_key}": "false"}}),
+            iam.PolicyStatement(
+                sid="TagOwnJobs", actions=["sagemaker:AddTags", "sagemaker:ListTags"],
                 resources=[self.training_job_arn_pattern]),
             iam.PolicyStatement(
                 sid="PassTheExecutionRoleToSageMaker", actions=["iam:PassRole"],

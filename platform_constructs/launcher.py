@@ -26,16 +26,18 @@ from platform_constructs.launch_task import LaunchTrainingJob
 from platform_constructs.launcher_definition import LauncherDefinition
 from platform_constructs.launcher_functions import INLINE_POLICY_REASON, LauncherFunctions
 from platform_constructs.nag import acknowledge, nag_form
+from platform_constructs.teams import MAX_NAME_PREFIX, run_id_tag_key
 
-NAME_PREFIX = r"[A-Za-z0-9](-*[A-Za-z0-9]){0,19}"
+NAME_PREFIX = rf"[A-Za-z0-9](-*[A-Za-z0-9]){{0,{MAX_NAME_PREFIX - 1}}}"
 
 
 class JobLauncher(Construct):
     """The job launcher state machine, its three Lambda functions and its notification topic.
 
     The state machine role may create, describe, stop and tag only training jobs whose names start with
-    `name_prefix-`, and may pass only `execution_role`, only to SageMaker. `settings` (the platform settings
-    document; tokens allowed) reaches every function as JSON.
+    `name_prefix-` (create, describe and stop: only those carrying the `<name_prefix>:run-id` tag), and may pass
+    only `execution_role`, only to SageMaker. `settings` (the platform settings document; tokens allowed) reaches
+    every function as JSON. Every role it creates is under `role_path`, the path the platform key lets use it.
     """
 
     def __init__(
@@ -50,10 +52,11 @@ class JobLauncher(Construct):
         notification_email: str | None = None,
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
         lambda_reserved_concurrency: int | None = None,
+        role_path: str = "/",
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
     ) -> None:
         super().__init__(scope, id)
-        if not re.fullmatch(NAME_PREFIX, name_prefix):
+        if not re.fullmatch(NAME_PREFIX, name_prefix) or len(name_prefix) > MAX_NAME_PREFIX:
             raise ValueError(
                 f"name_prefix {name_prefix!r}: use 1 to 20 letters, digits and inner hyphens "
                 "(it starts every training job name, which SageMaker caps at 63 characters)"
@@ -65,6 +68,9 @@ class JobLauncher(Construct):
         self.training_job_arn_pattern = stack.format_arn(
             service="sagemaker", resource="training-job", resource_name=f"{name_prefix}-*"
         )
+        # The tag key only this launcher writes on its jobs: `<prefix>-*` also matches the jobs of a platform named
+        # `<prefix>-dev`; the tag does not (platform_constructs.teams).
+        self.run_id_tag_key = run_id_tag_key(name_prefix)
         self.topic = self._topic(notification_email)
 
         document = settings.to_dict() if isinstance(settings, PlatformSettings) else dict(settings)
@@ -73,7 +79,7 @@ class JobLauncher(Construct):
             self, "Default", name_prefix=name_prefix, settings_json=stack.to_json_string(document),
             encryption_key=key, training_job_arn_pattern=self.training_job_arn_pattern,
             log_retention=log_retention, reserved_concurrency=lambda_reserved_concurrency,
-            removal_policy=removal_policy)
+            role_path=role_path, removal_policy=removal_policy)
         self.functions = self.lambdas.functions
 
         # The vendedlogs prefix keeps the log group's resource policy small (Step Functions' advice).
@@ -81,9 +87,14 @@ class JobLauncher(Construct):
                                        f"{self.state_machine_name}", encryption_key=key, retention=log_retention,
                                        removal_policy=removal_policy)
         launch = LaunchTrainingJob(self, "Launch", training_job_arn_pattern=self.training_job_arn_pattern,
-                                   execution_role=execution_role, encryption_key=key)
+                                   run_id_tag_key=self.run_id_tag_key, execution_role=execution_role,
+                                   encryption_key=key)
         self.definition = LauncherDefinition(self, "Definition", functions=self.functions, launch=launch,
                                              topic=self.topic)
+        # Its own role, under role_path: it publishes to the key-encrypted topic, and the key lets only roles
+        # under that path use it (platform_constructs.encryption).
+        role = iam.Role(self, "StateMachineRole", assumed_by=iam.ServicePrincipal("states.amazonaws.com"),
+                        path=role_path, description=f"{name_prefix} job launcher state machine")
         self.state_machine = sfn.StateMachine(
             self,
             "StateMachine",
@@ -92,10 +103,11 @@ class JobLauncher(Construct):
             definition_body=sfn.DefinitionBody.from_chainable(self.definition.start),
             logs=sfn.LogOptions(destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
             tracing_enabled=True,
+            role=role,
             comment="Launches a SageMaker training job from a job request; retries resume from checkpoints.",
         )
-        launch.grant_launch(self.state_machine.role)
-        key.grant(self.state_machine.role, "kms:Decrypt", "kms:GenerateDataKey*")
+        launch.grant_launch(role)
+        key.grant(role, "kms:Decrypt", "kms:GenerateDataKey*")
         self._acknowledge_state_machine_role()
 
     def _topic(self, notification_email: str | None) -> sns.Topic:

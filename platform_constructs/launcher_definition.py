@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from aws_cdk import Duration
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
@@ -36,6 +37,10 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from platform_constructs.launch_task import LaunchTrainingJob
+
+# A launcher function's error or timeout: tried again this many times, FUNCTION_RETRY_SECONDS apart, doubling.
+FUNCTION_RETRIES = 3
+FUNCTION_RETRY_SECONDS = 1
 
 
 class LauncherDefinition(Construct):
@@ -56,7 +61,7 @@ class LauncherDefinition(Construct):
 
     def _invoke(self, id: str, name: str, payload: dict[str, Any] | None = None,
                 result_path: str | None = None) -> tasks.LambdaInvoke:
-        return tasks.LambdaInvoke(
+        task = tasks.LambdaInvoke(
             self, id,
             lambda_function=self.functions[name],
             payload=sfn.TaskInput.from_object(payload) if payload else None,
@@ -65,6 +70,15 @@ class LauncherDefinition(Construct):
             retry_on_service_exceptions=True,
             result_path=result_path,
         )
+        # The service retrier above covers Lambda's own faults, not the function's: an error it raises or a
+        # timeout (Sandbox.Timedout, Lambda.Unknown) ends the task. Every handler is safe to run again (it reads
+        # and decides; a stop or a look-up repeats harmlessly; a fresh random name replaces one that was never
+        # used), so a transient fault is retried; a refused request (RequestInvalid) is final, and retriers
+        # match in order.
+        task.add_retry(errors=["RequestInvalid"], max_attempts=0)
+        task.add_retry(errors=["States.ALL"], interval=Duration.seconds(FUNCTION_RETRY_SECONDS), backoff_rate=2,
+                       max_attempts=FUNCTION_RETRIES)
+        return task
 
     def _prepare(self) -> tasks.LambdaInvoke:
         prepare = self._invoke("Prepare", "prepare", {

@@ -41,16 +41,17 @@ class LauncherFunctions(Construct):
 
     `decide` may describe the training jobs matching `training_job_arn_pattern` (whether a failed launch left
     a job running), nothing else; `summarize` may describe and stop them (a run that ends stops the job it
-    left running), nothing else; `prepare` may list training jobs and describe the platform's (a request that
-    resumes a run: its earlier jobs), nothing else.
+    left running) and read public prices (the run's cost), nothing else; `prepare` may list training jobs and
+    describe the platform's (a request that resumes a run or starts from one: its jobs), nothing else.
     """
 
     def __init__(self, scope: Construct, id: str, *, name_prefix: str, settings_json: str,
                  encryption_key: kms.IKey, training_job_arn_pattern: str,
                  log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
-                 reserved_concurrency: int | None = None,
+                 reserved_concurrency: int | None = None, role_path: str = "/",
                  removal_policy: RemovalPolicy = RemovalPolicy.RETAIN) -> None:
         super().__init__(scope, id)
+        self.role_path = role_path
         if reserved_concurrency is not None and reserved_concurrency < 1:
             raise ValueError(f"lambda_reserved_concurrency={reserved_concurrency}: use 1 or more, or None to "
                              "leave concurrency unreserved")
@@ -75,6 +76,10 @@ class LauncherFunctions(Construct):
         # A resumed run's earlier jobs are found by listing; ListTrainingJobs has no resource-level permissions.
         self.functions["prepare"].add_to_role_policy(iam.PolicyStatement(
             actions=["sagemaker:ListTrainingJobs"], resources=["*"]))
+        # The run's record prices its instance-hours (jobs.handler.training_prices: the AWS Price List API, public
+        # prices); GetProducts has no resource-level permissions either.
+        self.functions["summarize"].add_to_role_policy(iam.PolicyStatement(
+            actions=["pricing:GetProducts"], resources=["*"]))
 
     def __getitem__(self, name: str) -> lambda_.Function:
         return self.functions[name]
@@ -85,8 +90,9 @@ class LauncherFunctions(Construct):
         log_group = logs.LogGroup(self, f"{title}Logs", encryption_key=self.key, retention=log_retention,
                                   removal_policy=removal_policy)
         # A role per function, written out, instead of the AWSLambdaBasicExecutionRole managed policy.
+        # Under role_path: the platform key lets only roles under it decrypt (the function's environment).
         role = iam.Role(self, f"{title}Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-                        description=f"{self.name_prefix} job launcher: the {name} function")
+                        description=f"{self.name_prefix} job launcher: the {name} function", path=self.role_path)
         log_group.grant_write(role)
         function = lambda_.Function(
             self, f"{title}Function",
@@ -111,13 +117,14 @@ class LauncherFunctions(Construct):
 
 def _acknowledge(name: str, role: iam.Role, function: lambda_.Function, reserved_concurrency: int | None) -> None:
     acknowledge(role, "NIST.800.53.R5-IAMNoInlinePolicy", INLINE_POLICY_REASON)
-    listing = " and SageMaker ListTrainingJobs (finding a resumed run's earlier jobs)" if name == "prepare" else ""
+    listing = {"prepare": " and SageMaker ListTrainingJobs (finding a resumed run's earlier jobs)",
+               "summarize": " and the Price List API's GetProducts (public prices, for the run's cost)"}.get(name, "")
     acknowledge(role, "AwsSolutions-IAM5[Resource::*]",
                 f"X-Ray PutTraceSegments/PutTelemetryRecords{listing} support no resource-level permissions.")
     acknowledge(function, "NIST.800.53.R5-LambdaInsideVPC",
                 "The function reaches nothing inside the VPC (it calls SageMaker's ListTrainingJobs, "
-                "DescribeTrainingJob and StopTrainingJob only); it handles job requests and job descriptions, "
-                "never training data.")
+                "DescribeTrainingJob and StopTrainingJob, and the Price List API, only); it handles job requests "
+                "and job descriptions, never training data.")
     acknowledge(function, "NIST.800.53.R5-LambdaDLQ",
                 "Invoked synchronously by Step Functions, which retries and catches its errors; a DLQ "
                 "applies only to asynchronous invocations.")

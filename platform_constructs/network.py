@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct
@@ -14,7 +15,8 @@ from constructs import Construct
 from platform_constructs.nag import acknowledge
 
 # What a training job and the launcher call when there is no NAT: SageMaker's API, image pulls,
-# logs and metrics, STS for role credentials, and Step Functions. S3 goes through the gateway endpoint.
+# logs and metrics, STS for role credentials, Step Functions and Secrets Manager. S3 goes through the gateway
+# endpoint.
 INTERFACE_ENDPOINTS = {
     "SageMakerApi": ec2.InterfaceVpcEndpointAwsService.SAGEMAKER_API,
     "EcrApi": ec2.InterfaceVpcEndpointAwsService.ECR,
@@ -23,8 +25,11 @@ INTERFACE_ENDPOINTS = {
     "Monitoring": ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_MONITORING,
     "Sts": ec2.InterfaceVpcEndpointAwsService.STS,
     "StepFunctions": ec2.InterfaceVpcEndpointAwsService.STEP_FUNCTIONS,
+    # A request's `secrets` are read in the container at start (jobs.container_entry).
+    "SecretsManager": ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER,
 }
 TRAINING_SUBNETS = "training"
+EGRESS_MODES = ("internet", "endpoints")
 PUBLIC_SUBNET_MASK = 26  # a public subnet holds only a NAT gateway
 # Private IPs one EFA-enabled training instance may take (a p5.48xlarge has 32 EFA network cards).
 # AWS does not publish SageMaker's exact per-instance use: this is an upper bound, not a measurement.
@@ -53,9 +58,16 @@ class TrainingNetwork(Construct):
                  availability_zones: Sequence[str] = (), nat_gateways: int = 1,
                  largest_cluster_instances: int = 16,
                  flow_log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS,
-                 encryption_key: kms.IKey | None = None,
+                 encryption_key: kms.IKey | None = None, egress: str = "internet",
                  removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN) -> None:
         super().__init__(scope, id)
+        if egress not in EGRESS_MODES:
+            raise ValueError(f"egress={egress!r}: use one of {', '.join(EGRESS_MODES)}")
+        if egress == "endpoints" and nat_gateways:
+            raise ValueError(f"egress='endpoints' with nat_gateways={nat_gateways}: the training subnets get no "
+                             "route to a NAT gateway; use nat_gateways=0")
+        # With no NAT there is no other way out than the endpoints, whatever egress says.
+        self.endpoints_only = egress == "endpoints" or not nat_gateways
         self.training_subnet_mask = training_subnet_mask(largest_cluster_instances)
         _validate(cidr, az_count, availability_zones, nat_gateways, self.training_subnet_mask)
         private_type = ec2.SubnetType.PRIVATE_WITH_EGRESS if nat_gateways else ec2.SubnetType.PRIVATE_ISOLATED
@@ -80,8 +92,9 @@ class TrainingNetwork(Construct):
                         "Public subnets hold only the NAT gateways (no instances, no public IPs on launch); their "
                         "default route to the internet gateway is what NAT needs.")
         self._add_flow_log(flow_log_retention, encryption_key, removal_policy)
-        self.training_security_group = self._training_security_group()
-        if not nat_gateways:
+        self.s3_endpoint: ec2.GatewayVpcEndpoint = self.vpc.node.find_child("S3")
+        self.training_security_group = self.add_training_security_group("TrainingSecurityGroup")
+        if self.endpoints_only:
             self._add_interface_endpoints(cidr)
 
     def _add_flow_log(self, retention: logs.RetentionDays, key: kms.IKey | None,
@@ -95,10 +108,12 @@ class TrainingNetwork(Construct):
                     "The flow log role's policy is written by the CDK for this one role and scoped to its log "
                     "group; a managed policy could be attached elsewhere.")
 
-    def _training_security_group(self) -> ec2.SecurityGroup:
+    def add_training_security_group(self, id: str, whose: str = "SageMaker training instances") -> ec2.SecurityGroup:
+        """A training security group: all traffic to and from itself (EFA, NCCL), HTTPS out. One per team keeps a
+        team's running jobs from connecting to another team's (whose ports, e.g. torchrun's, take no credentials)."""
         sg = ec2.SecurityGroup(
-            self, "TrainingSecurityGroup", vpc=self.vpc, allow_all_outbound=False,
-            description="SageMaker training instances: all traffic to and from itself (EFA, NCCL), HTTPS out")
+            self, id, vpc=self.vpc, allow_all_outbound=False,
+            description=f"{whose}: all traffic to and from itself (EFA, NCCL), HTTPS out")
         sg.add_ingress_rule(sg, ec2.Port.all_traffic(), "EFA and NCCL between training instances")
         self_ingress = [c for c in sg.node.children if c.node.id.endswith(":ALL TRAFFIC")
                         and isinstance(c, ec2.CfnSecurityGroupIngress)]
@@ -107,19 +122,35 @@ class TrainingNetwork(Construct):
                         "This all-port ingress rule's source is the training security group itself: EFA needs "
                         "all traffic between the training instances; nothing outside the group reaches these ports.")
         sg.add_egress_rule(sg, ec2.Port.all_traffic(), "EFA and NCCL between training instances")
-        # With NAT this reaches ECR, S3 and package indexes; with no NAT the only routes out of the
-        # training subnets are the S3 gateway endpoint and the interface endpoints.
+        # With NAT (egress: internet) this reaches ECR, S3 and package indexes; endpoints only, the training
+        # subnets have no route out but the S3 gateway endpoint and the interface endpoints, whose policies say
+        # what may pass.
         sg.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS to AWS APIs, S3 and ECR")
         return sg
+
+    def restrict_s3_endpoint(self, object_arns: list[str], bucket_arns: list[str]) -> None:
+        """The S3 gateway endpoint admits only these objects and buckets (the platform's, the source bundle's, the
+        ECR layer bucket): a job cannot copy data to a bucket of its own choosing through it."""
+        self.s3_endpoint.add_to_policy(iam.PolicyStatement(
+            sid="PlatformObjects", principals=[iam.StarPrincipal()],
+            actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
+            resources=object_arns))
+        self.s3_endpoint.add_to_policy(iam.PolicyStatement(
+            sid="PlatformBuckets", principals=[iam.StarPrincipal()],
+            actions=["s3:ListBucket", "s3:GetBucketLocation"], resources=bucket_arns))
 
     def _add_interface_endpoints(self, cidr: str) -> None:
         endpoint_sg = ec2.SecurityGroup(self, "EndpointSecurityGroup", vpc=self.vpc, allow_all_outbound=False,
                                         description="Interface endpoints: HTTPS from inside the VPC")
         endpoint_sg.add_ingress_rule(ec2.Peer.ipv4(cidr), ec2.Port.tcp(443), "HTTPS from the VPC")
         for name, service in INTERFACE_ENDPOINTS.items():
-            self.vpc.add_interface_endpoint(
+            endpoint = self.vpc.add_interface_endpoint(
                 name, service=service, subnets=ec2.SubnetSelection(subnet_group_name=TRAINING_SUBNETS),
                 security_groups=[endpoint_sg], private_dns_enabled=True, open=False)
+            # Only this account's principals: credentials of another account cannot carry data out through it.
+            endpoint.add_to_policy(iam.PolicyStatement(
+                sid="ThisAccountOnly", principals=[iam.StarPrincipal()], actions=["*"], resources=["*"],
+                conditions={"StringEquals": {"aws:PrincipalAccount": cdk.Aws.ACCOUNT_ID}}))
 
 
 def _validate(cidr: str, az_count: int, zones: Sequence[str], nat_gateways: int, mask: int) -> None:

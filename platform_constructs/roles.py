@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr as ecr
@@ -13,32 +16,44 @@ from constructs import Construct
 from contract.container import LOG_GROUP
 from contract.metrics import METRIC_NAMESPACE
 from jobs.images import PYTORCH_FRAMEWORK, SMP_FRAMEWORK
-from platform_constructs.nag import acknowledge, logical_id
+from platform_constructs.nag import acknowledge, logical_id, nag_form
 
+ECR_REGISTRY = re.compile(r"(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?")
 # ECR repositories of the AWS deep-learning containers that jobs pull (PyTorch and SMP v2).
 IMAGE_REPOSITORIES = {PYTORCH_FRAMEWORK: "pytorch-training", SMP_FRAMEWORK: "smdistributed-modelparallel"}
 
 
 class ExecutionRole(Construct):
-    """Assumed by SageMaker for training jobs: read the dataset prefix, read/write checkpoints and outputs, use
-    the platform key, pull the AWS deep-learning images, write logs and metrics, and manage the network
-    interfaces SageMaker puts in the training subnets."""
+    """Assumed by SageMaker for the jobs named `<name_prefix>-*` of this account only: read (and list) the dataset
+    prefix, read/write/list `<name_prefix>/` of the checkpoint and output buckets, read the secrets named
+    `<name_prefix>/*`, use the platform key, pull the AWS deep-learning images and `image_repositories`, write logs
+    and metrics, and manage the network interfaces SageMaker puts in the training subnets. One per team: nothing
+    here reaches another team's prefix (tests/infra/test_team_isolation.py)."""
 
     def __init__(self, scope: Construct, id: str, *, name_prefix: str, key: kms.IKey,
                  dataset_bucket: s3.IBucket, dataset_prefix: str, checkpoint_bucket: s3.IBucket,
                  output_bucket: s3.IBucket, image_accounts: dict[str, str], vpc: ec2.IVpc,
-                 subnets: list[ec2.ISubnet], security_groups: list[ec2.ISecurityGroup]) -> None:
+                 subnets: list[ec2.ISubnet], security_groups: list[ec2.ISecurityGroup], role_path: str = "/",
+                 image_repositories: Sequence[str] = ()) -> None:
         super().__init__(scope, id)
         partition, region, account = cdk.Aws.PARTITION, cdk.Aws.REGION, cdk.Aws.ACCOUNT_ID
+        # SageMaker assumes the role for this platform's (or team's) own jobs only: a job of another prefix, or of
+        # another account, that names this role cannot use it (the confused-deputy conditions).
+        jobs = f"arn:{partition}:sagemaker:{region}:{account}:training-job/{name_prefix}-*"
         role = iam.Role(
             self, "Role", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com").with_conditions(
-                {"StringEquals": {"aws:SourceAccount": account}}),
-            description=f"{name_prefix} SageMaker training jobs")
+                {"StringEquals": {"aws:SourceAccount": account}, "ArnLike": {"aws:SourceArn": jobs}}),
+            description=f"{name_prefix} SageMaker training jobs", path=role_path)
         self.role = role
-        dataset_bucket.grant_read(role, f"{dataset_prefix}*")
-        checkpoint_bucket.grant_read_write(role, f"{name_prefix}/*")
-        output_bucket.grant_read_write(role, f"{name_prefix}/*")
+        grant_prefix_read(role, dataset_bucket, dataset_prefix, "Datasets")
+        for sid, bucket in (("Checkpoints", checkpoint_bucket), ("Outputs", output_bucket)):
+            grant_prefix_read_write(role, bucket, f"{name_prefix}/", sid)
         key.grant_encrypt_decrypt(role)
+        # A request's `secrets` are read in the container (jobs.container_entry): only the team's own, named
+        # `<name_prefix>/...` (jobs.platform_rules refuses other ARNs before anything launches).
+        role.add_to_policy(iam.PolicyStatement(
+            sid="OwnSecrets", actions=["secretsmanager:GetSecretValue"],
+            resources=[secrets_arn(name_prefix)]))
 
         # The AWS deep-learning images live in AWS-owned registries (one account per region, from the image table);
         # grant_pull adds the pull actions on each repository and the registry login, which has no resource.
@@ -47,6 +62,7 @@ class ExecutionRole(Construct):
                 self, f"{framework.title().replace('-', '')}Images", repository_name=repository,
                 repository_arn=f"arn:{partition}:ecr:{region}:{image_accounts[framework]}:repository/{repository}",
             ).grant_pull(role)
+        self._grant_image_repositories(image_repositories)
         role.add_to_policy(iam.PolicyStatement(
             sid="TrainingLogs",
             actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
@@ -80,15 +96,26 @@ class ExecutionRole(Construct):
 
         self._acknowledge(dataset_bucket, dataset_prefix, checkpoint_bucket, output_bucket, name_prefix)
 
+    def _grant_image_repositories(self, sources: Sequence[str]) -> None:
+        """Pull from the ECR repositories requests may name in `image` (`<registry>/<repo>`: that repository and
+        those under it; `<registry>/`: all of the registry's). A registry outside ECR needs no IAM."""
+        arns = [arn for source in sources for arn in ecr_repository_arns(source)]
+        if not arns:
+            return
+        self.role.add_to_policy(iam.PolicyStatement(
+            sid="AllowedImageRepositories",
+            actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
+            resources=arns))
+        for arn in arns:
+            if arn.endswith("*"):
+                acknowledge(self.role, f"AwsSolutions-IAM5[Resource::{nag_form(self, arn)}]",
+                            "Wildcard needed: the platform config allows every repository under this registry "
+                            "or repository path (allowed_image_repositories), and pulls need the repository ARN.")
+
     def _acknowledge(self, dataset_bucket: s3.IBucket, dataset_prefix: str, checkpoint_bucket: s3.IBucket,
                      output_bucket: s3.IBucket, name_prefix: str) -> None:
         """Each wildcard the role's policy keeps, and why it cannot be narrower."""
         wildcards = {
-            "Action::s3:GetObject*": "CDK bucket grants (GetObject, GetObjectVersion...) on the prefixes below",
-            "Action::s3:GetBucket*": "CDK bucket grants read bucket metadata of the platform buckets only",
-            "Action::s3:List*": "CDK bucket grants list the platform buckets only",
-            "Action::s3:DeleteObject*": "checkpoint rotation deletes old step-N checkpoints under the run prefix",
-            "Action::s3:Abort*": "aborting failed multipart uploads of checkpoints and model artifacts",
             "Action::kms:GenerateDataKey*": "SSE-KMS writes with the platform key only",
             "Action::kms:ReEncrypt*": "SSE-KMS with the platform key only",
             "Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:network-interface/*":
@@ -96,6 +123,8 @@ class ExecutionRole(Construct):
                 "changes are limited to the platform VPC by condition",
             f"Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:{LOG_GROUP}:log-stream:*":
                 "one log stream per training job and host, named by SageMaker",
+            f"Resource::{nag_form(self, secrets_arn(name_prefix))}":
+                "the secrets named under this platform's (or team's) prefix, which requests name by ARN",
             "Resource::*": "ecr:GetAuthorizationToken, cloudwatch:PutMetricData (scoped by a namespace "
                            "condition) and ec2:Describe* support no resource-level permissions",
         }
@@ -103,7 +132,7 @@ class ExecutionRole(Construct):
                                (dataset_bucket, dataset_prefix)):
             if bucket.node.default_child is not None:  # an imported dataset bucket prints its name, not a ref
                 wildcards[f"Resource::<{logical_id(bucket)}.Arn>/{prefix}*"] = \
-                    "objects under this platform's prefix of the bucket only"
+                    "objects under this platform's (or team's) prefix of the bucket only"
             else:
                 wildcards[f"Resource::arn:<AWS::Partition>:s3:::{bucket.bucket_name}/{prefix}*"] = \
                     "objects under the dataset prefix of the imported dataset bucket only"
@@ -112,3 +141,45 @@ class ExecutionRole(Construct):
         acknowledge(self.role, "NIST.800.53.R5-IAMNoInlinePolicy",
                     "The execution role's policy is written by CDK grants for this one role; a managed policy "
                     "could be attached to other principals, which least privilege avoids.")
+
+
+def grant_prefix_read(role: iam.IRole, bucket: s3.IBucket, prefix: str, sid: str) -> None:
+    """Get the objects under `prefix`, and list the bucket only under it: the keys (run ids, request names) of
+    other prefixes are not listed either. The CDK's grant_read would list the whole bucket."""
+    role.add_to_principal_policy(iam.PolicyStatement(
+        sid=f"Read{sid}", actions=["s3:GetObject"], resources=[bucket.arn_for_objects(f"{prefix}*")]))
+    _grant_list(role, bucket, prefix, sid)
+
+
+def grant_prefix_read_write(role: iam.IRole, bucket: s3.IBucket, prefix: str, sid: str) -> None:
+    """Read, write and delete (checkpoint rotation; aborted multipart uploads) under `prefix` only."""
+    role.add_to_principal_policy(iam.PolicyStatement(
+        sid=f"ReadWrite{sid}",
+        actions=["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
+        resources=[bucket.arn_for_objects(f"{prefix}*")]))
+    _grant_list(role, bucket, prefix, sid)
+
+
+def _grant_list(role: iam.IRole, bucket: s3.IBucket, prefix: str, sid: str) -> None:
+    # SageMaker lists an S3Prefix channel and the checkpoint prefix with the prefix as `s3:prefix`.
+    role.add_to_principal_policy(iam.PolicyStatement(
+        sid=f"List{sid}", actions=["s3:ListBucket", "s3:GetBucketLocation"], resources=[bucket.bucket_arn],
+        conditions={"StringLike": {"s3:prefix": [f"{prefix}*"]}}))
+
+
+def secrets_arn(name_prefix: str) -> str:
+    """The secrets a job of `name_prefix` may read: `<name_prefix>/<name>` (Secrets Manager adds `-<6 chars>`)."""
+    return f"arn:{cdk.Aws.PARTITION}:secretsmanager:{cdk.Aws.REGION}:{cdk.Aws.ACCOUNT_ID}:secret:{name_prefix}/*"
+
+
+def ecr_repository_arns(source: str) -> list[str]:
+    """The ECR repository ARNs of an allowed image source (jobs.images: `<registry>/<repo>` is that repository and
+    those under it, `<registry>/` every repository); [] for a registry outside ECR."""
+    registry, _, repository = source.partition("/")
+    found = ECR_REGISTRY.fullmatch(registry)
+    if found is None:
+        return []
+    account, region, china = found.groups()
+    base = f"arn:{'aws-cn' if china else cdk.Aws.PARTITION}:ecr:{region}:{account}:repository/"
+    repository = repository.rstrip("/")
+    return [f"{base}*"] if not repository else [f"{base}{repository}", f"{base}{repository}/*"]

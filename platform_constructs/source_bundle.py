@@ -10,7 +10,6 @@ from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
 from bundles.sourcedir import build_sourcedir
-from platform_constructs.nag import acknowledge, nag_form
 
 
 class TrainingSourceBundle(Construct):
@@ -22,11 +21,21 @@ class TrainingSourceBundle(Construct):
         out = Path(tempfile.mkdtemp(prefix="sourcedir-"))
         self.asset = s3_assets.Asset(self, "Asset", path=str(build_sourcedir(out)))
         for reader in readers:
-            self.asset.grant_read(reader)
-            finding = nag_form(self, self.asset.bucket.arn_for_objects("*"))
-            acknowledge(reader, f"AwsSolutions-IAM5[Resource::{finding}]",
-                        "The CDK asset grant lets training jobs read the training source bundle "
-                        "(sourcedir.tar.gz); asset object keys are content hashes not known before synth.")
+            self.grant_read(reader)
+
+    def grant_read(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Read this one object: its key (a content hash) is known at synth. The CDK's Asset.grant_read would
+        open every object of the account's CDK assets bucket, every CDK app's assets. Listing is allowed for
+        the key alone, as SageMaker lists an S3Prefix channel (the code channel of an isolated job)."""
+        key = self.asset.s3_object_key
+        return (iam.Grant.add_to_principal(grantee=grantee, actions=["s3:GetObject"], resource_arns=[self.object_arn])
+                .combine(iam.Grant.add_to_principal(
+                    grantee=grantee, actions=["s3:ListBucket"], resource_arns=[self.asset.bucket.bucket_arn],
+                    conditions={"StringEquals": {"s3:prefix": key}})))
+
+    @property
+    def object_arn(self) -> str:
+        return self.asset.bucket.arn_for_objects(self.asset.s3_object_key)
 
     @property
     def s3_uri(self) -> str:

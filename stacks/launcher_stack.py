@@ -5,62 +5,85 @@ from __future__ import annotations
 from typing import Any
 
 from aws_cdk import CfnOutput, RemovalPolicy, Stack
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from platform_constructs.budget import TeamBudget
 from platform_constructs.launcher import JobLauncher
 from platform_constructs.monitoring import LauncherMonitoring
-from stacks.resources import PlatformResources
+from stacks.resources import PlatformResources, TeamResources
 
 
 class LauncherStack(Stack):
+    """One launcher per team (the default team's at the stack's top, with the ids it always had): its state
+    machine, topic, dashboard, engineers' policy (attached to the team's engineer roles, if any) and the SSM
+    parameter `/<team prefix>/state-machine-arn` that trainctl reads (`trainctl --prefix <team prefix>`)."""
+
     def __init__(self, scope: Construct, id: str, *, resources: PlatformResources,
                  notification_email: str | None = None,
                  log_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR,
                  removal_policy: RemovalPolicy = RemovalPolicy.RETAIN, **kwargs: Any) -> None:
         super().__init__(scope, id, **kwargs)
-        settings = resources.settings
+        self.launchers: dict[str | None, JobLauncher] = {}
+        for team in resources.teams:
+            scope_ = self if team.spec.name is None else Construct(self, team.spec.construct_id)
+            self.launchers[team.spec.name] = self._team(scope_, team, resources, notification_email, log_retention,
+                                                        removal_policy)
+        self.launcher = next(iter(self.launchers.values()))
+
+    def _team(self, scope: Construct, team: TeamResources, resources: PlatformResources,
+              notification_email: str | None, log_retention: logs.RetentionDays,
+              removal_policy: RemovalPolicy) -> JobLauncher:
+        settings = team.settings
         prefix = settings.name_prefix
-        self.launcher = JobLauncher(
-            self,
+        launcher = JobLauncher(
+            scope,
             "JobLauncher",
             name_prefix=prefix,
             key=resources.key,
-            execution_role=resources.execution_role,
+            execution_role=team.execution_role,
             settings=settings,
             notification_email=notification_email,
             log_retention=log_retention,
+            role_path=resources.role_path,
             removal_policy=removal_policy,
         )
-        self.monitoring = LauncherMonitoring(
-            self,
+        monitoring = LauncherMonitoring(
+            scope,
             "Monitoring",
             name_prefix=prefix,
-            state_machine=self.launcher.state_machine,
-            topic=self.launcher.topic,
+            state_machine=launcher.state_machine,
+            topic=launcher.topic,
             instance_types=settings.allowed_instance_types,
         )
-        self.engineers_policy = self.launcher.add_engineers_policy()
-        arn = self.launcher.state_machine.state_machine_arn
+        if team.spec.monthly_budget_usd:
+            TeamBudget(scope, "Budget", name_prefix=prefix, monthly_usd=team.spec.monthly_budget_usd,
+                       tags=dict(team.spec.job_tags), topic=launcher.topic)
+        policy = launcher.add_engineers_policy()
+        for i, arn in enumerate(team.spec.engineer_roles):
+            policy.attach_to_role(iam.Role.from_role_arn(scope, f"Engineers{i}", arn, mutable=False))
+        arn = launcher.state_machine.state_machine_arn
         ssm.StringParameter(
-            self,
+            scope,
             "StateMachineArnParameter",
             parameter_name=f"/{prefix}/state-machine-arn",
             string_value=arn,
             description="The job launcher state machine (trainctl submit starts it).",
         )
-        CfnOutput(self, "StateMachineArn", value=arn, description="The job launcher state machine")
+        CfnOutput(scope, "StateMachineArn", value=arn, description="The job launcher state machine")
         CfnOutput(
-            self,
+            scope,
             "NotificationTopicArn",
-            value=self.launcher.topic.topic_arn,
+            value=launcher.topic.topic_arn,
             description="Training run notifications (success, failure, alarms)",
         )
-        CfnOutput(self, "DashboardName", value=self.monitoring.dashboard.dashboard_name)
+        CfnOutput(scope, "DashboardName", value=monitoring.dashboard.dashboard_name)
         CfnOutput(
-            self,
+            scope,
             "EngineersPolicyArn",
-            value=self.engineers_policy.managed_policy_arn,
-            description="Attach to engineers' roles: what trainctl submit/status/list/logs/stop need",
+            value=policy.managed_policy_arn,
+            description=f"Attach to {prefix} engineers' roles: what trainctl submit/status/list/logs/stop need",
         )
+        return launcher

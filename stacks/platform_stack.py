@@ -19,12 +19,13 @@ from jobs.images import PYTORCH_FRAMEWORK, SMP_FRAMEWORK
 from jobs.platform import FsxSettings, PlatformSettings, TrainingPlan
 from platform_constructs.buckets import AccessLogBucket, SecureBucket
 from platform_constructs.dataset_fs import DatasetFileSystem
-from platform_constructs.encryption import PlatformKey
+from platform_constructs.encryption import PlatformKey, key_user_path
 from platform_constructs.images import ImageMapping, ImageTable
 from platform_constructs.network import TrainingNetwork
 from platform_constructs.roles import ExecutionRole
 from platform_constructs.source_bundle import TrainingSourceBundle
-from stacks.resources import PlatformResources
+from platform_constructs.teams import TeamSpec
+from stacks.resources import PlatformResources, TeamResources
 
 
 @dataclass(frozen=True)
@@ -50,28 +51,39 @@ class JobDefaults:
     allowed_instance_types: Sequence[str] = ("ml.p5.48xlarge",)
     training_plans: Sequence[TrainingPlan] = ()
     default_warm_pool_minutes: int = 0
+    # Names or PREFIX* patterns a request's environment may set on top of jobs.environment_rules' allow-list.
+    environment_patterns: Sequence[str] = ()
 
 
 class PlatformStack(cdk.Stack):
     """`file_system=None` builds no FSx; `dataset_bucket_name` imports a bucket instead of creating one;
-    `kms_key_arn` imports a key instead of creating one."""
+    `kms_key_arn` imports a key instead of creating one. `teams`: one execution role, settings document and set of
+    SSM parameters per team (none: the default team, with the names and ids the stack always had). `egress`:
+    `endpoints` (with no NAT) also limits the S3 gateway endpoint to the platform's buckets."""
 
     def __init__(self, scope: Construct, id: str, *, name_prefix: str, images: ImageTable,
                  network: NetworkProps = NetworkProps(), file_system: FileSystemProps | None = FileSystemProps(),
                  jobs: JobDefaults = JobDefaults(), dataset_prefix: str = "datasets/",
                  dataset_bucket_name: str | None = None, kms_key_arn: str | None = None,
+                 teams: Sequence[TeamSpec] = (), egress: str = "internet",
                  removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN, **kwargs) -> None:
         super().__init__(scope, id, description=f"{name_prefix} training platform: network, storage, "
                                                 f"roles, capacity", **kwargs)
         self.name_prefix = name_prefix
         self.dataset_prefix = dataset_prefix
+        # No teams given: the default team, whose names are the platform's own (platform_constructs.teams).
+        teams = tuple(teams) or (TeamSpec(name=None, name_prefix=name_prefix, dataset_prefix=dataset_prefix,
+                                          allowed_instance_types=tuple(jobs.allowed_instance_types)),)
+        role_path = key_user_path(name_prefix)
         key = PlatformKey(self, "Key", name_prefix=name_prefix, imported_key_arn=kms_key_arn,
+                          user_path=role_path, budgets=any(t.monthly_budget_usd for t in teams),
                           removal_policy=removal_policy).key
         net = TrainingNetwork(
             self, "Network", cidr=network.cidr, az_count=network.az_count,
             availability_zones=network.availability_zones, nat_gateways=network.nat_gateways,
             largest_cluster_instances=network.largest_cluster_instances,
-            flow_log_retention=network.flow_log_retention, encryption_key=key, removal_policy=removal_policy)
+            flow_log_retention=network.flow_log_retention, encryption_key=key, egress=egress,
+            removal_policy=removal_policy)
         access_logs = AccessLogBucket(self, "AccessLogs", removal_policy=removal_policy).bucket
 
         def bucket(name: str) -> s3.IBucket:
@@ -83,12 +95,25 @@ class PlatformStack(cdk.Stack):
                     else bucket("Datasets"))
         image_mapping = images.to_mapping(self, "Images")
         subnets = net.subnets.subnets
-        role = ExecutionRole(
-            self, "Execution", name_prefix=name_prefix, key=key, dataset_bucket=datasets,
-            dataset_prefix=dataset_prefix, checkpoint_bucket=checkpoints, output_bucket=outputs,
+        # One training security group per team (the default team's is the network's own), so that a team's
+        # running jobs cannot open connections to another team's.
+        groups = [net.training_security_group if team.name is None else net.add_training_security_group(
+            f"{team.construct_id}TrainingSecurityGroup", f"{team.name_prefix} training instances") for team in teams]
+        # One execution role per team: its own checkpoint and output prefixes and its own datasets.
+        roles = [ExecutionRole(
+            self, f"{team.construct_id}Execution", name_prefix=team.name_prefix, key=key, dataset_bucket=datasets,
+            dataset_prefix=team.dataset_prefix, checkpoint_bucket=checkpoints, output_bucket=outputs,
             image_accounts={fw: image_mapping.account(fw) for fw in (PYTORCH_FRAMEWORK, SMP_FRAMEWORK)},
-            vpc=net.vpc, subnets=subnets, security_groups=[net.training_security_group]).role
-        source = TrainingSourceBundle(self, "TrainingSource", readers=[role])
+            vpc=net.vpc, subnets=subnets, security_groups=[group], role_path=role_path,
+            image_repositories=team.image_repositories).role
+            for team, group in zip(teams, groups, strict=True)]
+        source = TrainingSourceBundle(self, "TrainingSource", readers=roles)
+        if net.endpoints_only:
+            platform_buckets = [checkpoints, outputs, datasets]
+            net.restrict_s3_endpoint(
+                object_arns=[b.arn_for_objects("*") for b in platform_buckets]
+                + [source.object_arn, ecr_layers_arn()],
+                bucket_arns=[b.bucket_arn for b in platform_buckets] + [source.asset.bucket.bucket_arn])
         fsx_settings = None
         if file_system is not None:
             dataset_fs = DatasetFileSystem(
@@ -100,43 +125,54 @@ class PlatformStack(cdk.Stack):
             fsx_settings = FsxSettings(file_system_id=dataset_fs.file_system.file_system_id,
                                        mount_name=dataset_fs.file_system.mount_name,
                                        linked_path=dataset_fs.linked_path)
-        settings = self._settings(role=role, subnets=subnets, net=net, key=key, buckets=(checkpoints, outputs, datasets),
-                                  source=source, images=images, image_mapping=image_mapping, fsx_settings=fsx_settings,
-                                  jobs=jobs)
+        team_resources = []
+        for team, role, group in zip(teams, roles, groups, strict=True):
+            settings = self._settings(team=team, role=role, subnets=subnets, group=group, key=key,
+                                      buckets=(checkpoints, outputs, datasets), source=source, images=images,
+                                      image_mapping=image_mapping, fsx_settings=fsx_settings, jobs=jobs)
+            team_resources.append(TeamResources(spec=team, execution_role=role, settings=settings))
         self.resources = PlatformResources(
             key=key, checkpoint_bucket=checkpoints, output_bucket=outputs, dataset_bucket=datasets,
-            execution_role=role, settings=settings)
-        self._publish(settings)
+            teams=tuple(team_resources), role_path=role_path)
+        for team in team_resources:
+            self._publish(team)
 
-    def _settings(self, *, role: iam.IRole, subnets: list[ec2.ISubnet], net: TrainingNetwork, key: kms.IKey,
-                  buckets: tuple[s3.IBucket, s3.IBucket, s3.IBucket], source: TrainingSourceBundle,
+    def _settings(self, *, team: TeamSpec, role: iam.IRole, subnets: list[ec2.ISubnet], group: ec2.ISecurityGroup,
+                  key: kms.IKey, buckets: tuple[s3.IBucket, s3.IBucket, s3.IBucket], source: TrainingSourceBundle,
                   images: ImageTable, image_mapping: ImageMapping, fsx_settings: FsxSettings | None,
                   jobs: JobDefaults) -> PlatformSettings:
-        """The platform settings document: values are tokens the deploy resolves."""
+        """One team's platform settings document: values are tokens the deploy resolves. Its name_prefix is the
+        team's, so jobs.render names its jobs, checkpoints and outputs under the team's prefix."""
         checkpoints, outputs, datasets = buckets
         return PlatformSettings(
-            name_prefix=self.name_prefix,
+            name_prefix=team.name_prefix,
             region=cdk.Aws.REGION,
             execution_role_arn=role.role_arn,
             subnet_ids=[s.subnet_id for s in subnets],
-            security_group_ids=[net.training_security_group.security_group_id],
+            security_group_ids=[group.security_group_id],
             kms_key_arn=key.key_arn,
             checkpoint_bucket=checkpoints.bucket_name,
             output_bucket=outputs.bucket_name,
             dataset_bucket=datasets.bucket_name,
-            dataset_prefix=self.dataset_prefix,
+            dataset_prefix=team.dataset_prefix,
             source_dir_s3_uri=source.s3_uri,
             images=image_mapping.settings(),
             default_framework_version=images.versions[PYTORCH_FRAMEWORK][0],
             default_smp_version=images.versions[SMP_FRAMEWORK][0],
-            allowed_instance_types=list(jobs.allowed_instance_types),
+            allowed_instance_types=list(team.allowed_instance_types),
             fsx=fsx_settings,
             training_plans={plan.name: plan for plan in jobs.training_plans},
             default_warm_pool_minutes=jobs.default_warm_pool_minutes,
+            environment_patterns=list(jobs.environment_patterns),
+            allowed_image_repositories=list(team.image_repositories),
+            job_tags=dict(team.job_tags),
         )
 
-    def _publish(self, settings: PlatformSettings) -> None:
-        """Stack outputs for people, SSM parameters under /<prefix>/ for trainctl and the launcher."""
+    def _publish(self, team: TeamResources) -> None:
+        """Stack outputs for people, SSM parameters under /<team prefix>/ for trainctl and the launcher (the
+        default team's are /<name_prefix>/, where they always were). A team's construct ids start with its
+        construct id, the default team's are the ones they had before teams existed."""
+        settings, scope = team.settings, team.spec.construct_id
         values = {
             "SubnetIds": cdk.Fn.join(",", settings.subnet_ids),
             "TrainingSecurityGroupId": settings.security_group_ids[0],
@@ -150,16 +186,16 @@ class PlatformStack(cdk.Stack):
                if settings.fsx else {}),
         }
         for name, value in values.items():
-            cdk.CfnOutput(self, name, value=value)
-            ssm.StringParameter(self, f"{name}Parameter", parameter_name=f"/{self.name_prefix}/{_kebab(name)}",
-                                string_value=value)
+            cdk.CfnOutput(self, f"{scope}{name}", value=value)
+            ssm.StringParameter(self, f"{scope}{name}Parameter", string_value=value,
+                                parameter_name=f"/{settings.name_prefix}/{_kebab(name)}")
         document = self.to_json_string(settings.to_dict())
-        cdk.CfnOutput(self, "PlatformSettings", value=document,
+        cdk.CfnOutput(self, f"{scope}PlatformSettings", value=document,
                       description="The platform settings document (trainctl render --platform FILE)")
-        ssm.StringParameter(self, "PlatformSettingsParameter", string_value=document,
-                            parameter_name=f"/{self.name_prefix}/platform-settings",
+        ssm.StringParameter(self, f"{scope}PlatformSettingsParameter", string_value=document,
+                            parameter_name=f"/{settings.name_prefix}/platform-settings",
                             description="Platform settings for the job launcher and trainctl (JSON)")
-        cdk.CfnOutput(self, "TrainingPlans", value=self.to_json_string(_plans(settings.training_plans)),
+        cdk.CfnOutput(self, f"{scope}TrainingPlans", value=self.to_json_string(_plans(settings.training_plans)),
                       description="Registered SageMaker training plans (capacity reservations)")
 
 
@@ -167,6 +203,12 @@ def _plans(plans: Mapping[str, TrainingPlan]) -> dict[str, dict]:
     """Each plan by name: its ARN and capacity (the name is the key)."""
     return {name: {"arn": p.arn, "instance_type": p.instance_type, "instance_count": p.instance_count}
             for name, p in plans.items()}
+
+
+def ecr_layers_arn() -> str:
+    """ECR serves image layers from this AWS-owned bucket through the S3 gateway endpoint (ECR user guide,
+    "Amazon ECR interface VPC endpoints": the minimum S3 endpoint policy)."""
+    return f"arn:{cdk.Aws.PARTITION}:s3:::prod-{cdk.Aws.REGION}-starport-layer-bucket/*"
 
 
 def _kebab(name: str) -> str:

@@ -52,11 +52,15 @@ def state_bytes(m: ModelFacts, n: Numerics) -> float:
 
 
 def cadence(state_bytes: float, nodes: int, spot: bool, async_checkpoint: bool,
-            measured_save_s: float | None = None) -> Cadence:
-    """`measured_save_s`: a synchronous save's seconds as a run measured them, in place of the model above.
-    Nothing measures it yet (the run state keeps no save time): the hook for when attempts report one."""
-    save = measured_save_s if measured_save_s is not None else state_bytes / 2 ** 30 / (SAVE_GIB_PER_S * nodes)
-    stall = save * (ASYNC_STALL if async_checkpoint else 1.0)
+            measured_stall_s: float | None = None) -> Cadence:
+    """`measured_stall_s`: the seconds one save stalled the training loop, as an earlier attempt of the run
+    measured them (jobs.run_record.measured_save_seconds; an async save's stall as it was), in place of the
+    model above."""
+    if measured_stall_s is not None:
+        stall = measured_stall_s
+    else:
+        save = state_bytes / 2 ** 30 / (SAVE_GIB_PER_S * nodes)
+        stall = save * (ASYNC_STALL if async_checkpoint else 1.0)
     rate = nodes / NODE_MTBI_HOURS + (nodes * SPOT_INTERRUPTIONS_PER_INSTANCE_MONTH / HOURS_PER_MONTH if spot else 0)
     mtbi = 1 / rate
     interval_h = max(math.sqrt(2 * stall / 3600 * mtbi), 5 / 60)  # no more often than every 5 minutes

@@ -1,6 +1,6 @@
-"""FilterLogEvents may answer a page with no events and a nextToken (it searched part of the group and ran
-out of time); the lines after it must still be printed. moto never answers such a page, so botocore's own
-Stubber plays CloudWatch Logs here: the real client, its paginator and parameter validation, canned pages."""
+"""GetLogEvents may answer a page with no events and a new nextForwardToken; the lines after it must still be
+printed, and the stream ends where the token comes back unchanged. moto never answers such a page, so
+botocore's own Stubber plays CloudWatch Logs here: the real client and its parameter validation, canned pages."""
 
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ STREAM = f"{JOB}/algo-1-1700000000"
 
 
 def _event(n: int, message: str) -> dict:
-    return {"logStreamName": STREAM, "timestamp": 1_700_000_000_000 + n, "message": message,
-            "ingestionTime": 1_700_000_000_000 + n, "eventId": f"e{n}"}
+    return {"timestamp": 1_700_000_000_000 + n, "message": message, "ingestionTime": 1_700_000_000_000 + n}
 
 
 @pytest.fixture
@@ -28,13 +27,14 @@ def stubbed(monkeypatch: pytest.MonkeyPatch):
     with Stubber(aws.client("logs")) as stubber:
         stubber.add_response("describe_log_streams", {"logStreams": [{"logStreamName": STREAM}]},
                              {"logGroupName": LOG_GROUP, "logStreamNamePrefix": f"{JOB}/"})
-        wanted = {"logGroupName": LOG_GROUP, "logStreamNames": [STREAM], "interleaved": True}
-        stubber.add_response("filter_log_events", {"events": [_event(1, "before the gap")], "nextToken": "t1"},
+        wanted = {"logGroupName": LOG_GROUP, "logStreamName": STREAM, "startFromHead": True}
+        stubber.add_response("get_log_events", {"events": [_event(1, "before the gap")], "nextForwardToken": "f/1"},
                              wanted)
-        stubber.add_response("filter_log_events", {"events": [], "nextToken": "t2"}, wanted | {"nextToken": "t1"})
-        stubber.add_response("filter_log_events", {"events": [], "nextToken": "t3"}, wanted | {"nextToken": "t2"})
-        stubber.add_response("filter_log_events", {"events": [_event(2, "after the gap"), _event(3, "the end")]},
-                             wanted | {"nextToken": "t3"})
+        stubber.add_response("get_log_events", {"events": [], "nextForwardToken": "f/2"}, wanted | {"nextToken": "f/1"})
+        stubber.add_response("get_log_events", {"events": [], "nextForwardToken": "f/3"}, wanted | {"nextToken": "f/2"})
+        stubber.add_response("get_log_events", {"events": [_event(2, "after the gap"), _event(3, "the end")],
+                                                "nextForwardToken": "f/4"}, wanted | {"nextToken": "f/3"})
+        stubber.add_response("get_log_events", {"events": [], "nextForwardToken": "f/4"}, wanted | {"nextToken": "f/4"})
         yield aws, stubber
 
 

@@ -95,3 +95,41 @@ def test_readme_documents_every_config_key():
 def test_one_problem_per_bad_key_even_for_several_bad_entries():
     found = problems(allowed_instance_types=["p5", "g5"], fsx_enabled="maybe")
     assert len(found) == 2, found
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    ({"name_prefix": "ml--train"}, "'name_prefix' = 'ml--train': must not contain '--'"),
+    ({"teams": [{"name": "a-b"}]}, "name: must be 1-12 lowercase letters or digits (no hyphen"),
+    ({"teams": [{"name": "a"}]}, "so teams need 'fsx_enabled' false"),
+    ({"fsx_enabled": False, "teams": [{"name": "a"}, {"name": "a"}]}, "team names must be unique"),
+    ({"fsx_enabled": False, "name_prefix": "mltrainplatform", "teams": [{"name": "research"}]},
+     "its prefix 'mltrainplatform--research' has 25 characters; the most is 20"),
+    ({"fsx_enabled": False, "teams": [{"name": "a", "dataset_prefix": "data/"}, {"name": "b", "dataset_prefix":
+                                                                                 "data/b/"}]},
+     "dataset_prefix 'data/b/' lies inside team 'a''s 'data/'"),
+    ({"fsx_enabled": False, "teams": [{"name": "a", "allowed_instance_types": ["ml.p3.2xlarge"]}]},
+     "allowed_instance_types ['ml.p3.2xlarge'] are not in the platform's"),
+    ({"fsx_enabled": False, "teams": [{"name": "a", "engineer_roles": ["arn:aws:iam::123456789012:user/x"]}]},
+     "must be an IAM role ARN"),
+    ({"egress": "endpoints"}, "'egress' = 'endpoints': 'endpoints' leaves the training subnets no route to a NAT"),
+    ({"egress": "none"}, "'egress' = 'none': must be internet or endpoints"),
+])
+def test_each_bad_team_or_egress_value_is_named_with_the_fix(overrides, expected):
+    found = problems(**overrides)
+    assert any(expected in p for p in found), found
+
+
+def test_teams_get_their_own_prefix_datasets_and_types():
+    config = load_config({**cdk_json_context(), "fsx_enabled": False, "teams": [
+        {"name": "vision", "dataset_prefix": "teams/vision/", "allowed_instance_types": ["ml.g5.12xlarge"]},
+        {"name": "nlp"}]})
+    vision, nlp = config.team_specs
+    assert (vision.name_prefix, vision.dataset_prefix, vision.allowed_instance_types) == (
+        "mltrain--vision", "teams/vision/", ("ml.g5.12xlarge",))
+    assert (nlp.name_prefix, nlp.dataset_prefix) == ("mltrain--nlp", "datasets/nlp/")
+    assert nlp.allowed_instance_types == config.allowed_instance_types
+
+
+def test_no_teams_is_one_default_team_with_the_platform_names():
+    [default] = load_config(cdk_json_context()).team_specs
+    assert (default.name, default.name_prefix, default.dataset_prefix) == (None, "mltrain", "datasets/")

@@ -51,3 +51,20 @@ def test_imported_key_creates_nothing():
 def test_retention_names_the_allowed_periods():
     with pytest.raises(ValueError, match="365"):
         retention(10)
+
+
+def test_allowed_image_sources_become_ecr_repository_arns():
+    from platform_constructs.roles import ecr_repository_arns
+    stack = Stack(App(), "Arns")
+    registry = "111122223333.dkr.ecr.us-east-1.amazonaws.com"
+    arns = [stack.resolve(a) for a in ecr_repository_arns(f"{registry}/team-a/trainer")]
+    assert [a["Fn::Join"][1][-1] for a in arns] == [":ecr:us-east-1:111122223333:repository/team-a/trainer",
+                                                     ":ecr:us-east-1:111122223333:repository/team-a/trainer/*"]
+    [every] = [stack.resolve(a) for a in ecr_repository_arns(f"{registry}/")]
+    assert every["Fn::Join"][1][-1] == ":ecr:us-east-1:111122223333:repository/*"
+    assert ecr_repository_arns("registry.example.com/team/trainer") == []  # outside ECR: no IAM to grant
+
+
+def test_endpoints_egress_needs_no_nat():
+    with pytest.raises(ValueError, match="egress='endpoints' with nat_gateways=1"):
+        TrainingNetwork(Stack(App(), "Net"), "Network", egress="endpoints")

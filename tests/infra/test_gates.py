@@ -88,9 +88,15 @@ def test_no_nat_uses_endpoints_and_imported_bucket_and_key_with_scratch_fsx(tmp_
     endpoints = [r["Properties"] for r in templates["mltrain-platform"]["Resources"].values()
                  if r["Type"] == "AWS::EC2::VPCEndpoint"]
     names = ["".join(p for p in e["ServiceName"]["Fn::Join"][1] if isinstance(p, str)) for e in endpoints]
-    for service in (".sagemaker.api", ".ecr.api", ".ecr.dkr", ".logs", ".monitoring", ".sts", ".states", ".s3"):
+    for service in (".sagemaker.api", ".ecr.api", ".ecr.dkr", ".logs", ".monitoring", ".sts", ".states",
+                    ".secretsmanager", ".s3"):
         assert sum(n.endswith(service) for n in names) == 1, (service, names)
-    assert sum(e.get("VpcEndpointType") == "Interface" for e in endpoints) == 7
+    assert sum(e.get("VpcEndpointType") == "Interface" for e in endpoints) == 8
+    # Only this account's principals through the interface endpoints; only the platform's buckets through S3's.
+    assert all("aws:PrincipalAccount" in json.dumps(e["PolicyDocument"]) for e in endpoints
+               if e.get("VpcEndpointType") == "Interface")
+    [s3_endpoint] = [e for e in endpoints if e.get("VpcEndpointType") != "Interface"]
+    assert "starport-layer-bucket" in json.dumps(s3_endpoint["PolicyDocument"])
     platform.resource_count_is("AWS::KMS::Key", 0)
     platform.resource_count_is("AWS::S3::Bucket", 3)  # access logs, checkpoints, outputs
     platform.resource_count_is("AWS::FSx::DataRepositoryAssociation", 0)

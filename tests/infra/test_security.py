@@ -169,7 +169,7 @@ UNSCOPABLE = ("ecr:GetAuthorizationToken", "cloudwatch:PutMetricData", "ec2:Desc
               "xray:PutTelemetry", "xray:GetSampling", "logs:CreateLogDelivery", "logs:GetLogDelivery",
               "logs:UpdateLogDelivery", "logs:DeleteLogDelivery", "logs:ListLogDeliveries",
               "logs:PutResourcePolicy", "logs:DescribeResourcePolicies", "logs:DescribeLogGroups",
-              "sagemaker:ListTrainingJobs")
+              "sagemaker:ListTrainingJobs", "pricing:GetProducts")
 
 
 def test_no_wildcard_actions_anywhere(templates):
@@ -187,10 +187,30 @@ def test_resource_star_only_for_actions_that_cannot_be_scoped(templates):
                 assert action.startswith(UNSCOPABLE), (stack, key, action)
 
 
-def test_execution_role_is_for_sagemaker_in_this_account_only(platform):
+def test_execution_role_is_for_sagemaker_in_this_account_only(platform, resources):
     platform.has_resource_properties("AWS::IAM::Role", {"AssumeRolePolicyDocument": {"Statement": [{
         "Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "sagemaker.amazonaws.com"},
-        "Condition": {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}}]}})
+        "Condition": {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}},
+                      "ArnLike": {"aws:SourceArn": Match.any_value()}}}]}})
+    # ... and for this platform's own jobs (the confused-deputy condition): training-job/mltrain-*.
+    [role] = [r for k, r in resources.items() if r["Type"] == "AWS::IAM::Role" and k.startswith("ExecutionRole")]
+    [statement] = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    source = statement["Condition"]["ArnLike"]["aws:SourceArn"]["Fn::Join"][1]
+    assert source[-1] == ":training-job/mltrain-*", source
+    assert role["Properties"]["Path"] == "/mltrain/"  # the key's users (platform_constructs.encryption)
+
+
+def test_key_policy_gives_the_account_administration_not_use(resources):
+    [key] = [r for r in resources.values() if r["Type"] == "AWS::KMS::Key"]
+    statements = {s["Sid"]: s for s in key["Properties"]["KeyPolicy"]["Statement"]}
+    admin = statements["KeyAdministration"]
+    assert "kms:PutKeyPolicy" not in admin["Action"] and "kms:Put*" in admin["Action"]  # stays manageable
+    assert not {"kms:*", "kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*", "kms:CreateGrant",
+                "kms:Create*"} & set(admin["Action"])
+    for statement in statements.values():
+        assert statement["Action"] != "kms:*", statement
+        if "kms:Decrypt" in statement["Action"] and "AWS" in statement["Principal"]:
+            assert "Condition" in statement, statement  # account principals only under a condition
 
 
 def test_settings_are_published_as_outputs_and_ssm_parameters(platform, templates):

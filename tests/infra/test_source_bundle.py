@@ -37,8 +37,13 @@ def test_settings_point_at_the_asset_and_the_role_can_read_it(cdk_out, templates
     [role_policy] = [r for k, r in platform["Resources"].items()
                      if r["Type"] == "AWS::IAM::Policy" and k.startswith("ExecutionRole")]
     reads_assets = [s for s in role_policy["Properties"]["PolicyDocument"]["Statement"]
-                    if "s3:GetObject*" in s["Action"] and "cdk-hnb659fds-assets" in json.dumps(s["Resource"])]
-    assert reads_assets
+                    if "cdk-hnb659fds-assets" in json.dumps(s["Resource"])]
+    # The bundle's object only (GetObject), and a listing of its key alone; no other asset of the account.
+    [read] = [s for s in reads_assets if s["Action"] == "s3:GetObject"]
+    assert json.dumps(read["Resource"]).endswith(f'/{destination["objectKey"]}"]]}}')
+    [listing] = [s for s in reads_assets if s["Action"] == "s3:ListBucket"]
+    assert listing["Condition"] == {"StringEquals": {"s3:prefix": destination["objectKey"]}}
+    assert len(reads_assets) == 2
 
 
 def test_same_sources_same_asset(cdk_out, tmp_path):

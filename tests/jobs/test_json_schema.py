@@ -66,12 +66,33 @@ def _with(**changes) -> dict:
     _with(instance_groups=[{"name": f"g{i}", "type": "ml.g5.xlarge"} for i in range(6)]),
     _with(retry={"max_attempt": 3}),
     _with(input_mode="Pipe"),
+    # what reaches the toolkit's shell, the platform's keys and variables, image URIs and secret ARNs
+    _with(hyperparameters={"init_from": "/opt/ml/x$(id)"}),
+    _with(hyperparameters={"lr;id": 0.1}),
+    _with(hyperparameters={"checkpoint_dir": "/opt/ml/checkpoints"}),
+    _with(hyperparameters={"seed": [1]}),
+    _with(model_size="big model"),
+    _with(environment={"LD_PRELOAD": "/tmp/x.so"}),
+    _with(environment={"PYTHONPATH": "/tmp"}),
+    _with(environment={"NCCL_DEBUG": "WARN; id"}),
+    _with(image="ubuntu latest"),
+    _with(secrets={"WANDB_API_KEY": "the-key-itself"}),
 ], ids=["no-name", "strategy", "count", "unknown-field", "spot-type", "env-value", "runtime", "groups", "retry-key",
-        "input-mode"])
+        "input-mode", "hp-shell-value", "hp-shell-key", "hp-platform-key", "hp-list", "model-size-space", "ld-preload",
+        "pythonpath", "env-shell-value", "image-form", "secret-not-an-arn"])
 def test_bad_requests_fail_the_schema_and_the_parser(request_validator, document):
     assert list(request_validator.iter_errors(document)), "the schema accepted it"
     with pytest.raises(RequestInvalid):
         parse_request(document)
+
+
+def test_the_schema_accepts_what_the_parser_accepts_of_the_new_rules(request_validator):
+    document = _with(hyperparameters={"init_from": "/opt/ml/input/data/train/step-10", "lr": 0.001, "compile": True},
+                     environment={"NCCL_SOCKET_IFNAME": "^lo,docker0", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+                     secrets={"WANDB_API_KEY": "arn:aws:secretsmanager:us-east-1:123456789012:secret:wandb"},
+                     image="123456789012.dkr.ecr.us-east-1.amazonaws.com/team-a/trainer:1", model_size="small")
+    assert [e.message for e in request_validator.iter_errors(document)] == []
+    parse_request(document)
 
 
 def test_bad_settings_fail_the_settings_schema():

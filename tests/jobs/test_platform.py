@@ -58,3 +58,26 @@ def test_the_error_is_a_value_error_naming_each_key():
     with pytest.raises(ValueError, match=r"^allowed_instance_types\[0\]: expected a non-empty string"):
         PlatformSettings.from_dict({**document(), "allowed_instance_types": [""]})
     assert problems_of([]) == {"": "platform settings are a JSON object, got list"}
+
+
+def test_request_policy_entries_are_checked_naming_the_entry():
+    document = {**json.loads(PLATFORM_FILE.read_text()), "environment_patterns": ["MYLIB_*", "MY LIB", "A*B"],
+                "allowed_image_repositories": ["123456789012.dkr.ecr.us-east-1.amazonaws.com/team-a", "docker.io"]}
+    with pytest.raises(PlatformSettingsInvalid) as info:
+        PlatformSettings.from_dict(document)
+    found = {p.path for p in info.value.problems}
+    assert found == {"environment_patterns[1]", "environment_patterns[2]", "allowed_image_repositories[1]"}, found
+
+
+@pytest.mark.parametrize(("prefix", "uri", "key"), [
+    ("datasets/", "s3://{bucket}/datasets/tokens/train/", "tokens/train"),
+    ("datasets/", "s3://{bucket}/datasets/", ""),
+    ("datasets/", "s3://{bucket}/datasets-old/tokens/", None),  # only starts like the prefix
+    ("datasets/", "s3://{bucket}/other/tokens/", None),
+    ("datasets/", "s3://another-bucket/datasets/tokens/", None),
+    ("team-a/data/", "s3://{bucket}/team-a/data/x", "x"),
+    (None, "s3://{bucket}/datasets/tokens/", "datasets/tokens"),  # no prefix published: the whole bucket
+])
+def test_a_datasets_key_under_the_linked_prefix(platform, prefix, uri, key):
+    settings = PlatformSettings.from_dict({**platform.to_dict(), "dataset_prefix": prefix})
+    assert settings.dataset_key(uri.format(bucket=platform.dataset_bucket)) == key

@@ -111,3 +111,26 @@ def test_total_time_exhausted(platform):
     assert step(req, run, platform, Category.CAPACITY, now=T0 + 3600).action == "retry"
     d = step(req, run, platform, Category.CAPACITY, now=T0 + 2 * 3600 - 60)
     assert d.action == "fail" and d.reason.startswith("time budget exhausted")
+
+
+@pytest.mark.parametrize("spot", [False, True])
+def test_an_unreadable_job_is_watched_as_long_as_it_can_run(platform, spot):
+    """Throttled look-ups back off (capped so 28 days of looks fit the execution's history) and never end the
+    run while the job may still run: its stopping condition (MaxWaitTime on Spot) plus the margin."""
+    from jobs.policy import WATCH_MARGIN_SECONDS, WATCH_MAX_SECONDS, watch
+
+    req, run = make(platform, spot=spot)
+    limit = 12 * 3600 if not spot else 20 * 3600
+    throttled = Failure(Category.THROTTLING, "throttled", False)
+    waits = []
+    for _ in range(40):
+        runs.note_lookup(run, "ThrottlingException: Rate exceeded")
+        d = watch(req, run, throttled, "ThrottlingException: Rate exceeded", now=T0 + limit + WATCH_MARGIN_SECONDS,
+                  job_limit_seconds=limit)
+        waits.append(d.wait_seconds)
+        assert d.action == "watch", d.reason
+    assert waits[:3] == [60, 120, 240] and max(waits) == WATCH_MAX_SECONDS
+    d = watch(req, run, throttled, "ThrottlingException: Rate exceeded", now=T0 + limit + WATCH_MARGIN_SECONDS + 1,
+              job_limit_seconds=limit)
+    assert d.action == "fail" and "longer than it can run (40 times in a row" in d.reason
+    assert "trainctl resume gpt-1234abcd" in d.reason

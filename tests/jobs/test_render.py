@@ -14,6 +14,7 @@ from contract.container import ENV_RUN_ID, STOP_FILE
 from contract.metrics import MAX_METRIC_DEFINITIONS, METRIC_NAMES, metric_definitions
 from jobs import catalog
 from jobs.container_entry import IMAGE_START
+from jobs.environment_rules import credential_problem
 from jobs.platform import PlatformSettings
 from jobs.render import (
     CREATE_REQUEST_KEYS,
@@ -173,7 +174,8 @@ def test_the_platforms_pytorch_images_start_through_the_stop_forwarding_entry(pl
     for doc in ({}, {"instance": {"type": "ml.c5.4xlarge"}}, {"strategy": "single", "instance": {"type": "ml.g5.2xlarge"}}):
         create = render(doc, platform)
         entry = create["AlgorithmSpecification"]["ContainerEntrypoint"]
-        assert entry[:2] == ["bash", "-c"] and STOP_FILE in entry[2] and IMAGE_START in entry[2]
+        # the outer shell reads the secrets, then `exec`s the stop relay (its second argument) as PID 1
+        assert entry[:2] == ["bash", "-c"] and "exec" in entry[2] and STOP_FILE in entry[5] and IMAGE_START in entry[5]
         assert_valid_create_request(create)  # botocore's model: at most 100 items of at most 256 characters
     assert "ContainerEntrypoint" not in render({"image": "my.registry/train:1"}, platform)["AlgorithmSpecification"]
     smp = render({"strategy": "smp", "instance": {"type": "ml.p5.48xlarge", "count": 2},
@@ -246,7 +248,7 @@ def test_optional_settings_always_have_a_form(platform):
     assert plain["InfraCheckConfig"] == {"EnableInfraCheck": False}
     assert plain["Environment"] == {**PLATFORM_ENVIRONMENT, ENV_RUN_ID: RUN_ID}
     assert "KeepAlivePeriodInSeconds" not in plain["ResourceConfig"]
-    full = render({"profiler": True, "infra_check": True, "warm_pool_minutes": 30, "environment": {"A": "1"},
+    full = render({"profiler": True, "infra_check": True, "warm_pool_minutes": 30, "environment": {"NCCL_DEBUG": "1"},
                    "max_pending_hours": 1, "training_plan": "p5-reserved",
                    "instance": {"type": "ml.p5.48xlarge", "count": 2}}, platform)
     assert full["ProfilerConfig"]["DisableProfiler"] is False
@@ -255,7 +257,7 @@ def test_optional_settings_always_have_a_form(platform):
     assert full["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 1800
     assert full["ResourceConfig"]["TrainingPlanArn"] == platform.training_plans["p5-reserved"].arn
     assert full["StoppingCondition"]["MaxPendingTimeInSeconds"] == 3600
-    assert full["Environment"] == {**PLATFORM_ENVIRONMENT, "A": "1", ENV_RUN_ID: RUN_ID}
+    assert full["Environment"] == {**PLATFORM_ENVIRONMENT, "NCCL_DEBUG": "1", ENV_RUN_ID: RUN_ID}
     assert_valid_create_request(full)
     warm_default = dataclasses.replace(platform, default_warm_pool_minutes=10)
     assert render({}, warm_default)["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 600
@@ -374,8 +376,10 @@ def job_requests(draw) -> dict:
     # Values the training package accepts: its own type, range and choices (contract.hyperparameters).
     keys = draw(st.lists(st.sampled_from(_HP_KEYS), unique=True, max_size=8))
     doc["hyperparameters"] = {k: draw(_valid_hp_value(k)) for k in keys}
-    doc["environment"] = draw(st.dictionaries(st.from_regex(r"[A-Z_][A-Z0-9_]{0,20}", fullmatch=True), _text,
-                                              max_size=100))
+    # Names from the allow-list (jobs.environment_rules), never a credential's.
+    doc["environment"] = draw(st.dictionaries(st.from_regex(r"(NCCL|TORCH|HF|WANDB|MYLIB)_[A-Z0-9_]{0,16}",
+                                                            fullmatch=True).filter(
+        lambda k: credential_problem(k, "x") is None), _text, max_size=98))
     doc["tags"] = draw(st.dictionaries(st.from_regex(r"[a-z][a-z0-9 _.:/=+@-]{0,30}", fullmatch=True).filter(
         lambda k: not k.startswith("aws:")), st.from_regex(r"[A-Za-z0-9 _.:/=+@-]{0,40}", fullmatch=True),
         max_size=46))

@@ -166,14 +166,20 @@ def test_not_an_object():
      "no group has accelerators"),
     ({"instance_groups": [{"name": "a", "type": "ml.g5.xlarge"}]}, "instance_groups", "not both"),
     ({"instance": None}, "instance", "give instance.type"),
-    ({"tags": {f"k{i}": "v" for i in range(47)}}, "tags", "at most 46 entries"),
-    # 100 is the API's limit; the platform adds TORCH_ELASTIC_SHUTDOWN_TIMEOUT and TRAINING_RUN_ID.
-    ({"environment": {f"K{i}": "v" for i in range(100)}}, "environment", "at most 98 entries"),
+    # 50 is the API's limit; the platform writes 4 tags of its own and keeps one for a team's cost allocation tag.
+    ({"tags": {f"k{i}": "v" for i in range(46)}}, "tags", "at most 45 entries"),
+    # 100 is the API's limit; the platform adds TORCH_ELASTIC_SHUTDOWN_TIMEOUT, TRAINING_RUN_ID and, with
+    # secrets, TRAINING_SECRET_ARNS.
+    ({"environment": {f"K{i}": "v" for i in range(100)}}, "environment", "at most 97 entries"),
     ({"metrics": [{"name": f"m{i}", "regex": "m=(\\d+)"} for i in range(30)]}, "metrics", f"at most {MAX_METRIC_DEFINITIONS - len(METRIC_NAMES)} items"),
     ({"metrics": [{"name": "train_loss", "regex": "loss=(\\d+)"}]}, "metrics[0].name", "already defined"),
     ({"metrics": [{"name": "acc", "regex": "acc=\\d+"}]}, "metrics[0].regex", "capture group"),
     ({"hyperparameters": {"lr": "x" * 2600}}, "hyperparameters.lr", "2500"),
     ({"hyperparameters": {"sagemaker_program": "x.py"}}, "hyperparameters.sagemaker_program", "set by the platform"),
+    ({"init_from_run": "gpt-" + "a" * 16, "resume_run": "gpt-" + "b" * 16}, "init_from_run", "remove one"),
+    ({"init_from_run": "gpt-" + "a" * 16, "hyperparameters": {"init_from": "/opt/ml/input/data/x"}},
+     "init_from_run", "remove hyperparameters.init_from"),
+    ({"init_from_run": "not a run"}, "init_from_run", "run id"),
     ({"training_plan": "p5", "spot": True}, "spot", "cannot run on Spot"),
     ({"training_plan": "p5", "instance": {"type": "ml.p5.48xlarge", "fallbacks": ["ml.p4d.24xlarge"]}},
      "instance.fallbacks", "one instance type"),
@@ -222,8 +228,9 @@ def test_platform_rules(platform):
     assert "no pytorch image for version 9.9.9" in problems(request(framework_version="9.9.9"))["framework_version"]
     assert "CPU" in problems(request(instance={"type": "ml.c5.4xlarge"}),
                              dataclasses.replace(platform, images={"pytorch": {"2.8.0": {"gpu": "x"}}}))["image"]
-    # an image override needs no table entry
-    validate_for_platform(parse_request(request(framework_version="9.9.9", image="my/image:1")), platform)
+    # an image override needs no table entry, but must come from a repository the platform allows
+    validate_for_platform(parse_request(request(framework_version="9.9.9", image="my.registry/train:1")), platform)
+    assert "not from a repository this platform allows" in problems(request(image="my/image:1"))["image"]
     plans = {"p5": TrainingPlan("p5", "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p5", "ml.p5.48xlarge", 2)}
     validate_for_platform(parse_request(request(training_plan="p5", instance={"type": "ml.p5.48xlarge", "count": 2})),
                           dataclasses.replace(platform, training_plans=plans))
@@ -262,12 +269,15 @@ def test_model_and_size_are_checked():
 
 def test_hyperparameters_follow_the_training_packages_set_by():
     assert problems_of(request(hyperparameters={"model-size": "1b"})) == {
-        "hyperparameters.model-size": "is set by the platform; use the request field 'model_size'"}
+        "hyperparameters.model-size": "is set by the platform; use the request field 'model_size' instead (got '1b')"}
     assert problems_of(request(hyperparameters={"mp_parameters": {}})) == {
-        "hyperparameters.mp_parameters": "is set by the platform; remove it"}
-    # user hyperparameters and the container's paths are accepted, as trainctl local uses them
-    accepted = parse_request(request(hyperparameters={"lr": 0.001, "checkpoint_dir": "/tmp/ckpt", "max-steps": 5}))
-    assert accepted.hyperparameters == {"lr": 0.001, "checkpoint_dir": "/tmp/ckpt", "max-steps": 5}
+        "hyperparameters.mp_parameters": "is set by the platform (the launcher and the in-container toolkit); remove "
+                                         "it (got {})"}
+    # the container's paths are SageMaker's (trainctl local sets them through SM_* variables, not these keys)
+    assert "SageMaker's path inside the container" in problems_of(
+        request(hyperparameters={"checkpoint_dir": "/tmp/ckpt"}))["hyperparameters.checkpoint_dir"]
+    accepted = parse_request(request(hyperparameters={"lr": 0.001, "max-steps": 5, "init_from": "/opt/ml/input/x"}))
+    assert accepted.hyperparameters == {"lr": 0.001, "max-steps": 5, "init_from": "/opt/ml/input/x"}
 
 
 def test_model_presets_are_the_contracts():

@@ -18,6 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+class FunctionTimedOut(Exception):
+    """Raised by a test's handler to stand for Lambda ending the function at its timeout: Lambda answers the
+    invocation with FunctionError "Unhandled" and errorType "Sandbox.Timedout", which Step Functions reports as
+    the task's error (Lambda's "Invoke" API reference and the Step Functions error-handling guide)."""
+
+
 @dataclass
 class FakeContext:
     function_name: str
@@ -49,9 +55,11 @@ class InProcessLambda:
             # The result travels as JSON; a value that cannot be serialized fails the invocation, as in Lambda.
             body = json.loads(json.dumps(result))
         except Exception as exc:  # noqa: BLE001 - every handler error is reported, as Lambda does
+            timed_out = isinstance(exc, FunctionTimedOut)
             body = {
-                "errorMessage": str(exc),
-                "errorType": type(exc).__name__,
+                "errorMessage": f"RequestId: {context.aws_request_id} Error: Task timed out after 60.00 seconds"
+                if timed_out else str(exc),
+                "errorType": "Sandbox.Timedout" if timed_out else type(exc).__name__,
                 "requestId": context.aws_request_id,
                 "stackTrace": traceback.format_tb(exc.__traceback__),
             }

@@ -12,6 +12,7 @@ from tests.conftest import ROOT
 # Actions that support no resource-level permissions, so `"Resource": "*"` is the only form they take.
 UNSCOPABLE = {
     "sagemaker:ListTrainingJobs",
+    "pricing:GetProducts",  # summarize: public prices, for the run record's cost
     "xray:PutTraceSegments",
     "xray:PutTelemetryRecords",
     "xray:GetSamplingRules",
@@ -83,15 +84,15 @@ def test_state_machine_role_is_least_privilege(launcher_template):
     statements = policy_statements(launcher_template, role_id)
     by_sid = {s.get("Sid"): s for s in statements}
 
-    jobs = by_sid["TrainingJobsUnderThePrefix"]
-    assert sorted(actions(jobs)) == [
-        "sagemaker:AddTags",
-        "sagemaker:CreateTrainingJob",
-        "sagemaker:DescribeTrainingJob",
-        "sagemaker:ListTags",
-        "sagemaker:StopTrainingJob",
-    ]
-    assert jobs["Resource"] == TRAINING_JOB_ARN
+    # Create, describe and stop only the jobs that carry the launcher's run-id tag key (a platform named
+    # mltrain-dev has jobs named mltrain-dev-..., matched by mltrain-*, but tags them mltrain-dev:run-id).
+    create, follow, tag = by_sid["CreateOwnTaggedJobs"], by_sid["FollowOwnTaggedJobs"], by_sid["TagOwnJobs"]
+    assert actions(create) == ["sagemaker:CreateTrainingJob"]
+    assert create["Condition"] == {"Null": {"aws:RequestTag/mltrain:run-id": "false"}}
+    assert sorted(actions(follow)) == ["sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob"]
+    assert follow["Condition"] == {"Null": {"aws:ResourceTag/mltrain:run-id": "false"}}
+    assert sorted(actions(tag)) == ["sagemaker:AddTags", "sagemaker:ListTags"]
+    assert create["Resource"] == follow["Resource"] == tag["Resource"] == TRAINING_JOB_ARN
 
     pass_role = by_sid["PassTheExecutionRoleToSageMaker"]
     assert actions(pass_role) == ["iam:PassRole"]
@@ -180,6 +181,8 @@ def test_decide_may_describe_only_the_platforms_jobs(launcher_template):
         handler = function["Properties"]["Handler"]
         listing = [a for s in statements if s["Resource"] == "*" for a in actions(s) if a.startswith("sagemaker:")]
         assert listing == (["sagemaker:ListTrainingJobs"] if handler == "jobs.handler.prepare" else [])
+        pricing = [a for s in statements if s["Resource"] == "*" for a in actions(s) if a.startswith("pricing:")]
+        assert pricing == (["pricing:GetProducts"] if handler == "jobs.handler.summarize" else [])
         sagemaker = [s for s in statements
                      if s["Resource"] != "*" and any(a.startswith("sagemaker:") for a in actions(s))]
         expected = granted[handler]
@@ -273,6 +276,9 @@ def test_every_acknowledgement_names_a_resource_and_a_reason(cdk_out: Path):
         job_prefix,
         "arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:mltrain-job-launcher:*",
         "arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws/sagemaker/TrainingJobs:*",
+        # GetLogEvents on the streams of the launcher's own jobs (<job name>/algo-N-...).
+        "arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws/sagemaker/TrainingJobs:log-stream:"
+        "mltrain-*",
         "arn:<AWS::Partition>:ssm:<AWS::Region>:<AWS::AccountId>:parameter/mltrain/*",
     }
     for (path, rule), reason in acknowledged.items():
@@ -304,6 +310,6 @@ def test_engineers_policy_is_published_and_holds_only_the_trainctl_actions(launc
     assert granted == {
         "states:StartExecution", "states:ListExecutions", "states:DescribeExecution",
         "states:GetExecutionHistory", "states:StopExecution", "sagemaker:DescribeTrainingJob",
-        "sagemaker:StopTrainingJob", "logs:DescribeLogStreams", "logs:FilterLogEvents", "ssm:GetParameter",
+        "sagemaker:StopTrainingJob", "logs:DescribeLogStreams", "logs:GetLogEvents", "ssm:GetParameter",
     }
     assert all(s["Resource"] != "*" for s in props["PolicyDocument"]["Statement"])

@@ -144,13 +144,15 @@ def test_grant_observe_gives_exactly_status_list_and_logs():
     launcher.grant_observe(role)
     executions = "states:<ref>:<ref>:execution:mltrain-job-launcher:*"
     logs = "logs:<ref>:<ref>:log-group:/aws/sagemaker/TrainingJobs:*"
+    # GetLogEvents on the launcher's own jobs' streams; FilterLogEvents (a whole group) is not granted.
+    streams = "logs:<ref>:<ref>:log-group:/aws/sagemaker/TrainingJobs:log-stream:mltrain-*"
     assert _granted(stack, _role_statements(stack, role)) == {
         ("states:ListExecutions", "state-machine"),
         ("states:DescribeExecution", executions),
         ("states:GetExecutionHistory", executions),
         ("sagemaker:DescribeTrainingJob", "sagemaker:<ref>:<ref>:training-job/mltrain-*"),
         ("logs:DescribeLogStreams", logs),
-        ("logs:FilterLogEvents", logs),
+        ("logs:GetLogEvents", streams),
         ("ssm:GetParameter", "ssm:<ref>:<ref>:parameter/mltrain/*"),
     }
 

@@ -125,10 +125,15 @@ def test_lambda_tasks_run_the_jobs_handlers(resolved):
     handler_module = importlib.import_module("jobs.handler")
     for handler in resolved.handlers.values():
         assert callable(getattr(handler_module, handler.rsplit(".", 1)[1]))
-    # Lambda service errors are retried by the state machine; the handlers' own errors are not.
+    # Lambda's service errors first; then a refused request, never retried; then the handlers' own errors and
+    # timeouts, a few times (retriers match in order).
+    from platform_constructs.launcher_definition import FUNCTION_RETRIES
+
     for state in tasks.values():
-        (retry,) = state["Retry"]
-        assert all(e.startswith("Lambda.") for e in retry["ErrorEquals"])
+        service, refused, own = state["Retry"]
+        assert all(e.startswith("Lambda.") for e in service["ErrorEquals"])
+        assert refused == {"ErrorEquals": ["RequestInvalid"], "MaxAttempts": 0}
+        assert own["ErrorEquals"] == ["States.ALL"] and own["MaxAttempts"] == FUNCTION_RETRIES
 
 
 def test_cfn_lint_validates_the_resolved_definition(launcher_template, resolved, tmp_path, monkeypatch):

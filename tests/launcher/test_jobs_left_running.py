@@ -114,14 +114,29 @@ def test_a_fault_in_summarize_still_stops_the_job_and_notifies(harness, monkeypa
     assert subject == "Training run gpt-125m-fsdp failed: launcher_error"
 
 
-def test_a_run_that_gives_up_while_its_job_may_run_stops_it(harness):
-    # Every look-up is throttled past retry.api_error_max_retries: the run gives up rather than start a
-    # second job, and stops the one it cannot see.
+def test_twenty_throttled_look_ups_do_not_stop_a_healthy_job(harness):
+    """Every look-up is throttled, far past retry.api_error_max_retries: the run keeps waiting on the job it
+    cannot see (it may run for its whole max runtime), and succeeds with it; nothing is stopped or doubled."""
     request = job_request(retry={"api_error_max_retries": 1})
-    result = harness.run(request, [sm.throttled_while_training(sm.completed(), describes=4)],
-                         name="lookups-throttled")
+    result = harness.run(request, [sm.throttled_while_training(sm.completed(), describes=20)],
+                         name="lookups-throttled", timeout=120)
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert result.states_entered.count("Launch") == 1
+    assert result.stop_calls == [] and list(result.jobs.values()) == ["Completed"]
+
+
+def test_a_job_unreadable_for_longer_than_it_can_run_ends_the_run_and_is_stopped(harness, monkeypatch):
+    """Past the job's own stopping condition and a margin, nobody can say more: the run ends, and the job
+    it could not see is stopped (should it somehow run)."""
+    import jobs.handler
+
+    # Prepare launches now; by the first look-up the clock is past max_runtime_hours (12 h) + the margin.
+    start, calls = jobs.handler.clock(), []
+    monkeypatch.setattr(jobs.handler, "clock", lambda: start + 14 * 3600 * bool(calls.append(1) or len(calls) > 1))
+    result = harness.run(job_request(), [sm.throttled_while_training(sm.completed(), describes=4)],
+                         name="lookups-past-the-deadline")
     assert result.status == "FAILED"
-    assert "could not look up" in result.cause
+    assert "could not look up" in result.cause and "longer than it can run" in result.cause
     assert result.states_entered.count("Launch") == 1
     assert_one_job_per_attempt_none_running(result, 1)
     assert result.stop_calls == list(result.jobs)

@@ -100,3 +100,29 @@ def test_resuming_with_another_model_is_refused(harness):
 def test_a_run_id_that_is_not_one_is_refused_as_the_request_is_read(harness):
     result = harness.run(job_request(resume_run="s3://bucket/checkpoints/"), [], name="resume-not-an-id")
     _refused(result, "resume_run", "is not a run id")
+
+
+def test_a_completed_run_starts_a_new_run_from_its_weights(harness):
+    """Fine-tuning from a finished run: a new run id and prefix, the old run's checkpoints as the `init`
+    channel and hyperparameters.init_from pointing there (the training package loads weights only)."""
+    first = harness.run(job_request(), [sm.completed()], name="init-from-first")
+    source = run_id_of(first)
+    second = harness.run(job_request(init_from_run=source), [sm.completed()], name="init-from-second")
+    assert second.status == "SUCCEEDED", (second.error, second.cause)
+    (create,) = second.create_calls
+    assert run_id_of(second) != source and create["TrainingJobName"].endswith("-a1")
+    assert create["CheckpointConfig"]["S3Uri"] != first.create_calls[0]["CheckpointConfig"]["S3Uri"]
+    (init,) = [c for c in create["InputDataConfig"] if c["ChannelName"] == "init"]
+    assert init["DataSource"]["S3DataSource"]["S3Uri"] == first.create_calls[0]["CheckpointConfig"]["S3Uri"]
+    assert init["InputMode"] == "File"
+    assert create["HyperParameters"]["init_from"] == '"/opt/ml/input/data/init"'
+
+
+@pytest.mark.parametrize("change, field, words", [
+    ({"model_size": "350m"}, "model_size", ["'125m'"]),
+    ({"init_from_run": "gpt-125m-fsdp-" + "b" * 16}, "init_from_run", ["no training job"]),
+], ids=["another-model", "unknown-run"])
+def test_starting_from_a_run_that_cannot_give_its_weights_is_refused(harness, change, field, words):
+    first = harness.run(job_request(), [sm.completed()], name=f"init-refused-first-{field}")
+    request = job_request(init_from_run=run_id_of(first)) | change
+    _refused(harness.run(request, [], name=f"init-refused-{field}"), field, *words)

@@ -9,9 +9,12 @@ that reaches Training queued 60 s and downloaded 60 s before its container start
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
+from jobs.planner import attempt_cadence
+from jobs.request import parse_request
 from jobs.run import Attempt
 from jobs.run_record import run_cost
 from tests.launcher import sagemaker_sync as sm
@@ -19,16 +22,19 @@ from tests.launcher.inputs import job_request
 
 QUEUED = DOWNLOAD = 60
 
-INTERRUPTED = {"step": 1400, "startup_s": 100, "train_s": 1500, "checkpoint_s": 60, "eval_s": 30,
-               "checkpoint_age_s": 240, "train_loss": 2.9}
+INTERRUPTED = {"step": 1400, "startup_s": 100, "train_s": 1500, "checkpoint_s": 60, "checkpoint_saves": 2,
+               "eval_s": 30, "checkpoint_age_s": 240, "train_loss": 2.9}
 FINISHED = {"step": 3000, "startup_s": 200, "train_s": 3000, "checkpoint_s": 100, "eval_s": 50,
             "checkpoint_age_s": 10, "train_loss": 2.1}
+
+
+REQUEST = job_request(spot=True, retry={"interruptions_before_on_demand": 1})
 
 
 @pytest.fixture(scope="module")
 def three_attempts(harness):
     """Spot, interrupted (held 1800 s, billed 600 s); a capacity shortage (no instances); on demand, done."""
-    request = job_request(spot=True, retry={"interruptions_before_on_demand": 1})
+    request = REQUEST
     outcomes = [dataclasses.replace(sm.spot_interrupted(), metrics=INTERRUPTED, billable_seconds=600),
                 sm.capacity_error(),
                 dataclasses.replace(sm.completed(), metrics=FINISHED, training_seconds=3600)]
@@ -98,3 +104,16 @@ def test_a_job_without_the_time_metrics_counts_its_whole_time_as_lost(harness):
     record = result.output["record"]
     assert record["unmeasured_attempts"] == [1, 2] and record["goodput"] == 0
     assert "at least" in result.notifications[0][1]
+
+
+def test_the_next_attempts_cadence_plans_with_the_save_time_measured(three_attempts):
+    """Attempt 1 stalled 60 s over 2 saves: attempt 3 (attempt 2 never ran) plans its checkpoint_minutes with
+    30 s a save, not the planner's model of one."""
+    request = parse_request(REQUEST)
+    first, _, last = (c["HyperParameters"] for c in three_attempts.create_calls)
+    kind = three_attempts.create_calls[2]["ResourceConfig"]["InstanceType"]
+    modelled, measured = attempt_cadence(request, kind, False), attempt_cadence(request, kind, False, 30.0)
+    assert json.loads(last["checkpoint_minutes"]) == round(measured.interval_min, 1)
+    assert round(measured.interval_min, 1) != round(modelled.interval_min, 1)
+    assert json.loads(first["checkpoint_minutes"]) == round(
+        attempt_cadence(request, three_attempts.create_calls[0]["ResourceConfig"]["InstanceType"], True).interval_min, 1)

@@ -1,0 +1,327 @@
+"""Teams are kept apart by IAM, proven on the synthesized policies with a real IAM evaluator (docs/SECURITY.md).
+
+One in-process synth of a two-team config (teams a and b, egress through endpoints only) and the session's default
+synth; every cell of who x action x resource goes through @cloud-copilot/iam-simulate in one node process.
+"""
+
+from __future__ import annotations
+
+import json
+
+import aws_cdk as cdk
+import pytest
+
+import app as cdk_app
+from contract.errors import RequestInvalid
+from jobs.platform import PlatformSettings
+from jobs.platform_rules import validate_for_platform
+from jobs.render import render_create_training_job
+from jobs.request import parse_request
+from tests.conftest import ROOT
+from tests.infra.iam_eval import ACCOUNT, REGION, Matrix, Templates
+
+ENGINEER_A = f"arn:aws:iam::{ACCOUNT}:role/team-a-engineers"
+TEAM_A_IMAGES = "111122223333.dkr.ecr.us-east-1.amazonaws.com/team-a"
+TEAMS = [{"name": "a", "engineer_roles": [ENGINEER_A], "allowed_image_repositories": [f"{TEAM_A_IMAGES}/"],
+          "monthly_budget_usd": 5000},
+         {"name": "b", "dataset_prefix": "teams/b/"}]
+PLATFORM, LAUNCHER = "mltrain-platform", "mltrain-launcher"
+SAGEMAKER = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}"
+STATES = f"arn:aws:states:{REGION}:{ACCOUNT}"
+LOGS = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/sagemaker/TrainingJobs"
+SSM = f"arn:aws:ssm:{REGION}:{ACCOUNT}:parameter"
+DENIED = "denied"
+
+
+def synth_teams(tmp_path) -> dict[str, dict]:
+    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    context.update(fsx_enabled=False, nat_gateways=0, egress="endpoints", teams=TEAMS)
+    assembly = cdk_app.build_app(cdk.App(context=context, outdir=str(tmp_path))).synth()
+    return {s.stack_name: s.template for s in assembly.stacks}
+
+
+class Team:
+    """One team's principals and resources as the templates resolve them."""
+
+    def __init__(self, t: Templates, construct: str, prefix: str, dataset_prefix: str) -> None:
+        self.prefix, self.dataset_prefix = prefix, dataset_prefix
+        self.execution_role = t.find(PLATFORM, "AWS::IAM::Role", f"{construct}ExecutionRole")
+        self.execution_arn = t.role_arn(PLATFORM, self.execution_role)
+        self.execution_policies = t.role_policies(PLATFORM, self.execution_role)
+        machine_role = t.find(LAUNCHER, "AWS::IAM::Role", f"{construct}JobLauncherStateMachineRole")
+        self.machine_arn = t.role_arn(LAUNCHER, machine_role)
+        self.machine_policies = t.role_policies(LAUNCHER, machine_role)
+        policy = t.find(LAUNCHER, "AWS::IAM::ManagedPolicy", f"{construct}JobLauncherEngineersPolicy")
+        self.engineer_policies = [t.managed_policy(LAUNCHER, policy)]
+        self.engineer_roles = t.templates[LAUNCHER]["Resources"][policy]["Properties"].get("Roles", [])
+        self.state_machine = f"{STATES}:stateMachine:{prefix}-job-launcher"
+
+    def job(self, run: str = "run-abc") -> str:
+        return f"{SAGEMAKER}:training-job/{self.prefix}-{run}-a1"
+
+    def tag(self) -> dict[str, str]:
+        return {f"aws:ResourceTag/{self.prefix}:run-id": "run-abc"}
+
+
+def bucket(t: Templates, name: str) -> str:
+    return t.resolve({"Ref": t.find(PLATFORM, "AWS::S3::Bucket", f"{name}Bucket")}, PLATFORM)
+
+
+def add_cells(m: Matrix, t: Templates, own: Team, other: Team, who: str) -> None:
+    """Team `own`'s engineer, execution role and state machine against `own`'s resources (allowed) and `other`'s
+    (denied)."""
+    checkpoints, outputs, datasets = bucket(t, "Checkpoints"), bucket(t, "Outputs"), bucket(t, "Datasets")
+    for target, expect in ((own, "Allowed"), (other, DENIED)):
+        side = "own" if target is own else "other"
+        engineer = dict(principal=f"arn:aws:iam::{ACCOUNT}:role/{who}-engineer", policies=own.engineer_policies)
+        execution = f"{STATES}:execution:{target.prefix}-job-launcher:run-1"
+        cells = [
+            ("start", "states:StartExecution", target.state_machine, {}),
+            ("describe-execution", "states:DescribeExecution", execution, {}),
+            ("history", "states:GetExecutionHistory", execution, {}),
+            ("stop-execution", "states:StopExecution", execution, {}),
+            ("describe-job", "sagemaker:DescribeTrainingJob", target.job(), target.tag()),
+            ("stop-job", "sagemaker:StopTrainingJob", target.job(), target.tag()),
+            ("logs", "logs:GetLogEvents", f"{LOGS}:log-stream:{target.prefix}-run-abc-a1/algo-1", {}),
+            ("settings", "ssm:GetParameter", f"{SSM}/{target.prefix}/platform-settings", {}),
+        ]
+        for cell, action, resource, context in cells:
+            m.add(f"{who} engineer {cell} {side}", **engineer, action=action, resource=resource, context=context,
+                  expect=expect)
+        role = dict(principal=own.execution_arn, policies=own.execution_policies)
+        run = f"{target.prefix}/run-abc"
+        for name, b in (("checkpoints", checkpoints), ("outputs", outputs)):
+            for action in ("s3:GetObject", "s3:PutObject", "s3:DeleteObject"):
+                m.add(f"{who} job {action} {name} {side}", **role, action=action,
+                      resource=f"arn:aws:s3:::{b}/{run}/checkpoints/step-1/model.pt", expect=expect)
+            m.add(f"{who} job list {name} {side}", **role, action="s3:ListBucket", resource=f"arn:aws:s3:::{b}",
+                  context={"s3:prefix": f"{run}/"}, expect=expect)
+        m.add(f"{who} job read dataset {side}", **role, action="s3:GetObject",
+              resource=f"arn:aws:s3:::{datasets}/{target.dataset_prefix}train/part-0.parquet", expect=expect)
+        m.add(f"{who} job list dataset {side}", **role, action="s3:ListBucket", resource=f"arn:aws:s3:::{datasets}",
+              context={"s3:prefix": f"{target.dataset_prefix}train/"}, expect=expect)
+        machine = dict(principal=own.machine_arn, policies=own.machine_policies)
+        m.add(f"{who} launcher passes role {side}", **machine, action="iam:PassRole", resource=target.execution_arn,
+              context={"iam:PassedToService": "sagemaker.amazonaws.com"}, expect=expect)
+        m.add(f"{who} launcher creates job {side}", **machine, action="sagemaker:CreateTrainingJob",
+              resource=target.job(), context={f"aws:RequestTag/{target.prefix}:run-id": "run-abc"}, expect=expect)
+        m.add(f"{who} launcher describes job {side}", **machine, action="sagemaker:DescribeTrainingJob",
+              resource=target.job(), context=target.tag(), expect=expect)
+
+
+def add_outside_cells(m: Matrix, t: Templates, own: Team, who: str) -> None:
+    """What no team reaches: the whole log group, other CDK assets, a job named like its own without its tag, the
+    jobs of another platform whose prefix starts the same, listing a bucket without a prefix."""
+    engineer = dict(principal=f"arn:aws:iam::{ACCOUNT}:role/{who}-engineer", policies=own.engineer_policies)
+    role = dict(principal=own.execution_arn, policies=own.execution_policies)
+    machine = dict(principal=own.machine_arn, policies=own.machine_policies)
+    assets = f"cdk-hnb659fds-assets-{ACCOUNT}-{REGION}"
+    untagged = {"aws:ResourceTag/mltrain:run-id": "x"}
+    m.add(f"{who} engineer filters the whole log group", **engineer, action="logs:FilterLogEvents",
+          resource=f"{LOGS}:*", expect=DENIED)
+    m.add(f"{who} engineer describes own-named job without its tag", **engineer,
+          action="sagemaker:DescribeTrainingJob", resource=own.job(), context=untagged, expect=DENIED)
+    forged = f"{SAGEMAKER}:training-job/mltrain--b-run-abc-a1"
+    m.add(f"{who} engineer stops another team's job that carries its tag key", **engineer,
+          action="sagemaker:StopTrainingJob", resource=forged, context=own.tag(), expect=DENIED)
+    for other in ("mltrain-dev-run-abc-a1", "mltrain-run-abc-a1", "mltrain--ab-run-abc-a1"):
+        prefix = other.rsplit("-run-abc-a1", 1)[0]
+        tag = {f"aws:ResourceTag/{prefix}:run-id": "x"}
+        m.add(f"{who} engineer stops {other}", **engineer, action="sagemaker:StopTrainingJob",
+              resource=f"{SAGEMAKER}:training-job/{other}", context=tag, expect=DENIED)
+        m.add(f"{who} launcher creates {other}", **machine, action="sagemaker:CreateTrainingJob",
+              resource=f"{SAGEMAKER}:training-job/{other}", context={f"aws:RequestTag/{prefix}:run-id": "x"},
+              expect=DENIED)
+    m.add(f"{who} job reads another CDK asset", **role, action="s3:GetObject",
+          resource=f"arn:aws:s3:::{assets}/{'0' * 64}.zip", expect=DENIED)
+    m.add(f"{who} job lists the CDK assets", **role, action="s3:ListBucket", resource=f"arn:aws:s3:::{assets}",
+          expect=DENIED)
+    m.add(f"{who} job lists checkpoints without a prefix", **role, action="s3:ListBucket",
+          resource=f"arn:aws:s3:::{bucket(t, 'Checkpoints')}", expect=DENIED)
+
+
+@pytest.fixture(scope="module")
+def teams_synth(tmp_path_factory) -> Templates:
+    return Templates(synth_teams(tmp_path_factory.mktemp("teams")))
+
+
+@pytest.fixture(scope="module")
+def matrix(teams_synth, templates) -> tuple[Matrix, dict[str, str]]:
+    t = teams_synth
+    a = Team(t, "Teama", "mltrain--a", "datasets/a/")
+    b = Team(t, "Teamb", "mltrain--b", "teams/b/")
+    m = Matrix()
+    add_cells(m, t, a, b, "a")
+    add_cells(m, t, b, a, "b")
+    add_outside_cells(m, t, a, "a")
+    add_key_cells(m, t, a)
+    add_endpoint_cells(m, t)
+    # The source bundle: readable by every team's jobs, and nothing else of the assets bucket.
+    source = t.resolve(t.templates[PLATFORM]["Outputs"]["TeamaTrainingSourceUri"]["Value"], PLATFORM)
+    bucket_name, key = source.removeprefix("s3://").split("/", 1)
+    for team in (a, b):
+        m.add(f"{team.prefix} job reads the source bundle", principal=team.execution_arn,
+              policies=team.execution_policies, action="s3:GetObject", resource=f"arn:aws:s3:::{bucket_name}/{key}",
+              expect="Allowed")
+    # Team a's own image repositories: its jobs pull them, team b's do not.
+    images = "arn:aws:ecr:us-east-1:111122223333:repository/team-a/trainer"
+    for team, expect in ((a, "Allowed"), (b, DENIED)):
+        m.add(f"{team.prefix} job pulls team a's image", principal=team.execution_arn,
+              policies=team.execution_policies, action="ecr:BatchGetImage", resource=images, expect=expect)
+    # The default config (no teams): its own jobs by name and tag, never those of a platform named mltrain-dev.
+    default = Templates(templates)
+    d = Team(default, "", "mltrain", "datasets/")
+    for target, tag_prefix, expect in (("mltrain-run-abc-a1", "mltrain", "Allowed"),
+                                       ("mltrain-dev-run-abc-a1", "mltrain-dev", DENIED)):
+        for action in ("sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob"):
+            m.add(f"default engineer {action} {target}", principal=f"arn:aws:iam::{ACCOUNT}:role/eng",
+                  policies=d.engineer_policies, action=action, resource=f"{SAGEMAKER}:training-job/{target}",
+                  context={f"aws:ResourceTag/{tag_prefix}:run-id": "x"}, expect=expect)
+        m.add(f"default launcher describes {target}", principal=d.machine_arn, policies=d.machine_policies,
+              action="sagemaker:DescribeTrainingJob", resource=f"{SAGEMAKER}:training-job/{target}",
+              context={f"aws:ResourceTag/{tag_prefix}:run-id": "x"}, expect=expect)
+    return m, m.evaluate()
+
+
+def wrong_cells(matrix: tuple[Matrix, dict[str, str]], group: str) -> dict[str, str | None]:
+    """The cells of `group` (a name prefix) whose result is not what they expect, or not a result at all."""
+    m, results = matrix
+    return {name: results.get(name) for name, expect in m.expected.items() if name.startswith(group)
+            and ((results.get(name) == "Allowed") != (expect == "Allowed")
+                 or not results.get(name, "").endswith(("Allowed", "Denied")))}
+
+
+def test_every_cell_of_the_matrix_is_as_expected(matrix):
+    assert not wrong_cells(matrix, ""), json.dumps(wrong_cells(matrix, ""), indent=1)
+    m, _ = matrix
+    assert sum(e == "Allowed" for e in m.expected.values()) >= 40
+    assert sum(e == DENIED for e in m.expected.values()) >= 50
+
+
+def test_team_engineers_policy_is_attached_to_the_declared_roles(teams_synth):
+    a = Team(teams_synth, "Teama", "mltrain--a", "datasets/a/")
+    b = Team(teams_synth, "Teamb", "mltrain--b", "teams/b/")
+    assert a.engineer_roles == [ENGINEER_A.rsplit("/", 1)[1]]
+    assert b.engineer_roles == []  # the platform team attaches the published policy
+
+
+def add_key_cells(m: Matrix, t: Templates, a: Team) -> None:
+    """The key policy (a resource policy) with the caller's IAM policy: only the platform's roles use the key."""
+    key = t.find(PLATFORM, "AWS::KMS::Key", "Key")
+    policy = t.resource_policy(PLATFORM, key, "KeyPolicy")
+    key_arn = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/{key.lower()}"
+    use = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "kms:Decrypt", "Resource": "*"}]}
+    admin = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "kms:*", "Resource": "*"}]}
+    for name, principal, policies, action, expect in (
+            ("key: the execution role decrypts", a.execution_arn, [use], "kms:Decrypt", "Allowed"),
+            ("key: a broad IAM grant elsewhere does not decrypt", f"arn:aws:iam::{ACCOUNT}:role/anything", [use],
+             "kms:Decrypt", DENIED),
+            ("key: an administrator still manages it", f"arn:aws:iam::{ACCOUNT}:role/admin", [admin],
+             "kms:PutKeyPolicy", "Allowed"),
+            ("key: an administrator cannot decrypt", f"arn:aws:iam::{ACCOUNT}:role/admin", [admin], "kms:Decrypt",
+             DENIED)):
+        m.add(name, principal=principal, policies=policies, action=action, resource=key_arn, resource_policy=policy,
+              expect=expect)
+
+
+def add_endpoint_cells(m: Matrix, t: Templates) -> None:
+    """The S3 gateway endpoint's policy: the platform's buckets pass, any other bucket does not."""
+    [s3] = [t.resolve(r["Properties"]["PolicyDocument"], PLATFORM) for r in t.templates[PLATFORM]["Resources"].values()
+            if r["Type"] == "AWS::EC2::VPCEndpoint" and r["Properties"].get("VpcEndpointType") != "Interface"]
+    anything = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
+    for name, resource, expect in (
+            ("endpoint: own bucket", f"arn:aws:s3:::{bucket(t, 'Checkpoints')}/mltrain--a/x", "Allowed"),
+            ("endpoint: a bucket elsewhere", "arn:aws:s3:::attacker-bucket/x", DENIED)):
+        m.add(name, principal=f"arn:aws:iam::{ACCOUNT}:role/job", policies=[anything], action="s3:PutObject",
+              resource=resource, endpoint_policy=s3, expect=expect)
+
+
+def test_the_key_lets_only_the_platform_roles_use_it(matrix):
+    assert not wrong_cells(matrix, "key: ")
+    assert any(name.startswith("key: ") for name in matrix[0].expected)
+
+
+def test_endpoints_mode_limits_the_s3_gateway_endpoint_to_the_platform(matrix, teams_synth):
+    assert not wrong_cells(matrix, "endpoint: ")
+    interface = [r["Properties"] for r in teams_synth.templates[PLATFORM]["Resources"].values()
+                 if r["Type"] == "AWS::EC2::VPCEndpoint" and r["Properties"].get("VpcEndpointType") == "Interface"]
+    assert interface and all("aws:PrincipalAccount" in json.dumps(p["PolicyDocument"]) for p in interface)
+
+
+def test_each_team_has_its_own_training_security_group(teams_synth):
+    """A team's running jobs cannot open connections to another team's: each group admits only itself."""
+    t = teams_synth
+    resources = t.templates[PLATFORM]["Resources"]
+    groups = {}
+    for team in ("a", "b"):
+        settings = json.loads(t.resolve(t.templates[PLATFORM]["Outputs"][f"Team{team}PlatformSettings"]["Value"],
+                                        PLATFORM))
+        [groups[team]] = settings["security_group_ids"]
+        assert groups[team].startswith(f"NetworkTeam{team}TrainingSecurityGroup"), groups[team]
+    assert groups["a"] != groups["b"]
+    for key, r in resources.items():
+        if r["Type"] == "AWS::EC2::SecurityGroupIngress":
+            props = r["Properties"]
+            target = t.resolve(props["GroupId"], PLATFORM)
+            if target in groups.values():
+                assert t.resolve(props["SourceSecurityGroupId"], PLATFORM) == target, key
+
+
+# ---- a team's monthly budget: the cost allocation tag on its jobs, AWS Budgets on it, the topic told ----------
+
+def of_type(template: dict, kind: str) -> dict[str, dict]:
+    return {k: r for k, r in template["Resources"].items() if r["Type"] == kind}
+
+
+def test_only_the_team_with_a_budget_has_one_on_its_own_tag(teams_synth):
+    templates = teams_synth.templates
+    (budget,) = of_type(templates[LAUNCHER], "AWS::Budgets::Budget").values()
+    data = budget["Properties"]["Budget"]
+    assert data["BudgetLimit"] == {"Amount": 5000, "Unit": "USD"}
+    assert (data["BudgetType"], data["TimeUnit"]) == ("COST", "MONTHLY")
+    assert data["CostFilters"] == {"TagKeyValue": ["user:mltrain:team$a"]}
+    topics = {k for k in of_type(templates[LAUNCHER], "AWS::SNS::Topic") if k.startswith("Teama")}
+    (topic,) = topics
+    notified = budget["Properties"]["NotificationsWithSubscribers"]
+    assert [(n["Notification"]["NotificationType"], n["Notification"]["Threshold"]) for n in notified] == [
+        ("ACTUAL", 80), ("FORECASTED", 100)]
+    assert all(n["Subscribers"] == [{"SubscriptionType": "SNS", "Address": {"Ref": topic}}] for n in notified)
+    # The tag the budget filters on is in team a's published settings (every job it renders carries it); b's has
+    # its own value.
+    params = {p["Properties"]["Name"]: json.dumps(p["Properties"]["Value"]).replace("\\", "")
+              for p in of_type(templates[PLATFORM], "AWS::SSM::Parameter").values()}
+    for team in ("a", "b"):
+        assert f'"job_tags":{{"mltrain:team":"{team}"}}' in params[f"/mltrain--{team}/platform-settings"]
+
+
+def test_the_team_topic_and_the_key_let_aws_budgets_publish_for_this_account_only(teams_synth):
+    templates = teams_synth.templates
+    policies = of_type(templates[LAUNCHER], "AWS::SNS::TopicPolicy").values()
+    statements = [s for p in policies for s in p["Properties"]["PolicyDocument"]["Statement"]
+                  if s.get("Principal") == {"Service": "budgets.amazonaws.com"}]
+    (statement,) = statements
+    assert statement["Action"] == "sns:Publish"
+    assert statement["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+    (key,) = of_type(templates[PLATFORM], "AWS::KMS::Key").values()
+    (use,) = [s for s in key["Properties"]["KeyPolicy"]["Statement"] if s.get("Sid") == "BudgetsPublish"]
+    assert sorted(use["Action"]) == ["kms:Decrypt", "kms:GenerateDataKey*"] and use["Condition"]
+
+
+def test_without_a_budget_the_key_gives_aws_budgets_nothing(templates):
+    """The default config (no teams, no budget): the session's CLI synth."""
+    (platform,) = [t for name, t in templates.items() if name.endswith("platform")]
+    (key,) = of_type(platform, "AWS::KMS::Key").values()
+    assert "budgets.amazonaws.com" not in json.dumps(key["Properties"]["KeyPolicy"])
+
+
+def test_every_job_of_the_team_carries_the_tag_and_no_request_can_take_it():
+    doc = json.loads((ROOT / "examples" / "platform-settings.json").read_text())
+    settings = PlatformSettings.from_dict({**doc, "name_prefix": "mltrain--a", "job_tags": {"mltrain:team": "a"}})
+    request = parse_request({"name": "gpt", "dataset": f"s3://{settings.dataset_bucket}/{settings.dataset_prefix}x/",
+                             "instance": {"type": settings.allowed_instance_types[0]}})
+    create = render_create_training_job(request, settings, run_id="gpt-" + "a" * 16, attempt=1)
+    assert {"Key": "mltrain:team", "Value": "a"} in create["Tags"]
+    squatting = parse_request({**request.to_dict(), "tags": {"mltrain:team": "b"}})
+    with pytest.raises(RequestInvalid) as refused:
+        validate_for_platform(squatting, settings)
+    assert any(p.path == "tags.mltrain:team" and "cost allocation" in p.message for p in refused.value.problems)
