@@ -37,6 +37,7 @@ from cli.options import (
     PricesOpt,
     RegionOpt,
     RequestArg,
+    RunsLimitOpt,
     StateMachineOpt,
     WaitOpt,
 )
@@ -143,9 +144,7 @@ def resume_command(
         show_default=False)] = None,
     wait: WaitOpt = False,
     name: ExecutionNameOpt = None,
-    limit: Annotated[int, typer.Option(
-        "--limit", min=1, help="Look for the run in at most this many executions, newest first.")]
-    = runs.DEFAULT_LIMIT,
+    limit: RunsLimitOpt = runs.DEFAULT_LIMIT,
     platform: PlatformOpt = None,
     state_machine: StateMachineOpt = None,
     prefix: PrefixOpt = DEFAULT_PREFIX,
@@ -196,9 +195,7 @@ def list_command(
 @app.command("runs", rich_help_panel=DEPLOYED)
 @user_errors
 def runs_command(
-    limit: Annotated[int, typer.Option(
-        "--limit", min=1, help="Read at most this many executions, newest first (a resumed run spans several).")]
-    = runs.DEFAULT_LIMIT,
+    limit: RunsLimitOpt = runs.DEFAULT_LIMIT,
     prices: PricesOpt = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print the runs and their records as JSON.")] = False,
     state_machine: StateMachineOpt = None,
@@ -219,9 +216,7 @@ def show_command(
     chart: Annotated[Path | None, typer.Option(
         "--chart", metavar="FILE.png", help="Draw the run's attempts on a time axis, colored by where their "
                                             "time went (needs matplotlib).")] = None,
-    limit: Annotated[int, typer.Option(
-        "--limit", min=1, help="Look for the run in at most this many executions, newest first.")]
-    = runs.DEFAULT_LIMIT,
+    limit: RunsLimitOpt = runs.DEFAULT_LIMIT,
     prices: PricesOpt = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print the run and its record as JSON.")] = False,
     state_machine: StateMachineOpt = None,

@@ -52,3 +52,6 @@ PricesOpt = Annotated[str, typer.Option(
          "cached 7 days in ~/.cache/trainctl, aws refreshes it); FILE.json holds "
          "{\"ml.p4d.24xlarge\": <USD per hour>, ...}; none goes without; auto uses aws when AWS credentials "
          "are found, else none.")]
+RunsLimitOpt = Annotated[int, typer.Option(
+    "--limit", min=1, help="Read at most this many of the launcher's executions, newest first, to find runs (a run "
+                           "has one execution, and one more per resume).")]

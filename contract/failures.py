@@ -19,6 +19,9 @@ class FailureCode(enum.StrEnum):
     NON_FINITE = "non_finite"  # loss or gradient norm NaN/Inf for `nonfinite_patience` steps in a row
     CHECKPOINT_UNREADABLE = "checkpoint_unreadable"  # no complete checkpoint verifies and loads into this run
     CHECKPOINT_UNWRITABLE = "checkpoint_unwritable"  # the folder is read-only, lacks room, or filled up (ENOSPC)
+    # No step completed within the watchdog's allowance (training.watchdog): a rank stopped progressing, most often
+    # a GPU, NCCL/EFA or host fault; the launcher retries it with the instance health check, unlike the codes above.
+    HANG = "hang"
 
 
 LINE = re.compile(r"\[training:(?P<code>[a-z_]+)\] (?P<message>.*)")

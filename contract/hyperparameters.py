@@ -156,10 +156,28 @@ class TrainConfig:
         "also checkpoint when this many minutes passed since the last one; 0 = steps only; left out of a "
         "request, the launcher sets each attempt's from the planner (Young/Daly, before a training plan's end)",
         min=0))
+    # Hangs and stragglers (training.watchdog, training.stragglers). A hung collective otherwise holds the whole
+    # cluster until the process group's timeout; a slow rank slows every rank silently.
+    hang_timeout_factor: float = field(default=10.0, metadata=_hp(
+        "a step may take this many times the run's mean step time before the watchdog ends the run as hung "
+        "(every rank's stacks in the log, one failure line naming the rank that stopped)", min=1))
+    hang_timeout_min_seconds: float = field(default=300.0, metadata=_hp(
+        "the shortest a step may take before the watchdog ends the run as hung (the floor under "
+        "hang_timeout_factor x the mean step time); 0 turns the watchdog off", min=0))
+    hang_timeout_startup_seconds: float = field(default=900.0, metadata=_hp(
+        "what the watchdog allows what is not a timed step: the startup through the first step (model build, "
+        "checkpoint restore, compile), a checkpoint save, an evaluation, the final export; the process group's "
+        "collective timeout is set above it", min=1))
+    straggler_margin: float = field(default=0.2, metadata=_hp(
+        "a rank is slow in a log interval when its own delays (time before the step boundary, waiting for its "
+        "batch) exceed the median rank's by this fraction of the median step time", min=0))
+    straggler_patience: int = field(default=3, metadata=_hp(
+        "log intervals in a row a rank must be slow before it is named as a straggler", min=1))
     # SageMaker model parallel (smp strategy): JSON object or the toolkit's k=v,k=v form.
     mp_parameters: dict[str, Any] = field(default_factory=dict, metadata=_hp(
         "SMP v2 configuration (smp strategy)", "platform", keys=SmpParameters))
-    # Paths: SageMaker's environment by default; accepted as keys for local use.
+    # Paths: SageMaker's environment by default; the package also takes them as arguments (tests, bench), never from
+    # a request (jobs.hyperparameter_rules refuses them: a path moved off /opt/ml/checkpoints is not synced).
     checkpoint_dir: str = field(default="", metadata=_hp("checkpoint folder", "container"))
     model_dir: str = field(default="", metadata=_hp("final model folder", "container"))
     output_data_dir: str = field(default="", metadata=_hp("metrics and status folder", "container"))

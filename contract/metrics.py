@@ -38,6 +38,10 @@ METRIC_NAMES: tuple[str, ...] = (
     "checkpoint_s",  # the step loop blocked by checkpoint saves (the stall, not an async save's tail)
     "checkpoint_saves",  # saves on the cadence (their mean stall: the save time the next attempt plans with)
     "eval_s",  # in evaluation
+    # Stragglers (training.stragglers), each log interval: the rank named as persistently slow (-1: none), and the
+    # slowest rank's own time against the median rank's (1.0: even). The last value is the run's verdict.
+    "straggler_rank",
+    "slowest_rank_ratio",
 )
 
 LINE_PREFIX = "[metrics]"
@@ -98,6 +102,6 @@ def format_value(name: str, value: float | int) -> str:
         return "inf" if value > 0 else "-inf"
     if name == "lr" or (value != 0 and abs(value) < 1e-3):
         return f"{value:.4g}"
-    if name in ("train_loss", "val_loss", "grad_norm", "mfu", "epoch", "checkpoint_overdue"):
+    if name in ("train_loss", "val_loss", "grad_norm", "mfu", "epoch", "checkpoint_overdue", "slowest_rank_ratio"):
         return f"{value:.4f}"
     return f"{value:.1f}"

@@ -25,6 +25,9 @@ MAX_METRIC_NAME = 255  # MetricDefinition.Name
 # execution's input at 256 KiB anyway).
 MAX_REQUEST_DEPTH = 16
 MAX_REQUEST_BYTES = 256 * 1024
+# Step Functions' limit on one state's input or output, UTF-8 bytes (jobs.state_size: the guard that keeps the
+# launcher's state under it).
+MAX_STATE_BYTES = 256 * 1024
 # Steps between checkpoints: far above any run's step count, below a 32-bit int the toolkit may parse into.
 MAX_CHECKPOINT_INTERVAL = 10_000_000
 

@@ -25,12 +25,15 @@ from contract.failures import FailureCode, parse_failure_line
 class Category(enum.StrEnum):
     CAPACITY = "capacity"
     SPOT_INTERRUPTION = "spot_interruption"
+    # Stopped by someone the launcher does not know of (SageMaker itself, a training plan's end, the console):
+    # a stop the launcher or a user asked for ends the execution first (trainctl stop, an abort), so Decide
+    # never sees it. Resumed from the checkpoint like a Spot interruption.
+    INTERRUPTION = "interruption"
     INTERNAL = "internal"
     QUOTA = "quota"
     THROTTLING = "throttling"
     HARDWARE = "hardware"  # an unhealthy instance, a GPU memory error, a broken NCCL/EFA transport
     USER_ERROR = "user_error"
-    USER_STOP = "user_stop"
     MAX_RUNTIME = "max_runtime"
     UNKNOWN = "unknown"
 
@@ -81,7 +84,20 @@ HARDWARE_PATTERN = (
     r"Launched instance was unhealthy|uncorrectable ECC|ECC_UNCORRECTABLE|ECC error|GPU has fallen off the bus|"
     r"\bXid\b|NCCL WARN NET/OFI|aws-ofi-nccl|ncclSystemError|ncclInternalError|NCCL error.{0,80}unhandled "
     r"(?:system|cuda) error|\bEFA\b.{0,40}(?:error|fail)|libfabric|fi_\w+ failed|NCCL communicator was aborted|"
-    r"instance .{0,40}(?:failed|did not pass) .{0,20}health check")
+    r"instance .{0,40}(?:failed|did not pass) .{0,20}health check|"
+    # cuDNN failing inside the library, reported beside ECC errors on SageMaker jobs: the GPU, not the code.
+    r"CUDNN_STATUS_INTERNAL_ERROR|"
+    # A collective that never completed: a rank stopped (a GPU, NCCL/EFA or host fault), as torch's NCCL
+    # watchdog says it (torch 2.x) and as gloo's control collectives time out.
+    r"Watchdog caught collective operation timeout|ProcessGroupNCCL's watchdog got stuck|Heartbeat monitor timed "
+    r"out|NCCL operations have failed or timed out|Timed out waiting \d+ ?ms for (?:send|recv) operation")
+
+# The job's subnets could not reach S3 while SageMaker downloaded the input: the platform's network (its VPC, route
+# tables, S3 gateway endpoint, security groups), never the user's data, though SageMaker calls it a ClientError.
+NO_S3_ROUTE_PATTERN = r"route to an S3 VPC endpoint or a NAT device|network ACL allow outbound traffic to S3"
+
+STOPPED = ("stopped, not by the launcher or trainctl (SageMaker, a training plan's end, or the console): resumed "
+           "from its checkpoint; `trainctl stop` (or stopping the execution) ends a run: {short}")
 
 # Order matters: SageMaker's statuses outrank the text (a script killed by a Spot reclaim may still leave an
 # AlgorithmError behind), and a FailureReason starting with AlgorithmError or ClientError is the user's code
@@ -93,7 +109,12 @@ RULES: tuple[Rule, ...] = (
          "MaxWaitTimeExceeded: Spot capacity did not last the run: {short}"),
     Rule(r"/MaxRuntimeExceeded\b", (Source.STATUS,), Category.MAX_RUNTIME,
          "the attempt reached max_runtime_hours: {short}"),
-    Rule(r"/Stopped\b", (Source.STATUS,), Category.USER_STOP, "stopped by a user: {short}", unless=r"MaxPendingTime"),
+    Rule(r"/Stopped\b", (Source.STATUS,), Category.INTERRUPTION, STOPPED, unless=r"MaxPendingTime"),
+    # The training package's hang watchdog (training.watchdog): a rank stopped progressing; the line names it and
+    # its host. Like a collective timeout, a fresh, health-checked instance cures the usual causes.
+    Rule(r"\[training:hang\]", JOB_TEXT, Category.HARDWARE,
+         "a rank stopped progressing (hang), retried on a health-checked instance: {short}",
+         action=Response.RETRY_CHECKED),
     # The training package's own verdict (contract.failures), inside "AlgorithmError: ...": the user's to fix.
     Rule(r"\[training:[a-z_]+\]", JOB_TEXT, Category.USER_ERROR, "the training package reported: {short}",
          action=Response.FAIL),
@@ -101,6 +122,12 @@ RULES: tuple[Rule, ...] = (
     # cures it, a health check first keeps the next one from being as bad.
     Rule(HARDWARE_PATTERN, JOB_TEXT, Category.HARDWARE, "hardware or network fault: {short}",
          action=Response.RETRY_CHECKED),
+    # Retried as a service fault (a bounded number of times, after a wait: a route or endpoint being replaced
+    # passes); one that persists is the platform team's to fix, and the reason says where.
+    Rule(NO_S3_ROUTE_PATTERN, JOB_TEXT, Category.INTERNAL,
+         "the platform's network could not reach S3 to download the input (not the job's data): {short} (if it "
+         "persists, the platform team checks the training subnets' route to the VPC's S3 gateway endpoint and the "
+         "security groups' and network ACLs' outbound HTTPS to S3)"),
     Rule(r"^(?-i:AlgorithmError|ClientError)\b", (Source.FAILURE_REASON,), Category.USER_ERROR,
          "the training code or its data failed: {short}"),
     Rule(r"spot (instance )?interrupt|reclaimed", JOB_TEXT, Category.SPOT_INTERRUPTION,
@@ -113,7 +140,7 @@ RULES: tuple[Rule, ...] = (
     Rule(r"^Failed/.* Pending too long$", (Source.STATUS,), Category.CAPACITY,
          "waited too long for capacity (Pending): {short}"),
     Rule(r"MaxRuntime", JOB_TEXT, Category.MAX_RUNTIME, "the attempt reached max_runtime_hours: {short}"),
-    Rule(r"^Stopped/|/Stopped\b", (Source.STATUS,), Category.USER_STOP, "stopped by a user: {short}"),
+    Rule(r"^Stopped/|/Stopped\b", (Source.STATUS,), Category.INTERRUPTION, STOPPED),
     # Quotas that waiting cannot fix: a limit of 0, a type the region does not offer, more than the limit.
     Rule(r"service limit .{0,120}? is 0 Instances|not available in this region|not supported in this region",
          ANY_TEXT, Category.QUOTA, "quota that no wait can satisfy: {short} (raise the quota in Service Quotas, "

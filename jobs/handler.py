@@ -35,6 +35,7 @@ from jobs.request import parse_request
 from jobs.resume import attempt_number, check_init_run, resume_point, run_token
 from jobs.run import RunState
 from jobs.run_record import cluster_types, job_figures, measured_save_seconds
+from jobs.state_size import state_size_problem
 from jobs.summary import describe_in_words, summary
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,8 @@ def prepare(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     attempt = run.resumed_after + 1
     create = render_create_training_job(request, platform, run_id=run_id, attempt=attempt, measured_stall_s=measured)
     runs.start_attempt(run, create, attempt=attempt, now=now)
+    if problem := state_size_problem(document, run.to_dict(), create, request.retry.max_attempts):
+        raise RequestInvalid([problem])
     log.info("run %s: attempt %s is %s on %s", run_id, attempt, create["TrainingJobName"], run.instance_type)
     return {"run": run.to_dict(), "create": create}
 
@@ -133,6 +136,10 @@ def decide(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
             return {"run": run.to_dict(), "create": create, "job": job, "decision": decision.to_event()}
     failure = name_taken(run, squatter) if squatter is not None else classify_launch(failure_event, job)
     runs.finish_attempt(run, now=now, job=job, failure=failure)
+    if failure.category is Category.INTERRUPTION and create["ResourceConfig"].get("TrainingPlanArn") \
+            and request.training_plan not in run.plans_ended:
+        # SageMaker stopped a job on a training plan: most likely the plan ended. Its ARN would be refused now.
+        run.plans_ended.append(request.training_plan)
     decision = decide_next(request, run, failure, now)
     log.info("run %s attempt %s: %s -> %s", run.run_id, run.attempt, failure.category, decision.reason)
     if decision.action is Action.RETRY:
@@ -142,7 +149,8 @@ def decide(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
                                             infra_check=decision.infra_check if decision.infra_check is not None
                                             else create["InfraCheckConfig"]["EnableInfraCheck"],
                                             starts_at=now + decision.wait_seconds,
-                                            measured_stall_s=measured_save_seconds(run.attempts))
+                                            measured_stall_s=measured_save_seconds(run.attempts),
+                                            plans_ended=run.plans_ended)
         run.waited_seconds += decision.wait_seconds
         runs.start_attempt(run, create, attempt=attempt, now=now + decision.wait_seconds)
     return {"run": run.to_dict(), "create": create, "decision": decision.to_event()}

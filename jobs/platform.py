@@ -53,6 +53,14 @@ def _image_table(value: Any) -> list[tuple[str, str]] | None:
 
 ENV_PATTERN = re.compile(r"\*|[A-Za-z_][A-Za-z0-9_]*\*?")
 IMAGE_REPOSITORY = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?/([a-z0-9._/-]*)")
+REPOSITORY_FORM = ("<account>.dkr.ecr.<region>.amazonaws.com/<repository>, or the registry ending in '/' for all of its "
+                   "repositories")
+
+
+def image_repositories_problem(repositories: tuple[str, ...] | list[str]) -> str | None:
+    """The first entry that is not a repository (IMAGE_REPOSITORY), for the platform config and a team's."""
+    bad = [r for r in repositories if not IMAGE_REPOSITORY.fullmatch(r)]
+    return f"entry {bad[0]!r}: must be {REPOSITORY_FORM}" if bad else None
 
 
 def _env_patterns(value: Any) -> str | list[tuple[int, str]] | None:
@@ -67,8 +75,7 @@ def _repositories(value: Any) -> str | list[tuple[int, str]] | None:
     """`<registry>/<repository>` (that repository) or `<registry>/` (every repository of that registry)."""
     if problem := _strings(value):
         return problem
-    return [(i, f"{item!r}: give `<account>.dkr.ecr.<region>.amazonaws.com/<repository>`, or the registry "
-                "ending in '/' for all of its repositories") for i, item in enumerate(value)
+    return [(i, f"{item!r}: give {REPOSITORY_FORM}") for i, item in enumerate(value)
             if not IMAGE_REPOSITORY.fullmatch(item)]
 
 

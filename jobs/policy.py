@@ -4,6 +4,9 @@
   the next instance type in [instance.type, *instance.fallbacks], cycling (the same type when there are none);
 - Spot interruption or MaxWaitTimeExceeded: new attempt after retry.interruption_wait_seconds; once
   retry.interruptions_before_on_demand interruptions have happened, the next attempts run on demand;
+- a stop nobody the launcher knows of asked for (SageMaker, a training plan's end, the console): resumed the same
+  way (a stop by `trainctl stop` or an abort ends the execution first); a plan an attempt was stopped on is not
+  targeted again (the next attempt runs on demand on its type);
 - hardware or network fault (unhealthy instance, ECC, NCCL/EFA): at most retry.hardware_max_retries new attempts,
   each with infra_check on, on the next instance type where there are fallbacks;
 - a rule whose action is FAIL (an impossible quota, the training package's own verdict): no retry, and the
@@ -11,7 +14,7 @@
 - SageMaker internal error: retry after retry.internal_error_wait_seconds, at most internal_error_max_retries;
 - quota (ResourceLimitExceeded) and throttling: wait (doubling from api_error_wait_seconds up to
   api_error_wait_max_seconds) and retry, at most api_error_max_retries in a row;
-- the user's code or data, a stop asked by a user, max_runtime reached, anything unrecognised: no retry;
+- the user's code or data, max_runtime reached, anything unrecognised: no retry;
 - attempts (retry.max_attempts) or total time (retry.max_total_hours) exhausted: no retry.
 Every retry is a new job with a new name that resumes from the run's checkpoint prefix. A run that ended
 without completing can be continued by a new execution (`trainctl resume RUN`, request field `resume_run`):
@@ -50,7 +53,6 @@ WATCH_MAX_SECONDS = 1200
 _NO_RETRY_HINT = {
     Category.USER_ERROR: "fix the code or data, then `{resume}` with the fixed request to continue from the "
                          "checkpoints, or submit it as a new run",
-    Category.USER_STOP: "not retried; `{resume}` continues it from its checkpoints",
     Category.MAX_RUNTIME: "checkpoints are kept: `{resume}` continues the run (raise max_runtime_hours in the "
                           "request to give each attempt longer)",
     Category.UNKNOWN: "not retried, to be safe; see the job's logs; `{resume}` continues it from its checkpoints",
@@ -108,10 +110,11 @@ def decide(request: JobRequest, run: RunState, failure: Failure, now: float) -> 
         wait = backoff(retry.capacity_wait_seconds, retry.capacity_wait_max_seconds, counts.capacity)
         instance_type = _next_type(request, instance_type)
         what = f"then {instance_type}" if len(request.instance_types) > 1 else f"then {instance_type} again"
-    elif failure.category == Category.SPOT_INTERRUPTION:
+    elif failure.category in (Category.SPOT_INTERRUPTION, Category.INTERRUPTION):
         wait = retry.interruption_wait_seconds
         limit = retry.interruptions_before_on_demand
-        if spot and limit is not None and counts.spot_interruption >= limit:
+        if failure.category is Category.SPOT_INTERRUPTION and spot and limit is not None \
+                and counts.spot_interruption >= limit:
             spot = False
             what = f"then on demand after {counts.spot_interruption} interruptions"
         else:

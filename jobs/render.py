@@ -147,6 +147,7 @@ def render_create_training_job(
     name_nonce: str | None = None,
     starts_at: float | None = None,
     measured_stall_s: float | None = None,
+    plans_ended: list[str] | tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The botocore CreateTrainingJob kwargs for `attempt` (1-based) of run `run_id`.
 
@@ -156,7 +157,8 @@ def render_create_training_job(
     `starts_at`: when the attempt launches, epoch seconds (now unless given): it decides whether the request's
     training plan still holds instances, and how the checkpoint cadence fits before the plan's end.
     `measured_stall_s`: a checkpoint save's stall as the run's earlier attempts measured it (the cadence plans
-    with it rather than with the planner's model of a save).
+    with it rather than with the planner's model of a save). `plans_ended`: training plans an earlier attempt was
+    stopped on; the attempt does not target them.
     """
     if attempt < 1:
         raise ValueError(f"attempt numbers start at 1, got {attempt}")
@@ -164,7 +166,7 @@ def render_create_training_job(
     primary = instance_type or request.training_instance_type
     name = job_name(platform, run_id, attempt, name_nonce or new_name_nonce())
     starts_at = time.time() if starts_at is None else starts_at
-    plan = attempt_training_plan(request, platform, starts_at)
+    plan = attempt_training_plan(request, platform, starts_at, plans_ended)
     hyperparameters = training_hyperparameters(request, platform, name, primary)
     hyperparameters.update(_cadence(request, primary, use_spot, plan, starts_at, hyperparameters, measured_stall_s))
     _check_command_line(hyperparameters)
@@ -286,12 +288,16 @@ def strategy_and_degrees(request: JobRequest, instance_type: str) -> tuple[Strat
     return Strategy(chosen.strategy), chosen.parallel
 
 
-def attempt_training_plan(request: JobRequest, platform: PlatformSettings, starts_at: float) -> TrainingPlan | None:
-    """The request's training plan, unless its end_time says its instances are reclaimed by `starts_at`: then the
-    attempt runs on demand on the same type (a plan request has neither Spot nor fallbacks: jobs.request_rules).
-    A plan without end_time is always targeted: its end is not known here."""
+def attempt_training_plan(request: JobRequest, platform: PlatformSettings, starts_at: float,
+                          plans_ended: list[str] | tuple[str, ...] = ()) -> TrainingPlan | None:
+    """The request's training plan, unless its end_time says its instances are reclaimed by `starts_at`, or an
+    earlier attempt of the run was stopped on it (`plans_ended`: a plan's end stops its jobs, and its ARN is
+    refused after): then the attempt runs on demand on the same type (a plan request has neither Spot nor
+    fallbacks: jobs.request_rules)."""
     plan = platform.training_plans[request.training_plan] if request.training_plan is not None else None
-    if plan is not None and plan.end_time is not None and starts_at >= reclaim_epoch(plan.end_time):
+    if plan is None or plan.name in plans_ended:
+        return None
+    if plan.end_time is not None and starts_at >= reclaim_epoch(plan.end_time):
         return None
     return plan
 

@@ -49,6 +49,7 @@ class Counts:
     quota: int = 0
     throttling: int = 0
     api_error_streak: int = 0  # quota or throttling failures in a row
+    interruption: int = 0  # stops nobody the launcher knows of asked for (jobs.classify.Category.INTERRUPTION)
 
     def of(self, category: Category) -> int:
         return getattr(self, category.value, 0)
@@ -114,6 +115,8 @@ class RunState:
     # A resumed run (request.resume_run): the last attempt number of its earlier executions. Its attempts are
     # numbered on from there, while retry.max_attempts counts this execution's only (a new budget).
     resumed_after: int = 0
+    # Training plans an attempt of this run was stopped on (a plan's end stops its jobs): never targeted again.
+    plans_ended: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return to_jsonable(self)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contract.schema import meta
-from jobs.platform import ENV_PATTERN, IMAGE_REPOSITORY, TrainingPlan
+from jobs.platform import ENV_PATTERN, TrainingPlan, image_repositories_problem
 from platform_config.tested_torch import TESTED_TORCH_FILE, TESTED_TORCH_VERSIONS
 from platform_constructs.network import training_subnet_mask
 from platform_constructs.retention import RETENTION_PERIODS as LOG_RETENTION_DAYS
@@ -85,11 +85,6 @@ def _env_patterns(patterns: tuple[str, ...]) -> str | None:
     bad = [p for p in patterns if not ENV_PATTERN.fullmatch(p)]
     return f"entry {bad[0]!r}: must be a variable name or a prefix ending in '*', e.g. MYLIB_*" if bad else None
 
-
-def _image_repositories(repositories: tuple[str, ...]) -> str | None:
-    bad = [r for r in repositories if not IMAGE_REPOSITORY.fullmatch(r)]
-    return (f"entry {bad[0]!r}: must be <account>.dkr.ecr.<region>.amazonaws.com/<repository>, or the registry "
-            "ending in '/' for all of its repositories") if bad else None
 
 
 def _instance_types(types: tuple[str, ...]) -> str | None:
@@ -208,7 +203,7 @@ class PlatformConfig:
     allowed_image_repositories: tuple[str, ...] = _f((), "ECR repositories a job's image may come from "
                                                      "(<registry>/<repo>, or <registry>/ for all), on top of the "
                                                      "AWS registries of the platform's images",
-                                                     expects=_LIST, check=_image_repositories)
+                                                     expects=_LIST, check=image_repositories_problem)
     training_plans: tuple[TrainingPlan, ...] = _f((), "SageMaker training plans jobs may run on",
                                                   check=_plan_entries,
                                                   expects="a JSON list of {name, arn, instance_type, instance_count}")

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from contract.schema import meta
 from jobs.api_limits import PLATFORM_TAGS
-from jobs.platform import IMAGE_REPOSITORY
+from jobs.platform import image_repositories_problem
 
 TEAM_NAME = re.compile(r"^[a-z0-9]{1,12}$")
 TEAM_SEPARATOR = "--"
@@ -69,12 +69,6 @@ def _role_arns(arns: tuple[str, ...]) -> str | None:
     return f"entry {bad[0]!r}: must be an IAM role ARN (arn:aws:iam::<account>:role/<name>)" if bad else None
 
 
-def _repositories(repositories: tuple[str, ...]) -> str | None:
-    bad = [r for r in repositories if not IMAGE_REPOSITORY.fullmatch(r)]
-    return (f"entry {bad[0]!r}: must be <account>.dkr.ecr.<region>.amazonaws.com/<repository>, or the registry "
-            "ending in '/' for all of its repositories") if bad else None
-
-
 def _prefix(text: str | None) -> str | None:
     if text is None:
         return None
@@ -99,7 +93,7 @@ class Team:
         "instance types the team's requests may use, a subset of the platform's (empty: the platform's)"))
     allowed_image_repositories: tuple[str, ...] = field(default=(), metadata=meta(
         "the team's own ECR repositories its requests' `image` may come from, on top of the platform's "
-        "allowed_image_repositories; only the team's execution role may pull them", check=_repositories))
+        "allowed_image_repositories; only the team's execution role may pull them", check=image_repositories_problem))
     monthly_budget_usd: float | None = field(default=None, metadata=meta(
         "an AWS Budgets monthly cost budget on the team's jobs (their `<name_prefix>:team` cost allocation tag): "
         "its run notifications topic hears at 80% actual and 100% forecast (null: none)", min=1))

@@ -92,6 +92,7 @@ from contract.container import ENV_RUN_ID, STOP_KILL_AFTER_SECONDS
 from contract.errors import ConfigError
 from contract.failures import FailureCode
 from contract.hyperparameters import TrainConfig
+from training import watchdog
 from training.checkpoint_staging import PinnedStager
 from training.distributed import Dist
 from training.outcome import TrainingFailure
@@ -226,6 +227,7 @@ class CheckpointManager:
         self._next_save_bytes: int | None = None  # this node's share of the next save (the restore's check)
 
     # ---- resuming -----------------------------------------------------------------------------------
+    @watchdog.phased("the checkpoint restore")  # a large restore gets its own long allowance, apart from startup
     def restore(self) -> Path | None:
         """Check the folder can take the next save, then load the newest complete step that is this run's,
         verifies and loads into the parts, in place, falling back to older ones. None when there is none:
@@ -433,6 +435,7 @@ class CheckpointManager:
         by_steps = bool(self.interval) and step % self.interval == 0
         return running and step > 0 and self.saved_at != step and (by_steps or time_due)
 
+    @watchdog.phased("the end's checkpoint save")
     def save_final(self, step: int, nonfinite: int = 0) -> None:
         """When the run ends for any reason: a rerun then resumes, or sees the job is done."""
         if step > 0 and self.saved_at != step:
@@ -446,6 +449,7 @@ class CheckpointManager:
         if self._hasher is not None:
             self._hasher.shutdown()
 
+    @watchdog.phased("the stop's checkpoint save")
     def save_at_stop(self, step: int, seconds_since_signal: float, nonfinite: int = 0) -> bool:
         """The save of a stop, if it can end before SIGKILL; else say so and keep the previous checkpoint.
         Rank 0 decides (each rank timed its own saves). Returns whether it saved."""
@@ -476,6 +480,7 @@ class CheckpointManager:
         return f"step-{self.saved_at}" if self.saved_at >= 0 else "no checkpoint"
 
     # ---- writing ------------------------------------------------------------------------------------
+    @watchdog.phased("a checkpoint save")  # not a training step: the hang watchdog's long allowance
     def save(self, step: int, nonfinite: int = 0) -> Path | None:
         """Write step-N; None when not written: `nonfinite` (the step's non-finite streak, the max over the
         ranks, from training.meter) above 0 means a loss or gradient norm is NaN/Inf, and such a model never

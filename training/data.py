@@ -14,6 +14,7 @@ a checkpoint taken on N ranks resumes on M ranks at the same sample.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ import torch
 
 from contract.errors import ConfigError
 from contract.hyperparameters import TrainConfig
+from training import watchdog
 from training.environment import DataMissing, data_mode
 
 SYNTHETIC_SAMPLES = 1 << 20
@@ -324,5 +326,8 @@ def make_datasets(cfg: TrainConfig, kind: str, model, seq_len: int):
 
 def micro_batches(dataset, indices: list[int], micro: int, device: torch.device) -> list[tuple]:
     """This rank's share of a global batch as (inputs, targets) micro-batches on the device."""
-    return [tuple(t.to(device, non_blocking=True) for t in dataset.batch(indices[i : i + micro]))
-            for i in range(0, len(indices), micro)]
+    began = time.perf_counter()
+    batches = [tuple(t.to(device, non_blocking=True) for t in dataset.batch(indices[i : i + micro]))
+               for i in range(0, len(indices), micro)]
+    watchdog.waited_for_data(time.perf_counter() - began)  # rank-local: what the straggler check compares
+    return batches

@@ -25,6 +25,7 @@ import torch.distributed as dist
 from contract.container import ENV_NUM_GPUS
 from contract.errors import ConfigError
 from contract.hyperparameters import TrainConfig
+from training import watchdog
 from training.environment import container, stop_file_path
 
 # Modules the run imports whose functions take `group.WORLD` as a default argument, which Python evaluates at
@@ -80,11 +81,21 @@ class Dist:
         if not dist.is_initialized():
             return tuple(bool(f) for f in flags)
         t = torch.tensor([1 if f else 0 for f in flags], dtype=torch.int32)
+        began = time.perf_counter()
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.control_group)
+        # The straggler check's measure: the rank that arrives last at the step boundary waits least here.
+        watchdog.waited_at_boundary(time.perf_counter() - began)
         return tuple(bool(v) for v in t.tolist())
 
     def max_float(self, value: float) -> float:
         return max(self.all_gather_object(float(value)))
+
+    def gather_floats(self, values: list[float]) -> list[list[float]]:
+        """Every rank's `values` (the same length on each), in one small all_gather on the control group."""
+        t = torch.tensor(values, dtype=torch.float64)
+        out = [torch.empty_like(t) for _ in range(self.world_size)]
+        dist.all_gather(out, t, group=self.control_group)
+        return [o.tolist() for o in out]
 
 
 def setup(cfg: TrainConfig) -> Dist:
@@ -124,11 +135,29 @@ def setup(cfg: TrainConfig) -> Dist:
             ) from None
     for module in _WORLD_DEFAULT_MODULES:  # before the group exists (see the constant)
         importlib.import_module(module)
+    # Not torch's 30 minutes: just above the hang watchdog's longest allowance (training.watchdog), which fires
+    # first with the stacks and the rank that stopped. The control group too (new_group takes torch's default).
+    timeout = timedelta(seconds=watchdog.process_group_timeout(cfg))
     if not dist.is_initialized():
-        dist.init_process_group(backend=backend, rank=rank, world_size=world, timeout=timedelta(minutes=30),
-                                device_id=device if use_cuda else None)
-    control = dist.new_group(backend="gloo") if backend != "gloo" else None
-    return Dist(rank=rank, world_size=world, local_rank=local_rank, device=device, control_group=control)
+        dist.init_process_group(backend=backend, rank=rank, world_size=world, device_id=device if use_cuda else None,
+                                timeout=timeout)
+    control = dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else None
+    out = Dist(rank=rank, world_size=world, local_rank=local_rank, device=device, control_group=control)
+    if world > 1:  # a single process has no peer to hang on or to be slower than
+        hosts = out.all_gather_object(where.current_host)
+        watchdog.start(cfg, rank=rank, world=world, hosts=hosts, backend=backend, gather=out.gather_floats,
+                       store=_default_store())
+    return out
+
+
+def _default_store():
+    """The process group's store (the watchdog's channel while the main thread waits in a collective)."""
+    try:
+        from torch.distributed.distributed_c10d import _get_default_store
+
+        return _get_default_store()
+    except Exception:  # a torch without it: the watchdog then judges from this rank alone
+        return None
 
 
 def teardown() -> None:
@@ -143,6 +172,7 @@ def teardown() -> None:
     So every reference is dropped here (the caller holds none: training.train calls this once the run's frame is
     gone), and a group that survives is reported (a torch that keeps groups somewhere new: the clean-exit test
     fails on that line)."""
+    watchdog.stop()
     if not dist.is_initialized():
         return
     from torch.distributed.distributed_c10d import _world

@@ -95,3 +95,18 @@ def failure_path(env: typing.Mapping[str, str] | None = None) -> Path:
     if not data_dir:
         return Path(sm.FAILURE_FILE)
     return Path(data_dir).parent / Path(sm.FAILURE_FILE).name
+
+
+def write_failure(line: str, path: Path | None = None) -> Path | None:
+    """Write the failure line once per host: the first rank's line stands (the others usually repeat it,
+    or fail later because of it). Never raises: the exit code still tells SageMaker the job failed."""
+    path = path or failure_path()
+    try:
+        if path != Path(sm.FAILURE_FILE):  # /opt/ml/output exists in the container; never made elsewhere
+            path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except OSError:
+        return None
+    with os.fdopen(fd, "w") as f:
+        f.write(line + "\n")
+    return path

@@ -9,6 +9,7 @@ import torch.distributed as torch_dist
 
 from contract.errors import ConfigError
 from contract.hyperparameters import TrainConfig
+from training import watchdog
 from training.data import describe, validation_indices
 from training.distributed import Dist
 from training.metrics import MetricsLogger
@@ -34,6 +35,7 @@ class Evaluator:
     def due(self, step: int) -> bool:
         return bool(self.interval and self.batches) and self.val_set is not None and step % self.interval == 0
 
+    @watchdog.phased("an evaluation")  # not a training step: the hang watchdog's long allowance
     def run(self, state: LoopState, logger: MetricsLogger) -> None:
         """Evaluate, log val_loss, and stop the run early when it has not improved for `patience` evaluations."""
         val_loss = self.evaluate()

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
+from training import watchdog
 from training.distributed import Dist
 
 _DTYPES = {
@@ -36,6 +37,7 @@ def full_state_dict(model, dist: Dist) -> dict[str, torch.Tensor]:
     return {k: v.detach().contiguous() for k, v in state.items()} if dist.is_main else {}
 
 
+@watchdog.phased("the final export")  # rank 0 writes while the others wait: the long allowance
 def save_model(model, dist: Dist, model_dir: str | Path, config: dict) -> Path | None:
     state = full_state_dict(model, dist)
     if not dist.is_main:

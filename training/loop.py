@@ -27,6 +27,7 @@ from training.outcome import Result, TrainingFailure, finish
 from training.precision import grad_scaler
 from training.state import LoopState, ModelState, OptimizerState, RngState, ScalerState
 from training.step import TrainStep
+from training.watchdog import beat
 
 # torch >= 2.5 names it at the top; older ones only as torch.cuda's.
 OutOfMemory = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
@@ -75,6 +76,7 @@ def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = No
         except OutOfMemory as e:
             raise TrainingFailure(FailureCode.OUT_OF_MEMORY, _oom_message(cfg, job, dist, state.step + 1, e)) from None
         state.step += 1
+        beat(state.step)  # the hang watchdog's progress mark; the straggler exchange every log interval (collective)
         if meter.due(state.step):
             meter.raise_if_nonfinite(state.step)
             record = meter.record(state.step, sampler, scheduler, scaler)

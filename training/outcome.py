@@ -4,15 +4,14 @@ it fails: `TrainingFailure`, whose one line (contract.failures) goes to the fail
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from contract.container import FAILURE_FILE
 from contract.failures import FailureCode, failure_line
 from contract.hyperparameters import TrainConfig
+from training import watchdog
 from training.distributed import Dist
-from training.environment import failure_path, status_path
+from training.environment import status_path, write_failure  # noqa: F401 (moved beside failure_path: the watchdog writes it too)
 from training.export import save_model
 from training.state import LoopState
 
@@ -33,7 +32,8 @@ def finish(cfg: TrainConfig, dist: Dist, model, export_config: dict, state: Loop
     if dist.is_main:
         path = status_path(cfg)
         path.parent.mkdir(parents=True, exist_ok=True)
-        summary = {"status": state.status, "step": state.step, "best_val_loss": state.best_val_loss}
+        summary = {"status": state.status, "step": state.step, "best_val_loss": state.best_val_loss,
+                   "stragglers": watchdog.straggler_report()}  # the ranks named as persistently slow
         path.write_text(json.dumps(summary) + "\n")
         print(f"[train] {state.status} at step {state.step}", flush=True)
     return Result(state.status, state.step, state.best_val_loss, model_path)
@@ -52,18 +52,3 @@ class TrainingFailure(Exception):
     @property
     def line(self) -> str:
         return failure_line(self.code, str(self))
-
-
-def write_failure(line: str, path: Path | None = None) -> Path | None:
-    """Write the failure line once per host: the first rank's line stands (the others usually repeat it,
-    or fail later because of it). Never raises: the exit code still tells SageMaker the job failed."""
-    path = path or failure_path()
-    try:
-        if path != Path(FAILURE_FILE):  # /opt/ml/output exists in the container; never made elsewhere
-            path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except OSError:
-        return None
-    with os.fdopen(fd, "w") as f:
-        f.write(line + "\n")
-    return path

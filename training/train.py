@@ -32,8 +32,8 @@ from contract.errors import ConfigError  # noqa: E402
 from contract.failures import FailureCode, failure_line  # noqa: E402
 from training.config import parse_args  # noqa: E402
 from training.distributed import StopFlag, setup, teardown  # noqa: E402
-from training.environment import DataMissing  # noqa: E402
-from training.outcome import TrainingFailure, write_failure  # noqa: E402
+from training.environment import DataMissing, write_failure  # noqa: E402
+from training.outcome import TrainingFailure  # noqa: E402
 
 
 def main(argv: list[str] | None = None, *, stop_at: int | None = None) -> int:

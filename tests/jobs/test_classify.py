@@ -43,7 +43,7 @@ def job(status="Failed", secondary="Failed", reason=None, **extra) -> dict:
      Category.USER_ERROR),
     (job(reason="ClientError: Data download failed: NoSuchKey"), Category.USER_ERROR),
     (job(reason="ClientError: Please ensure the S3 path exists"), Category.USER_ERROR),
-    (job("Stopped", "Stopped"), Category.USER_STOP),
+    (job("Stopped", "Stopped"), Category.INTERRUPTION),  # no one the launcher knows of asked for it
     (job("Stopped", "MaxRuntimeExceeded"), Category.MAX_RUNTIME),
     (job(reason="Something nobody has seen before"), Category.UNKNOWN),
     # the user's own error, whatever its message says
@@ -52,7 +52,7 @@ def job(status="Failed", secondary="Failed", reason=None, **extra) -> dict:
     # SageMaker's statuses outrank the text: the reclaimed script exited non-zero
     (job("Failed", "Interrupted", reason="AlgorithmError: killed by SIGTERM"), Category.SPOT_INTERRUPTION),
     (job("Stopped", "MaxRuntimeExceeded", reason="AlgorithmError: exit 143"), Category.MAX_RUNTIME),
-    (job("Stopped", "Stopped", reason="AlgorithmError: exit 143"), Category.USER_STOP),
+    (job("Stopped", "Stopped", reason="AlgorithmError: exit 143"), Category.INTERRUPTION),
 ])
 def test_descriptions(description, category):
     assert classify_description(description).category == category
@@ -123,7 +123,7 @@ def test_cause_shapes():
     # a description wrapped in a message
     failure, _ = classify_failure({"Error": "States.TaskFailed",
                                    "Cause": "Training job failed: " + json.dumps(job("Stopped", "Stopped"))})
-    assert failure.category == Category.USER_STOP
+    assert failure.category == Category.INTERRUPTION
     failure, _ = classify_failure({})
     assert failure.category == Category.UNKNOWN
 

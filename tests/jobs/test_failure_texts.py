@@ -86,6 +86,35 @@ JOB_FAILURES = [
      C.HARDWARE, Response.RETRY_CHECKED),
     (GH + "aws/deep-learning-containers/issues/2675", reason(
         "AlgorithmError: NCCL WARN NET/OFI Only EFA provider is supported"), C.HARDWARE, Response.RETRY_CHECKED),
+    # cuDNN failing inside the library, beside ECC errors on SageMaker: the GPU (retried on a checked instance).
+    (GH + "NVIDIA/apex/issues/610", reason(
+        "AlgorithmError: RuntimeError: cuDNN error: CUDNN_STATUS_INTERNAL_ERROR"), C.HARDWARE, Response.RETRY_CHECKED),
+    (GH + "pytorch/pytorch/issues/5962", reason(
+        "AlgorithmError: RuntimeError: CUDNN_STATUS_INTERNAL_ERROR"), C.HARDWARE, Response.RETRY_CHECKED),
+    # A collective that never completed (torch's NCCL watchdog): a rank stopped, as the package's hang line says.
+    (GH + "NVIDIA/Megatron-LM/issues/1207", reason(
+        "AlgorithmError: [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE, "
+        "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600013 milliseconds before timing out."),
+     C.HARDWARE, Response.RETRY_CHECKED),
+    (GH + "pytorch/pytorch/issues/118369", reason(
+        "AlgorithmError: NCCL watchdog thread terminated with exception: [Rank 7] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=96120, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 25624887 "
+        "milliseconds before timing out."), C.HARDWARE, Response.RETRY_CHECKED),
+    (GH + "hiyouga/LlamaFactory/issues/7396", reason(
+        "AlgorithmError: ExecuteUserScriptError: [rank0]:[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] [Rank 0] "
+        "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, NumelIn=466119168, "
+        "NumelOut=466119168, Timeout(ms)=600000) ran for 600060 milliseconds before timing out."),
+     C.HARDWARE, Response.RETRY_CHECKED),
+    # No route to S3 from the job's subnets: the platform's network, though SageMaker says ClientError. Retried as a
+    # service fault (bounded); the reason says what the platform team checks.
+    (GH + "aws/amazon-sagemaker-operator-for-k8s/pull/22", reason(
+        "ClientError: Artifact upload failed:Please ensure that the subnet's route table has a route to an S3 VPC "
+        "endpoint or a NAT device, and both the security groups and the subnet's network ACL allow outbound traffic "
+        "to S3"), C.INTERNAL, Response.RETRY),
+    ("issue 18 (the same message when SageMaker downloads the input channels)", reason(
+        "ClientError: Data download failed:Please ensure that the subnet's route table has a route to an S3 VPC "
+        "endpoint or a NAT device, both the security groups and the subnet's network ACL allow outbound traffic to "
+        "S3."), C.INTERNAL, Response.RETRY),
     # The user's code or data.
     (GH + "aws-samples/generative-ai-on-amazon-sagemaker/pull/242", reason(
         "ClientError: Data download failed:Failed to download data. S3 key: s3://amazon-sagemaker-506250256483-"
@@ -228,6 +257,19 @@ def test_the_training_packages_own_lines_are_the_users_with_the_message(line, wo
     assert words in failure.reason
 
 
+def test_the_hang_line_is_a_fault_retried_on_a_checked_instance_naming_the_rank():
+    line = ("AlgorithmError: [training:hang] rank 1 on host algo-2 stopped progressing after step 812 (the other "
+            "ranks wait for it inside a collective): no step completed in 301 s")
+    failure = classify_description(reason(line))
+    assert (failure.category, failure.action) == (C.HARDWARE, Response.RETRY_CHECKED)
+    assert "rank 1 on host algo-2" in failure.reason and "hang" in failure.reason
+
+
+def test_no_route_to_s3_names_the_platforms_network():
+    failure = classify_description(next(d for source, d, *_ in JOB_FAILURES if source.startswith("issue 18")))
+    assert "platform's network" in failure.reason and "S3 gateway endpoint" in failure.reason
+
+
 def _run(platform, request):
     from jobs.render import render_create_training_job
 
@@ -254,6 +296,15 @@ def test_hardware_faults_retry_on_the_next_type_with_infra_check_then_give_up(pl
     assert [d.instance_type for d in decisions[:2]] == ["ml.p4de.24xlarge", "ml.p4d.24xlarge"]
     assert all(d.infra_check for d in decisions[:2])
     assert "hardware faults persisted" in decisions[2].reason
+
+
+def test_a_hang_is_retried_with_infra_check(platform):
+    req, run, start = _run(platform, {"name": "gpt", "dataset": "s3://b-1/x", "instance": {"type": "ml.p4d.24xlarge"}})
+    start(1)
+    failure = classify_description(reason("AlgorithmError: [training:hang] rank 3 on host algo-1 stopped progressing"))
+    runs.finish_attempt(run, now=0.0, job=None, failure=failure)
+    decision = decide(req, run, failure, 0.0)
+    assert decision.action is Action.RETRY and decision.infra_check and "rank 3 on host algo-1" in decision.reason
 
 
 def test_an_impossible_quota_is_not_retried(platform):

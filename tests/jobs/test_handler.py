@@ -242,7 +242,7 @@ def test_jobs_imports_nothing_of_the_project_and_only_the_standard_library():
     ({"Error": "States.TaskFailed", "Cause": json.dumps({
         "TrainingJobName": "x", "TrainingJobStatus": "Stopped", "SecondaryStatus": "Stopped",
         "SecondaryStatusTransitions": [{"Status": "Training", "StartTime": 1795248000000,
-                                        "EndTime": 1795248600000}, {"Status": "Stopped"}]})}, "fail", "user_stop"),
+                                        "EndTime": 1795248600000}, {"Status": "Stopped"}]})}, "retry", "interruption"),
     ({"Error": "States.TaskFailed", "Cause": json.dumps({
         "TrainingJobName": "x", "TrainingJobStatus": "Failed", "SecondaryStatus": "Failed",
         "FailureReason": "InternalServerError: We encountered an internal error. Please try again."})},

@@ -90,7 +90,7 @@ def test_internal_errors_retry_a_few_times(platform):
     assert [(d.action, d.wait_seconds) for d in ds] == [("retry", 5), ("retry", 5), ("fail", 0)]
 
 
-@pytest.mark.parametrize("category", [Category.USER_ERROR, Category.USER_STOP, Category.MAX_RUNTIME, Category.UNKNOWN])
+@pytest.mark.parametrize("category", [Category.USER_ERROR, Category.MAX_RUNTIME, Category.UNKNOWN])
 def test_no_retry_for_the_users_own_failures(platform, category):
     req, run = make(platform)
     d = step(req, run, platform, category)

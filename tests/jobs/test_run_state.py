@@ -13,7 +13,7 @@ from jobs.run import Execution, RunState, is_ours
 
 T0 = 1_800_000_000.0
 KEYS = ["run_id", "execution", "request", "started_at", "started_epoch", "attempt", "instance_type", "spot",
-        "checkpoint_s3_uri", "counts", "waited_seconds", "attempts", "resumed_after"]
+        "checkpoint_s3_uri", "counts", "waited_seconds", "attempts", "resumed_after", "plans_ended"]
 ATTEMPT_KEYS = ["attempt", "job_name", "instance_type", "instance_count", "spot", "status", "secondary_status",
                 "category", "reason", "started_at", "ended_at", "training_seconds", "billable_seconds",
                 "lost_seconds", "looks", "lookup_errors", "stopped_by_launcher", "lost_is_upper_bound",
@@ -39,7 +39,7 @@ def test_the_json_shape_is_the_state_machines(platform):
     assert list(data) == KEYS
     assert data["execution"] == {"name": "e", "start_time": "2027-01-15T08:00:00Z"}
     assert data["counts"] == {"capacity": 0, "spot_interruption": 0, "internal": 0, "quota": 0, "throttling": 0,
-                              "api_error_streak": 0}
+                              "api_error_streak": 0, "interruption": 0}
     assert list(data["attempts"][0]) == ATTEMPT_KEYS
     assert data["attempts"][0]["status"] == "InProgress" and data["request"]["strategy"] == "ddp"
     assert RunState.from_json(run.to_json()) == run

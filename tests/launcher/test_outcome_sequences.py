@@ -21,14 +21,14 @@ OUTCOMES = {
     "quota": sm.resource_limit_exceeded,
     "throttled": sm.throttled,
 }
-FINAL = {"completed", "user_error", "stopped"}  # outcomes after which no attempt follows
+FINAL = {"completed", "user_error"}  # outcomes after which no attempt follows
 # The failure category the run ends with when an outcome is its last.
 CATEGORY = {
     "capacity": "capacity",
     "user_error": "user_error",
     "internal": "internal",
     "spot": "spot_interruption",
-    "stopped": "user_stop",
+    "stopped": "interruption",  # not trainctl stop (it ends the execution first): resumed
     "quota": "quota",
     "throttled": "throttling",
 }

@@ -28,7 +28,7 @@ def attempt_tag(create: dict) -> str:
     return next(t["Value"] for t in create["Tags"] if t["Key"].endswith(":attempt"))
 
 
-@pytest.mark.parametrize("ending", [max_runtime_reached, sm.stopped_by_user], ids=["max-runtime", "stopped"])
+@pytest.mark.parametrize("ending", [max_runtime_reached, sm.algorithm_error], ids=["max-runtime", "user-error"])
 def test_a_run_that_ended_is_resumed_on_its_id_and_checkpoints(harness, ending):
     first = harness.run(job_request(), [ending()], name=f"resume-first-{ending.__name__}")
     assert first.status == "FAILED"
@@ -76,7 +76,7 @@ def test_resuming_a_completed_run_is_refused(harness):
 
 
 def test_resuming_an_active_run_is_refused(harness):
-    first = harness.run(job_request(), [sm.stopped_by_user()], name="resume-active-first")
+    first = harness.run(job_request(), [max_runtime_reached()], name="resume-active-first")
     run_id = run_id_of(first)
     # Its job runs again as far as SageMaker says (e.g. an execution of the run that is still going).
     job = sagemaker_backends[ACCOUNT][REGION].training_jobs[first.job_names[0]]

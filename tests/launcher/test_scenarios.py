@@ -152,13 +152,29 @@ def test_throttling_then_success_waits_in_the_backoff_state(harness):
     assert result.output["attempts"][0]["category"] == "throttling"
 
 
-def test_stopped_by_the_user_is_not_retried(harness):
-    result = harness.run(job_request(), [sm.stopped_by_user()], name="stopped-by-user")
-    assert result.status == "FAILED"
-    assert result.states_entered == ["Prepare", "Launch", *GIVE_UP, *FAILURE_TAIL]
-    assert_attempts(result, ["ml.p4d.24xlarge"], [False])
-    assert result.error == "user_stop"
-    assert_summary(result, "Failed")
+def test_a_stop_nobody_asked_for_is_resumed(harness):
+    """A job Stopped with no failure reason while its execution runs: not `trainctl stop` (which ends the
+    execution first) nor an abort, so SageMaker or the console stopped it: resumed from its checkpoint."""
+    result = harness.run(job_request(), [sm.stopped_by_user(), sm.completed()], name="stopped-by-someone")
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert result.states_entered == ["Prepare", "Launch", *RETRY, *SUCCESS_TAIL]
+    assert_attempts(result, ["ml.p4d.24xlarge"] * 2, [False, False])
+    assert result.output["attempts"][0]["category"] == "interruption"
+    assert_summary(result, "Succeeded")
+
+
+def test_a_training_plan_an_attempt_was_stopped_on_is_not_targeted_again(harness, platform_settings, monkeypatch):
+    """A plan's end stops its jobs (SageMaker's stop, no reason given) and its ARN is refused after: the next
+    attempt runs on demand on the same type, without the plan (whose end the settings do not say)."""
+    plan = {"name": "p5-week", "arn": "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p5-week",
+            "instance_type": "ml.p5.48xlarge", "instance_count": 2}
+    monkeypatch.setenv("PLATFORM_SETTINGS", json.dumps({**platform_settings, "training_plans": {"p5-week": plan}}))
+    request = job_request(training_plan="p5-week", instance={"type": "ml.p5.48xlarge", "count": 2, "fallbacks": []})
+    result = harness.run(request, [sm.stopped_by_user(), sm.completed()], name="plan-ended")
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    first, second = (c["ResourceConfig"] for c in result.create_calls)
+    assert first["TrainingPlanArn"] == plan["arn"] and "TrainingPlanArn" not in second
+    assert second["InstanceType"] == plan["instance_type"]
 
 
 def test_bad_input_fails_in_prepare_naming_the_field(harness):
