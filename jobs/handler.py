@@ -71,12 +71,7 @@ def prepare(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     # A resumed run keeps its id, hence its checkpoint prefix; its attempts number on from its last one.
     run_id = request.resume_run or new_run_id(request.name)
     run = runs.new_run(request, run_id=run_id, execution=execution, now=now)
-    measured = None
-    if request.resume_run:
-        run.checkpoint_s3_uri = checkpoint_s3_uri(platform, run_id)
-        earlier = jobs_of_run(run, platform.region)
-        run.resumed_after = resume_point(request, earlier, run.checkpoint_s3_uri)
-        measured = measured_save_seconds(SimpleNamespace(**job_figures(j)) for j in sorted(earlier, key=attempt_number))
+    measured = _continue_run(run, request, platform) if request.resume_run else None
     if request.init_from_run:
         source = runs.new_run(request, run_id=request.init_from_run, execution={}, now=now)
         source.checkpoint_s3_uri = checkpoint_s3_uri(platform, request.init_from_run)
@@ -88,6 +83,15 @@ def prepare(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         raise RequestInvalid([problem])
     log.info("run %s: attempt %s is %s on %s", run_id, attempt, create["TrainingJobName"], run.instance_type)
     return {"run": run.to_dict(), "create": create}
+
+
+def _continue_run(run: RunState, request, platform: PlatformSettings) -> float | None:
+    """A resumed run: its checkpoint prefix and the attempt it ended on (RequestInvalid when it cannot be
+    continued); returns the save stall its earlier jobs measured, for the next attempt's cadence."""
+    run.checkpoint_s3_uri = checkpoint_s3_uri(platform, run.run_id)
+    earlier = jobs_of_run(run, platform.region)
+    run.resumed_after = resume_point(request, earlier, run.checkpoint_s3_uri)
+    return measured_save_seconds(SimpleNamespace(**job_figures(j)) for j in sorted(earlier, key=attempt_number))
 
 
 def jobs_of_run(run: RunState, region: str | None = None) -> list[dict[str, Any]]:
