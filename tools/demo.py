@@ -72,12 +72,13 @@ def main() -> int:
     for column in ("run", "step", "train_loss", "val_loss", "tokens/s"):
         table.add_column(column, justify="right")
     for label, records in (("1", first), ("2", second)):
-        for r in records:
+        # The loss and throughput lines only: the straggler check's and the attempt's closing line carry times.
+        for r in (r for r in records if SHOWN & r.keys()):
             table.add_row(label, f"{int(r['step'])}", _fmt(r.get("train_loss")), _fmt(r.get("val_loss")),
                           _fmt(r.get("tokens_per_sec"), "{:,.0f}"))
     console.print(table)
     losses = [r["train_loss"] for r in first + second if "train_loss" in r]
-    resumed_at = int(second[0]["step"]) if second else None
+    resumed_at = next((int(r["step"]) for r in second if "train_loss" in r), None)
     console.print(f"checkpoints after the interruption: {', '.join(checkpoints) or 'none'}; "
                   f"run 2 logged first at step {resumed_at}")
     console.print(f"train_loss {losses[0]:.3f} -> {losses[-1]:.3f}; wall time {t1:.0f} s + {t2:.0f} s; "
@@ -85,6 +86,9 @@ def main() -> int:
     console.print(f"chart of both runs (loss, validation loss, tokens/s by step): {CHART.relative_to(ROOT)}",
                   soft_wrap=True)  # one line, whatever the width: a path to click or copy
     return 0
+
+
+SHOWN = {"train_loss", "val_loss", "tokens_per_sec"}
 
 
 def _fmt(value: float | None, pattern: str = "{:.3f}") -> str:
