@@ -207,6 +207,20 @@ class LauncherMonitoring(Construct):
                 width=12,
             ),
         )
+        dashboard.add_widgets(
+            # training.stragglers: each log interval, the slowest rank's own delays against the median rank's.
+            cloudwatch.GraphWidget(
+                title="Slowest rank per job, its time over the median rank's (1 = even)",
+                left=[_search(job_metric("slowest_rank_ratio"), "TrainingJobName", stat="Maximum")],
+                width=12,
+            ),
+            cloudwatch.GraphWidget(
+                title="Where each attempt's time went (s: startup, training, checkpoint stalls, evaluation)",
+                left=[_search(job_metric(name), "TrainingJobName", stat="Maximum")
+                      for name in ("startup_s", "train_s", "checkpoint_s", "eval_s")],
+                width=12,
+            ),
+        )
         return dashboard
 
 
