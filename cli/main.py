@@ -3,7 +3,8 @@
     trainctl plan examples/fsdp-gpt-1b.json --platform examples/platform-settings.json  # no AWS call
     trainctl render examples/fsdp-gpt-1b.json --attempt 2 | jq .ResourceConfig          # settings from SSM
     trainctl submit examples/fsdp-gpt-1b.json --wait        # start the launcher state machine, follow it
-    trainctl resume RUN examples/fsdp-gpt-1b.json           # continue a run that ended, on its checkpoints
+    trainctl resume RUN [examples/fsdp-gpt-1b.json]         # continue a run that ended, on its checkpoints
+    trainctl runs · trainctl show RUN [--chart run.png]     # runs, their goodput and cost
     trainctl status|list|stop|logs ...
     trainctl local examples/local-fsdp.json --nproc 2       # the same request, on this machine
     trainctl schema > job-request.schema.json               # the request's JSON Schema, for editors
