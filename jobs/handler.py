@@ -204,6 +204,10 @@ def summarize(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         job = runs.jsonable(job)
         runs.finish_attempt(run, now=now, job=job)
     stopped, left = stop_jobs_left_running(run)
+    if transient := [entry for entry in left if _may_pass(entry)]:
+        # Nobody would stop these later: fail this invocation so that the state machine runs Summarize again (it
+        # is safe to run twice); past its retries, StopCurrentJob tries the current attempt's job once more.
+        raise JobsStillRunning(f"could not stop {', '.join(transient)}; trying again")
     types = {kind for a in run.attempts if a.training_seconds or a.billable_seconds
              for _, kind in cluster_types(a.instance_type, a.instance_count)}
     outcome = summary(run, job=job, decision=decision, now=now, stopped_jobs=stopped, jobs_left_running=left,
@@ -239,6 +243,24 @@ def training_prices(region: str | None, instance_types: list[str]) -> dict[str, 
         log.warning("no prices for the run's record (pricing:GetProducts): %s", exc)
         return {}
     return products_to_prices(entries, region)[0]
+
+
+class JobsStillRunning(Exception):
+    """Summarize could not stop a job of the run for a reason that may pass (throttled, a service fault, the
+    network): the state machine retries the function (platform_constructs.launcher_definition)."""
+
+
+# Errors of StopTrainingJob that another try may not meet; any other (the job ended meanwhile, access denied)
+# is final and reported in the notification.
+_PASSING_ERRORS = ("Throttling", "TooManyRequests", "RequestLimitExceeded", "InternalFailure", "InternalServerError",
+                   "ServiceUnavailable", "EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError",
+                   "ConnectionClosedError")
+
+
+def _may_pass(entry: str) -> bool:
+    """`entry` is "name (why)" from stop_jobs_left_running; why starts with the error's code or class name."""
+    why = entry.partition(" (")[2]
+    return why.split(":", 1)[0].strip().startswith(_PASSING_ERRORS)
 
 
 def _sagemaker(region: str | None = None, attempts: int = 1):

@@ -126,6 +126,8 @@ class Outcome:
     sent_twice: bool = False
     # How many DescribeTrainingJob calls, by anyone, answer ThrottlingException once the job is Training.
     throttled_describes: int = 0
+    # How many StopTrainingJob calls answer ThrottlingException before one is taken.
+    throttled_stops: int = 0
 
     @property
     def label(self) -> str:
@@ -253,6 +255,7 @@ class ScriptedSageMaker:
         self.job_names: list[str] = []  # the jobs this world created, in order
         self._steps: dict[str, Any] = {}
         self._throttle: dict[str, int] = {}
+        self._stop_throttle: dict[str, int] = {}
         self._played = 0  # outcomes played: one per CreateTrainingJob the integration sends
         self._lock = threading.Lock()
         ScriptedSageMaker.current = self
@@ -287,6 +290,7 @@ class ScriptedSageMaker:
         job.training_start_time = job.training_end_time = None  # moto stamps both at create; set as it plays
         self._steps[name] = self._play(job, outcome)
         self._throttle[name] = outcome.throttled_describes
+        self._stop_throttle[name] = outcome.throttled_stops
         next(self._steps[name])
         if outcome.sent_twice:
             self.create_calls.append(json.loads(json.dumps(params)))
@@ -362,6 +366,9 @@ class ScriptedSageMaker:
         """StopTrainingJob: an InProgress job goes Stopping now and Stopped on the next look."""
         with self._lock:
             self.stop_calls.append(name)
+            if self._stop_throttle.get(name, 0) > 0:
+                self._stop_throttle[name] -= 1
+                raise ThrottlingError("Rate exceeded")
             job = self.backend.training_jobs.get(name)
             if job is None:
                 raise ValidationError("Requested resource not found.")

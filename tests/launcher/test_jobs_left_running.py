@@ -140,3 +140,21 @@ def test_a_job_unreadable_for_longer_than_it_can_run_ends_the_run_and_is_stopped
     assert result.states_entered.count("Launch") == 1
     assert_one_job_per_attempt_none_running(result, 1)
     assert result.stop_calls == list(result.jobs)
+
+
+def test_a_throttled_stop_is_tried_again_until_it_is_taken(harness, monkeypatch):
+    """The run ends while its job runs (Decide broke) and StopTrainingJob is throttled past the SDK's own tries:
+    Summarize fails so that the state machine runs it again, and once the throttling passes the job is stopped
+    and the run's summary says so. (Were it to persist, Summarize's Catch runs StopCurrentJob and notifies, as
+    test_a_fault_in_summarize_still_stops_the_job_and_notifies shows.)"""
+    import dataclasses
+
+    monkeypatch.setattr("jobs.handler.decide", lambda event, context: (_ for _ in ()).throw(KeyError("run")))
+    outcome = dataclasses.replace(sm.created_then_5xx(), throttled_stops=5)  # the SDK tries 4 times per call
+    result = harness.run(job_request(), [outcome], name="stop-throttled", timeout=90)
+    assert result.status == "FAILED" and result.error == "launcher_error"
+    (name,) = result.jobs
+    ((_, message),) = result.notifications
+    assert "StopCurrentJob" not in result.states_entered and len(result.stop_calls) == 6
+    assert result.jobs[name] in ("Stopping", "Stopped")
+    assert f"Stopped as the run ended (still running): {name}" in message
