@@ -159,7 +159,9 @@ def test_a_rank_that_blocks_is_named_within_the_watchdogs_time(tmp_path, corpus,
     assert "[watchdog] rank 1 on host host-1: no progress for" in out.err
     assert "[watchdog] rank 0 on host host-0: no progress for" in out.err
     assert out.err.count("most recent call first") >= 2  # each rank's stacks
-    assert "in agree" in out.err or "in _exchange" in out.err  # rank 0 waits at the step boundary
+    # Rank 0 waits at the step boundary (the loop's agreement or the straggler exchange). Two processes write their
+    # dumps to one stderr, which can cut a line of one with the other's under load: the frame names, not lines.
+    assert any(frame in out.err for frame in ("agree", "_exchange", "all_reduce", "all_gather")), out.err[-3000:]
     assert seconds < 60, seconds  # startup (a few seconds), 3 steps, 2 s of allowance and the reports' exchange
 
 
