@@ -203,8 +203,8 @@ def summarize(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     if job and decision is None and run.attempts and run.current.status == "InProgress":
         job = runs.jsonable(job)
         runs.finish_attempt(run, now=now, job=job)
-    stopped, left = stop_jobs_left_running(run)
-    if transient := [entry for entry in left if _may_pass(entry)]:
+    stopped, left, transient = stop_jobs_left_running(run)
+    if transient:
         # Nobody would stop these later: fail this invocation so that the state machine runs Summarize again (it
         # is safe to run twice); past its retries, StopCurrentJob tries the current attempt's job once more.
         raise JobsStillRunning(f"could not stop {', '.join(transient)}; trying again")
@@ -257,9 +257,8 @@ _PASSING_ERRORS = ("Throttling", "TooManyRequests", "RequestLimitExceeded", "Int
                    "ConnectionClosedError")
 
 
-def _may_pass(entry: str) -> bool:
-    """`entry` is "name (why)" from stop_jobs_left_running; why starts with the error's code or class name."""
-    why = entry.partition(" (")[2]
+def _may_pass(why: str) -> bool:
+    """`why` is stop_training_job's answer: the error's code or class name, then its message."""
     return why.split(":", 1)[0].strip().startswith(_PASSING_ERRORS)
 
 
@@ -301,13 +300,14 @@ def describe_training_job(job_name: str, region: str) -> dict[str, Any] | None:
 _MAY_RUN = ("InProgress", "Stopping", "Unknown")
 
 
-def stop_jobs_left_running(run: RunState) -> tuple[list[str], list[str]]:
-    """Stop every job of the run that still runs; (names stopped, "name (why)" of those that could not be).
+def stop_jobs_left_running(run: RunState) -> tuple[list[str], list[str], list[str]]:
+    """Stop every job of the run that still runs; (names stopped, "name (why)" of those that could not be, and
+    of those the ones whose refusal may pass: throttled, a service fault, the network).
 
     A job seen under an attempt's name that is not the run's is left alone. One that cannot be looked up is
     stopped all the same: the run ends, and its names cannot be guessed, so such a job is almost surely its own.
     """
-    stopped, left = [], []
+    stopped, left, transient = [], [], []
     for attempt in (a for a in run.attempts if a.status in _MAY_RUN):
         job, error = look_up_training_job(attempt.job_name)
         if job is None and not error:
@@ -326,10 +326,12 @@ def stop_jobs_left_running(run: RunState) -> tuple[list[str], list[str]]:
             attempt.status = "NotCreated"
         elif why:
             left.append(f"{attempt.job_name} ({why})")
+            if _may_pass(why):
+                transient.append(left[-1])
         else:
             attempt.status, attempt.stopped_by_launcher = "Stopping", True
             stopped.append(attempt.job_name)
-    return stopped, left
+    return stopped, left, transient
 
 
 def stop_training_job(job_name: str) -> str:

@@ -76,22 +76,21 @@ class AttemptClock:
         self.checkpoint_s += seconds
         self.saves += 1
 
-    @contextlib.contextmanager
     def checkpointing(self):
         """The end's save (and the wait for an async one): a stall, not a save on the cadence."""
-        began = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.checkpoint_s += time.perf_counter() - began
+        return self._timed("checkpoint_s")
+
+    def evaluating(self):
+        return self._timed("eval_s")
 
     @contextlib.contextmanager
-    def evaluating(self):
+    def _timed(self, total: str):
+        """Add the block's seconds to the attribute `total`."""
         began = time.perf_counter()
         try:
             yield
         finally:
-            self.eval_s += time.perf_counter() - began
+            setattr(self, total, getattr(self, total) + time.perf_counter() - began)
 
     def metrics(self, train_s: float) -> dict:
         return {"startup_s": self.startup_s, "train_s": train_s, "checkpoint_s": self.checkpoint_s,

@@ -281,7 +281,7 @@ def test_the_run_ends_without_stopping_a_job_that_took_its_name(platform_env, cl
     stops = []
     monkeypatch.setattr(handler, "look_up_training_job", lambda name, region=None: (other, ""))
     monkeypatch.setattr(handler, "stop_training_job", lambda name: stops.append(name) or "")
-    assert handler.stop_jobs_left_running(run) == ([], [])
+    assert handler.stop_jobs_left_running(run) == ([], [], [])
     assert stops == [] and run.current.status == "NotCreated"
     # Decide does not wait on it either: the run retries under a fresh name.
     decided = roundtrip(handler.decide({**state, "failure": {
