@@ -100,7 +100,7 @@ def collect_runs(aws: Aws, machine: str, limit: int = DEFAULT_LIMIT) -> list[Run
     for item, state, summary, document in sorted(_execution_runs(aws, machine, limit),
                                                  key=lambda x: x[0]["startDate"]):
         run = RunState.from_dict(state)
-        view = runs.setdefault(run.run_id, RunView(run.run_id, run.request["name"], run.checkpoint_s3_uri,
+        view = runs.setdefault(run.run_id, RunView(run.run_id, run.name, run.checkpoint_s3_uri,
                                                    run.started_epoch))
         attempts = [Attempt(**a) for a in summary["attempts"]] if summary else run.attempts
         view.attempts.extend(attempts)

@@ -4,11 +4,17 @@ Each takes the state object and returns the next one; the platform's settings ar
 environment variable PLATFORM_SETTINGS. Standard library plus boto3 (the Python runtime's own, imported
 only where the handlers call SageMaker), so the function's code is just the `jobs/` folder.
 
-    prepare   {"request", "execution": {"name", "start_time"}} -> {"run", "create"}
+    prepare   {"request", "execution": {"name", "start_time"}} -> {"run", "launch": {"create"}}
               (a request with `resume_run` lists and describes the run's earlier jobs first: jobs.resume)
-    decide    {"run", "create", "failure": {"Error", "Cause"}}  -> {"run", "create", "decision"}
-                                       (watch: also "failure", to look again; succeed: also "job")
-    summarize {"run", "create", "job"? | "decision"?}           -> {"succeeded", "subject", "message", "summary"}
+    decide    {"request", "run", "failure": {"Error", "Cause"?}} -> {"run", "decision", "launch"?}
+              (retry: "launch": {"create"}; watch: "launch": the failure again, to look again;
+               succeed: "launch": {"job"})
+    summarize {"run", "launch"?: {"job"}, "decision"?}          -> {"succeeded", "subject", "message", "summary"}
+
+The request is the execution's input: Prepare and Decide get it from the state machine, it is not in the
+state (jobs.state_size). An execution keeps the definition it started with while it calls the functions' newest
+code, so the handlers also answer the definition before (STATE_SHAPE 1: run.request, "create", "job",
+"failure"), for executions started before a deploy that reach these functions after it.
 """
 
 from __future__ import annotations
@@ -43,6 +49,12 @@ log.setLevel(logging.INFO)
 
 # Tests replace the clock; the handlers never sleep (the state machine's Wait state does).
 clock = time.time
+
+# The state's shape the state machine's definition moves (its Prepare sends it as `state_shape`): 2, the request
+# read from the execution's input and the attempt under `launch`; 1 (or none), the definition before, which
+# carried the request in the run state and the attempt under `create`, `job` and `failure`. Remove 1 with
+# jobs.run._LEGACY_RUN_ID.
+STATE_SHAPE = 2
 
 
 def platform_settings() -> PlatformSettings:
@@ -82,7 +94,9 @@ def prepare(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     if problem := state_size_problem(document, run.to_dict(), create, request.retry.max_attempts):
         raise RequestInvalid([problem])
     log.info("run %s: attempt %s is %s on %s", run_id, attempt, create["TrainingJobName"], run.instance_type)
-    return {"run": run.to_dict(), "create": create}
+    if event.get("state_shape", 1) < STATE_SHAPE:
+        return {"run": {**run.to_dict(), "request": request.to_dict()}, "create": create}
+    return {"run": run.to_dict(), "launch": {"create": create}}
 
 
 def _continue_run(run: RunState, request, platform: PlatformSettings) -> float | None:
@@ -110,54 +124,80 @@ def jobs_of_run(run: RunState, region: str | None = None) -> list[dict[str, Any]
 
 def decide(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     """Decide what follows a failed Launch: wait on the attempt's job if it still runs, else classify the failed
-    attempt and either render the next attempt or give up.
+    attempt and either render the next attempt or give up."""
+    if "create" in event:
+        return _legacy_decide(event)
+    run = RunState.from_dict(event["run"])
+    return _decide(parse_request(event["request"]), run, event.get("failure") or {})
 
-    A launch error is not proof that no job runs: CreateTrainingJob can answer 5xx after creating the job, a
+
+def _legacy_decide(event: dict[str, Any]) -> dict[str, Any]:
+    """Decide for an execution on the definition of STATE_SHAPE 1: it sends {"run" (with "request"), "create",
+    "failure"} and reads back {"run", "create", "decision", "failure"?, "job"?}, and its SummarizeFailed state
+    reads $.run.request.name."""
+    request_document, create = event["run"]["request"], event["create"]
+    run = RunState.from_dict(event["run"])
+    current = run.current
+    for name, value in runs.launched_as(create).items():
+        setattr(current, name, value)
+    out = _decide(parse_request(request_document), run, event.get("failure") or {})
+    launch = out.get("launch") or {}
+    legacy = {"run": {**out["run"], "request": request_document}, "create": launch.get("create", create),
+              "decision": out["decision"]}
+    if "job" in launch:
+        legacy["job"] = launch["job"]
+    elif launch:
+        legacy["failure"] = launch
+    return legacy
+
+
+def _decide(request, run: RunState, failure_event: dict[str, Any]) -> dict[str, Any]:
+    """A launch error is not proof that no job runs: CreateTrainingJob can answer 5xx after creating the job, a
     throttled poll fails the `.sync` task while the job trains, and a resent create meets the attempt's own
     name in use (ResourceInUse). So unless the Cause is the description of an ended job, the job is looked up
-    by its name first, and no new attempt starts while it runs (or while nobody can tell).
+    by its name first, and no new attempt starts while it runs (or while nobody can tell). The state machine
+    leaves an ended job's description out of the Cause (it is as large as the request): it is looked up too.
     """
     platform = platform_settings()
-    run, create = RunState.from_dict(event["run"]), event["create"]
-    failure_event = event.get("failure") or {}
-    request = parse_request(run.request)
     now = clock()
+    current = run.current
     job = ended_job_in(failure_event)
     squatter = None  # a job under the attempt's name that is not the run's
     if job is None:
-        job, error = look_up_training_job(create["TrainingJobName"], platform.region)
+        job, error = look_up_training_job(current.job_name, platform.region)
         if job is not None and not runs.is_ours(run, job):
             squatter, job = job, None
         runs.note_lookup(run, error)
         if job is not None:
             runs.observe(run, job)
         if error or job is not None and job.get("TrainingJobStatus") in runs.RUNNING:
-            return _watch(request, run, create, failure_event, error)
+            return _watch(request, run, failure_event, error)
         if job is not None and job.get("TrainingJobStatus") == "Completed":
             runs.finish_attempt(run, now=now, job=job)
             decision = succeeded(run)
             log.info("run %s attempt %s: %s", run.run_id, run.attempt, decision.reason)
-            return {"run": run.to_dict(), "create": create, "job": job, "decision": decision.to_event()}
+            return {"run": run.to_dict(), "launch": {"job": job}, "decision": decision.to_event()}
     failure = name_taken(run, squatter) if squatter is not None else classify_launch(failure_event, job)
     runs.finish_attempt(run, now=now, job=job, failure=failure)
-    if failure.category is Category.INTERRUPTION and create["ResourceConfig"].get("TrainingPlanArn") \
+    if failure.category is Category.INTERRUPTION and current.training_plan \
             and request.training_plan not in run.plans_ended:
         # SageMaker stopped a job on a training plan: most likely the plan ended. Its ARN would be refused now.
         run.plans_ended.append(request.training_plan)
     decision = decide_next(request, run, failure, now)
     log.info("run %s attempt %s: %s -> %s", run.run_id, run.attempt, failure.category, decision.reason)
-    if decision.action is Action.RETRY:
-        attempt = run.attempt + 1
-        create = render_create_training_job(request, platform, run_id=run.run_id, attempt=attempt,
-                                            instance_type=decision.instance_type, spot=decision.spot,
-                                            infra_check=decision.infra_check if decision.infra_check is not None
-                                            else create["InfraCheckConfig"]["EnableInfraCheck"],
-                                            starts_at=now + decision.wait_seconds,
-                                            measured_stall_s=measured_save_seconds(run.attempts),
-                                            plans_ended=run.plans_ended)
-        run.waited_seconds += decision.wait_seconds
-        runs.start_attempt(run, create, attempt=attempt, now=now + decision.wait_seconds)
-    return {"run": run.to_dict(), "create": create, "decision": decision.to_event()}
+    if decision.action is not Action.RETRY:
+        return {"run": run.to_dict(), "decision": decision.to_event()}
+    attempt = run.attempt + 1
+    create = render_create_training_job(request, platform, run_id=run.run_id, attempt=attempt,
+                                        instance_type=decision.instance_type, spot=decision.spot,
+                                        infra_check=decision.infra_check if decision.infra_check is not None
+                                        else current.infra_check,
+                                        starts_at=now + decision.wait_seconds,
+                                        measured_stall_s=measured_save_seconds(run.attempts),
+                                        plans_ended=run.plans_ended)
+    run.waited_seconds += decision.wait_seconds
+    runs.start_attempt(run, create, attempt=attempt, now=now + decision.wait_seconds)
+    return {"run": run.to_dict(), "launch": {"create": create}, "decision": decision.to_event()}
 
 
 def name_taken(run: RunState, squatter: dict[str, Any]) -> Failure:
@@ -170,13 +210,10 @@ def name_taken(run: RunState, squatter: dict[str, Any]) -> Failure:
                    f"{ENV_RUN_ID} is not {run.run_id}); it was left alone", job_started=False)
 
 
-def _watch(request, run: RunState, create: dict[str, Any], failure_event: dict[str, Any],
-           error: str) -> dict[str, Any]:
+def _watch(request, run: RunState, failure_event: dict[str, Any], error: str) -> dict[str, Any]:
     """The attempt's job runs (or cannot be looked up): wait and look again; the failure travels along."""
     failure = classify_launch(failure_event, None)
-    stopping = create["StoppingCondition"]
-    decision = watch(request, run, failure, error, now=clock(),
-                     job_limit_seconds=stopping.get("MaxWaitTimeInSeconds") or stopping["MaxRuntimeInSeconds"])
+    decision = watch(request, run, failure, error, now=clock(), job_limit_seconds=run.current.limit_seconds)
     log.info("run %s attempt %s: %s", run.run_id, run.attempt, decision.reason)
     if decision.action is Action.FAIL:
         current = run.current
@@ -184,16 +221,16 @@ def _watch(request, run: RunState, create: dict[str, Any], failure_event: dict[s
         if error:
             current.status = "Unknown"  # Summarize looks once more, and stops it if it runs
         run.counts.record(failure.category)
-        return {"run": run.to_dict(), "create": create, "decision": decision.to_event()}
+        return {"run": run.to_dict(), "decision": decision.to_event()}
     run.waited_seconds += decision.wait_seconds
-    return {"run": run.to_dict(), "create": create, "failure": failure_event, "decision": decision.to_event()}
+    return {"run": run.to_dict(), "launch": failure_event, "decision": decision.to_event()}
 
 
 def summarize(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     """The execution's output and the notification's text. A job of the run that still runs is stopped first:
     a run that ends (whatever the reason) leaves nothing training on its checkpoints."""
     run = RunState.from_dict(event["run"])
-    job = event.get("job")
+    job = (event.get("launch") or {}).get("job") or event.get("job")  # "job": the definition before
     # A retried run still carries the earlier "retry" decision when its last attempt succeeds: only a
     # "fail" decision means the run failed.
     decision = event.get("decision")

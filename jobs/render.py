@@ -6,7 +6,7 @@ attempt's name can be guessed ahead (both carry random characters), and every at
 the run id (contract.container.ENV_RUN_ID): a job found under an attempt's name is the run's own only when it
 carries that marker (jobs.run.is_ours), never because of its name or its checkpoint prefix. The keys in
 CREATE_REQUEST_KEYS are present in every rendered request: the state machine maps each one explicitly
-(`"<Key>.$": "$.create.<Key>"`) and a missing path would fail the execution, so optional settings are
+(`"<Key>.$": "$.launch.create.<Key>"`) and a missing path would fail the execution, so optional settings are
 rendered in an always-present form (ProfilerConfig with DisableProfiler, Environment possibly {}) or nested
 inside an always-present object (MaxWaitTimeInSeconds in StoppingCondition, KeepAlivePeriodInSeconds and
 TrainingPlanArn in ResourceConfig).

@@ -1,11 +1,15 @@
 """The run state the state machine carries between attempts, and the summary it ends with.
 
 A run is one execution of the state machine: one request, one checkpoint prefix, one or more attempts
-(training jobs). `RunState` travels through Step Functions as plain JSON (256 KB at most), e.g.
-    {"run_id", "execution", "request", "started_at", "started_epoch", "attempt", "instance_type", "spot",
-     "checkpoint_s3_uri", "counts": {...}, "waited_seconds", "attempts": [{...}, ...], "resumed_after"}
-The handlers read it with `RunState.from_dict` and hand `to_dict()` to the next state; the state
-machine's ASL reads no key of it, but the shape is the launcher's contract with its own past executions.
+(training jobs). `RunState` travels through Step Functions as plain JSON, e.g.
+    {"run_id", "name", "execution", "started_at", "started_epoch", "attempt", "job_name", "instance_type",
+     "spot", "checkpoint_s3_uri", "counts": {...}, "waited_seconds", "attempts": [{...}, ...], "resumed_after"}
+It holds what changes as the run goes, not the request: the request is the execution's input, which the state
+machine hands to the functions that need it (`$$.Execution.Input`), so the state does not grow with it
+(jobs.state_size). The handlers read it with `RunState.from_dict` and hand `to_dict()` to the next state; the
+ASL reads `name` and `job_name`; the shape is the launcher's contract with its own past executions (and
+trainctl reads it back from their histories), so from_dict still takes the shape before `name` replaced
+`request`.
 """
 
 from __future__ import annotations
@@ -77,6 +81,11 @@ class Attempt:
     reason: str = ""
     started_at: str = ""
     ended_at: str = ""
+    # As it was launched (from its CreateTrainingJob request): its own time limit (MaxWaitTimeInSeconds with
+    # Spot, else MaxRuntimeInSeconds), the training plan it ran on, and whether SageMaker checked its instances.
+    limit_seconds: int = 0
+    training_plan: str = ""
+    infra_check: bool = False
     training_seconds: int | None = None
     billable_seconds: int | None = None
     # Work lost when the attempt ended unfinished: its newest checkpoint's age then (jobs.run_record), or,
@@ -101,11 +110,12 @@ class Attempt:
 @dataclass
 class RunState:
     run_id: str
+    name: str  # the request's
     execution: Execution
-    request: dict[str, Any]  # the parsed request's dict form (JobRequest.to_dict)
     started_at: str
     started_epoch: float
     attempt: int = 0
+    job_name: str = ""  # of the current attempt
     instance_type: str = ""  # of the current attempt
     spot: bool = False  # of the current attempt
     checkpoint_s3_uri: str = ""
@@ -123,9 +133,14 @@ class RunState:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunState:
-        """The state as an earlier handler wrote it (trusted: only the launcher writes it)."""
+        """The state as an earlier handler wrote it (trusted: only the launcher writes it), also in the shape
+        before `name` replaced the whole `request` (executions started on an earlier definition)."""
         fields = {**data, "execution": Execution(**data["execution"]), "counts": Counts(**data["counts"]),
                   "attempts": [Attempt(**a) for a in data["attempts"]]}
+        if "request" in fields:
+            fields["name"] = fields.pop("request")["name"]
+        if not fields.get("job_name") and fields["attempts"]:
+            fields["job_name"] = fields["attempts"][-1].job_name
         return cls(**fields)
 
     def to_json(self) -> str:
@@ -192,8 +207,8 @@ def new_run(request: JobRequest, *, run_id: str, execution: dict[str, Any], now:
     started = to_epoch(execution.get("start_time")) or now
     return RunState(
         run_id=run_id,
+        name=request.name,
         execution=Execution(name=execution.get("name", ""), start_time=execution.get("start_time") or iso(started)),
-        request=request.to_dict(),
         started_at=iso(started),
         started_epoch=started,
         instance_type=request.training_instance_type,
@@ -205,6 +220,7 @@ def start_attempt(run: RunState, create: dict[str, Any], *, attempt: int, now: f
     resources = create["ResourceConfig"]
     groups = resources.get("InstanceGroups", [])
     run.attempt = attempt
+    run.job_name = create["TrainingJobName"]
     run.checkpoint_s3_uri = create["CheckpointConfig"]["S3Uri"]
     run.instance_type = resources.get("InstanceType") or run.instance_type
     run.spot = create["EnableManagedSpotTraining"]
@@ -216,7 +232,17 @@ def start_attempt(run: RunState, create: dict[str, Any], *, attempt: int, now: f
         instance_count=resources.get("InstanceCount") or sum(g["InstanceCount"] for g in groups),
         spot=create["EnableManagedSpotTraining"],
         started_at=iso(now),
+        **launched_as(create),
     ))
+
+
+def launched_as(create: dict[str, Any]) -> dict[str, Any]:
+    """What an attempt's later decisions need of its CreateTrainingJob request (Attempt's fields), so that the
+    request need not travel on once the job is launched."""
+    stopping = create["StoppingCondition"]
+    return {"limit_seconds": stopping.get("MaxWaitTimeInSeconds") or stopping["MaxRuntimeInSeconds"],
+            "training_plan": create["ResourceConfig"].get("TrainingPlanArn", ""),
+            "infra_check": bool(create.get("InfraCheckConfig", {}).get("EnableInfraCheck"))}
 
 
 def finish_attempt(run: RunState, *, now: float, job: dict[str, Any] | None,

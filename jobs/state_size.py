@@ -1,15 +1,18 @@
 """How large the launcher's state grows, and the request size guard that keeps it under Step Functions' limit.
 
-A state's input or output may hold at most 256 KiB of UTF-8 (MAX_STATE_BYTES); past it the execution fails with
-States.DataLimitExceeded, which no Retry or Catch can take: no summary, no notification, the job possibly left
-running. The state carries the request more than once: in the run state (jobs.run.RunState.request), in the
-rendered CreateTrainingJob request (`create`: environment, tags, metric definitions, hyperparameters) and in the
-job's description that SageMaker echoes back (the `.sync` result, or a failed job's Cause), next to the
-decision and, at the end, the summary and its message. So the guard measures that, not the request: the run
-state and the create request as rendered for attempt 1, the description as the create request again plus what
-SageMaker adds, and room for the attempts and the end. tests/launcher/test_state_size.py runs requests at the
-limit through the synthesized state machine and checks every state's input and output against the estimate
-and the limit.
+A state's input or output, and a task's input as it is scheduled, may hold at most 256 KiB of UTF-8
+(MAX_STATE_BYTES); past it the execution fails with States.DataLimitExceeded, which no Retry or Catch can take: no
+summary, no notification, the job possibly left running. The request travels once: it is the execution's input,
+which the state machine hands to Prepare and Decide (`$$.Execution.Input`) and never puts in the state. The state
+holds the run state (small, a record per attempt) and one request-sized thing at a time, under `launch`: the
+attempt's CreateTrainingJob request (environment, tags, metric definitions, hyperparameters: the request rendered)
+until the Launch state, then the job's description SageMaker echoes back (the `.sync` result, or a failed job's
+Cause, which the state machine drops before Decide), and at the end the summary and its message beside it.
+
+So the largest state is the run state with all its attempts, plus the larger of the request (Decide's input) and
+the create request with what SageMaker adds to it, plus the end's additions. tests/launcher/test_state_size.py
+runs requests at the limit through the synthesized state machine and checks every state's input and output and
+every task's input against the estimate and the limit.
 """
 
 from __future__ import annotations
@@ -35,16 +38,19 @@ def _bytes(value: Any) -> int:
     return len(json.dumps(value, separators=(",", ":")).encode())
 
 
-def largest_state_bytes(run: dict[str, Any], create: dict[str, Any], max_attempts: int) -> int:
-    """An upper bound of the largest state of the run: the run state and the create request as rendered for
-    the first attempt, the job's description, the end's additions and `max_attempts` attempts' records."""
-    return _bytes(run) + 2 * _bytes(create) + DESCRIPTION_EXTRA + END_EXTRA + PER_ATTEMPT * max_attempts
+def largest_state_bytes(request: dict[str, Any], run: dict[str, Any], create: dict[str, Any],
+                        max_attempts: int) -> int:
+    """An upper bound of the largest state of the run: the run state as rendered for the first attempt with
+    `max_attempts` attempts' records, the larger of the request and the job's description (the create request
+    and what SageMaker adds), and the end's additions."""
+    carried = max(_bytes(request), _bytes(create) + DESCRIPTION_EXTRA)
+    return _bytes(run) + carried + END_EXTRA + PER_ATTEMPT * max_attempts
 
 
 def state_size_problem(request: dict[str, Any], run: dict[str, Any], create: dict[str, Any],
                        max_attempts: int) -> Problem | None:
     """A Problem naming the request's largest field when the run's state would pass MAX_STATE_BYTES."""
-    estimate = largest_state_bytes(run, create, max_attempts)
+    estimate = largest_state_bytes(request, run, create, max_attempts)
     if estimate <= MAX_STATE_BYTES:
         return None
     sizes = sorted(((name, _bytes(request.get(name))) for name in LARGE_FIELDS if request.get(name)),
@@ -54,5 +60,4 @@ def state_size_problem(request: dict[str, Any], run: dict[str, Any], create: dic
     return Problem(largest, (
         f"the launcher's state would reach about {estimate / 1024:.0f} KiB, over Step Functions' "
         f"{MAX_STATE_BYTES // 1024} KiB per state (an execution past it ends at once, without a summary or a "
-        f"notification): the state carries the request about three times; make the request smaller ({listed}), "
-        "or lower retry.max_attempts"))
+        f"notification): make the request smaller ({listed}), or lower retry.max_attempts"))

@@ -24,7 +24,7 @@ def summary(run: RunState, *, job: dict[str, Any] | None, decision: dict[str, An
     billable = [a.billable_seconds for a in attempts if a.billable_seconds is not None]
     return {
         "run_id": run.run_id,
-        "request_name": run.request["name"],
+        "request_name": run.name,
         "execution": run.execution.name,
         "status": "Succeeded" if succeeded else "Failed",
         "reason": "" if succeeded else (decision or {}).get("reason", "the run did not complete"),

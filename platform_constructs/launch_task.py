@@ -15,7 +15,8 @@ SYNC_EVENTS_RULE = "StepFunctionsGetEventsForSageMakerTrainingJobsRule"
 
 
 class LaunchTrainingJob(sfn.CustomState):
-    """Creates the training job described at `$.create` and waits for it to end; the result goes to `$.job`.
+    """Creates the training job described at `$.launch.create` and waits for it to end; the job's description
+    replaces the create request: `$.launch` becomes {"job": description} (the state holds one of the two).
 
     The CDK's SageMakerCreateTrainingJob task cannot send CheckpointConfig, Spot, RetryStrategy,
     InstanceGroups, TrainingPlanArn, FSx channels...: the integration is stated directly, so the CDK does
@@ -29,8 +30,9 @@ class LaunchTrainingJob(sfn.CustomState):
         super().__init__(scope, id, state_json={
             "Type": "Task",
             "Resource": f"arn:{Aws.PARTITION}:states:::sagemaker:createTrainingJob.sync",
-            "Parameters": {f"{key}.$": f"$.create.{key}" for key in CREATE_REQUEST_KEYS},
-            "ResultPath": "$.job",
+            "Parameters": {f"{key}.$": f"$.launch.create.{key}" for key in CREATE_REQUEST_KEYS},
+            "ResultSelector": {"job.$": "$"},
+            "ResultPath": "$.launch",
         })
         self.training_job_arn_pattern = training_job_arn_pattern
         self.run_id_tag_key = run_id_tag_key

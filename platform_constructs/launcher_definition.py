@@ -2,8 +2,11 @@
 
     Prepare (Lambda jobs.handler.prepare) --RequestInvalid--> ParseRequestError -> RequestInvalid (Fail)
       |
-    Launch (sagemaker:createTrainingJob.sync) --any error--> Decide (Lambda jobs.handler.decide) <------+
-      |                                                        |   (its own fault: DecideFailed)      |
+    Launch (sagemaker:createTrainingJob.sync) --any error--> FailureCause? -(an ended job's description)-+
+      |                                                        |                                    DropDescription
+      |                                                        v                                          |
+      |                                                      Decide (Lambda jobs.handler.decide) <-------+--+
+      |                                                        |   (its own fault: DecideFailed)          |
       |                        watch: WaitForJob (Wait) ------------------------------------------------+
       |                        retry: Backoff (Wait) -> NextAttempt (Pass) -> Launch
       |                        fail, succeed, DecideFailed: |
@@ -18,6 +21,13 @@ WaitForJob -> Decide loop instead of starting a second job on the same checkpoin
 Summarize (or, when Summarize itself fails, StopCurrentJob) stops the job the run left running.
 NextAttempt, the Wait states and the Choices are not Tasks and can carry no Catch: they only move paths
 that Decide always writes.
+
+The state does not grow with the request (jobs.state_size): it is {"run": the run state, "launch": ...,
+"decision"?, "result"?}, where `launch` is what the Launch state takes or gave: {"create": the attempt's
+CreateTrainingJob request}, then {"job": the job's description} or the Catch's {"Error", "Cause"}, each in the
+place of the one before. The request itself is the execution's input: Prepare and Decide read it from the
+context object (`$$.Execution.Input`), so it is never carried. A failed job's Cause is its whole description
+(as large as the request): DropDescription leaves it out before Decide, which looks the job up by name instead.
 
 Every decision (classify the failure, pick the next instance type, wait, give up) is made by the `jobs`
 package inside the Lambda functions, so the same code is unit-tested, used by `trainctl`, and executed
@@ -36,11 +46,14 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from jobs.handler import STATE_SHAPE
 from platform_constructs.launch_task import LaunchTrainingJob
 
 # A launcher function's error or timeout: tried again this many times, FUNCTION_RETRY_SECONDS apart, doubling.
 FUNCTION_RETRIES = 3
 FUNCTION_RETRY_SECONDS = 1
+# The request: the execution's input, read where it is needed rather than carried in the state.
+EXECUTION_INPUT = "$$.Execution.Input"
 
 
 class LauncherDefinition(Construct):
@@ -54,7 +67,7 @@ class LauncherDefinition(Construct):
         prepare = self._prepare()
         summarize = self._invoke("Summarize", "summarize", result_path="$.result")
         decide = self._decide(summarize)
-        launch.add_catch(decide, errors=["States.ALL"], result_path="$.failure")
+        launch.add_catch(self._without_description(decide), errors=["States.ALL"], result_path="$.launch")
         notify = self._notify_and_end(topic)
         summarize.add_catch(self._summarize_failed(notify), errors=["States.ALL"], result_path="$.summarize_error")
         self.start: sfn.IChainable = prepare.next(launch).next(summarize).next(notify)
@@ -82,7 +95,8 @@ class LauncherDefinition(Construct):
 
     def _prepare(self) -> tasks.LambdaInvoke:
         prepare = self._invoke("Prepare", "prepare", {
-            "request": sfn.JsonPath.entire_payload,
+            "state_shape": STATE_SHAPE,
+            "request": sfn.JsonPath.object_at(EXECUTION_INPUT),
             "execution": {"name": sfn.JsonPath.execution_name,
                           "start_time": sfn.JsonPath.string_at("$$.Execution.StartTime")},
         })
@@ -93,15 +107,27 @@ class LauncherDefinition(Construct):
         prepare.add_catch(parse_error.next(request_invalid), errors=["RequestInvalid"], result_path="$.error")
         return prepare
 
+    def _without_description(self, decide: sfn.IChainable) -> sfn.IChainable:
+        """The Catch's {"Error", "Cause"} on to Decide, less a Cause that is an ended job's description (JSON)."""
+        drop = sfn.Pass(self, "DropDescription", parameters={
+            "run.$": "$.run", "launch": {"Error.$": "$.launch.Error"}})
+        drop.next(decide)
+        # Two Choices, not an And: a rule on a path that is not there fails the execution, and nothing promises
+        # that an And stops at its first false rule. A Catch's Cause, when there is one, is a string.
+        described = sfn.Choice(self, "DescribedFailure").when(
+            sfn.Condition.string_matches("$.launch.Cause", "{*"), drop).otherwise(decide)
+        return sfn.Choice(self, "FailureCause").when(
+            sfn.Condition.is_present("$.launch.Cause"), described).otherwise(decide)
+
     def _decide(self, summarize: sfn.IChainable) -> tasks.LambdaInvoke:
         decide = self._invoke("Decide", "decide", {
+            "request": sfn.JsonPath.object_at(EXECUTION_INPUT),
             "run": sfn.JsonPath.object_at("$.run"),
-            "create": sfn.JsonPath.object_at("$.create"),
-            "failure": sfn.JsonPath.object_at("$.failure"),
+            "failure": sfn.JsonPath.object_at("$.launch"),
         })
         backoff = sfn.Wait(self, "Backoff", time=sfn.WaitTime.seconds_path("$.decision.wait_seconds"))
-        # Drop the last decision so that Summarize sees either `job` (success) or `decision` (failure).
-        next_attempt = sfn.Pass(self, "NextAttempt", parameters={"run.$": "$.run", "create.$": "$.create"})
+        # Drop the last decision so that Summarize sees either `launch.job` (success) or `decision` (failure).
+        next_attempt = sfn.Pass(self, "NextAttempt", parameters={"run.$": "$.run", "launch.$": "$.launch"})
         # The attempt's job still runs (or could not be looked up): look again after the wait, never relaunch.
         wait_for_job = sfn.Wait(self, "WaitForJob", time=sfn.WaitTime.seconds_path("$.decision.wait_seconds"))
         retry_or_fail = (
@@ -115,7 +141,6 @@ class LauncherDefinition(Construct):
         # A fault in the decide function itself must still end in a summary and a notification.
         decide_failed = sfn.Pass(self, "DecideFailed", parameters={
             "run.$": "$.run",
-            "create.$": "$.create",
             "decision": {
                 "action": "fail",
                 "wait_seconds": 0,
@@ -131,19 +156,18 @@ class LauncherDefinition(Construct):
         """Summarize's own fault: stop the current attempt's job here (Summarize would have), then notify."""
         stop = tasks.CallAwsService(
             self, "StopCurrentJob", service="sagemaker", action="stopTrainingJob",
-            parameters={"TrainingJobName": sfn.JsonPath.string_at("$.create.TrainingJobName")},
+            parameters={"TrainingJobName": sfn.JsonPath.string_at("$.run.job_name")},
             iam_resources=[self.launch.training_job_arn_pattern],
             result_path=sfn.JsonPath.DISCARD,
         )
         reason = ("States.Format('the summarize function failed ({}): {}; the launcher asked SageMaker to stop {} "
-                  "in case it still ran', $.summarize_error.Error, $.summarize_error.Cause, $.create.TrainingJobName)")
+                  "in case it still ran', $.summarize_error.Error, $.summarize_error.Cause, $.run.job_name)")
         failed = sfn.Pass(self, "SummarizeFailed", parameters={
             "run.$": "$.run",
-            "create.$": "$.create",
             "decision": {"action": "fail", "wait_seconds": 0, "category": "launcher_error", "reason.$": reason},
             "result": {
                 "succeeded": False,
-                "subject.$": "States.Format('Training run {} failed: launcher_error', $.run.request.name)",
+                "subject.$": "States.Format('Training run {} failed: launcher_error', $.run.name)",
                 "message.$": reason,
             },
         })

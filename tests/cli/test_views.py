@@ -41,13 +41,13 @@ def test_attempts_and_decisions_from_the_launchers_history():
                 "reason": "CapacityError: Unable to provision requested ML compute capacity"}
     events = [
         _entered("Prepare"),
-        _lambda_result({"run": {}, "create": {}}),  # prepare: no decision
+        _lambda_result({"run": {}, "launch": {"create": {}}}),  # prepare: no decision
         _entered("Launch"),
         _scheduled("mltrain-run-1234abcd-a1", "ml.p4d.24xlarge", True),
         {"type": "TaskFailed", "taskFailedEventDetails": {"resourceType": "sagemaker", "resource":
                                                           "createTrainingJob.sync", "error": "States.TaskFailed"}},
         _entered("Decide"),
-        _lambda_result({"run": {}, "create": {}, "decision": decision}),
+        _lambda_result({"run": {}, "launch": {"create": {}}, "decision": decision}),
         _entered("Backoff"),
         _entered("Launch"),
         _scheduled("mltrain-run-1234abcd-a2", "ml.p5.48xlarge", False),

@@ -62,15 +62,27 @@ def roundtrip(state: dict) -> dict:
     return json.loads(json.dumps(state))
 
 
-def failed(state, **description) -> dict:
-    job = {"TrainingJobName": state["create"]["TrainingJobName"], **description}
-    return roundtrip({**state, "failure": {"Error": "States.TaskFailed", "Cause": json.dumps(job)}})
+def after_failure(state: dict, failure: dict, request: dict = REQUEST) -> dict:
+    """Decide's input after a failed Launch, as the state machine builds it: the request (the execution's
+    input), the run state, and the Catch's {"Error", "Cause"}."""
+    return roundtrip({"request": request, "run": state["run"], "failure": failure})
+
+
+def failed(state, request: dict = REQUEST, **description) -> dict:
+    """A job that ended: its description as the Cause (Decide reads it when it is there)."""
+    job = {"TrainingJobName": state["run"]["job_name"], **description}
+    return after_failure(state, {"Error": "States.TaskFailed", "Cause": json.dumps(job)}, request)
+
+
+def completed(state, job: dict) -> dict:
+    """Summarize's input after the Launch state succeeded: the job's description in the create request's place."""
+    return roundtrip({**state, "launch": {"job": job}})
 
 
 def test_a_run_through_capacity_interruptions_on_demand_and_success(platform_env, clock):
-    state = roundtrip(handler.prepare({"request": REQUEST, "execution": EXECUTION}))
-    assert set(state) == {"run", "create"}
-    first = state["create"]
+    state = roundtrip(handler.prepare({"state_shape": handler.STATE_SHAPE, "request": REQUEST, "execution": EXECUTION}))
+    assert set(state) == {"run", "launch"}
+    first = state["launch"]["create"]
     assert_valid_create_request(first)
     assert first["TrainingJobName"].endswith("-a1") and first["ResourceConfig"]["InstanceType"] == "ml.p4d.24xlarge"
     assert state["run"]["started_at"] == "2026-11-21T08:00:00Z"
@@ -80,28 +92,28 @@ def test_a_run_through_capacity_interruptions_on_demand_and_success(platform_env
                                             FailureReason=CAPACITY), None))
     assert state["decision"] == {"action": "retry", "wait_seconds": 1, "category": "capacity",
                                  "reason": state["decision"]["reason"]}
-    assert state["create"]["ResourceConfig"]["InstanceType"] == "ml.p4de.24xlarge"
+    assert state["launch"]["create"]["ResourceConfig"]["InstanceType"] == "ml.p4de.24xlarge"
 
     for expected_spot in (True, False):
         clock(3600)
         state = roundtrip(handler.decide(failed(state, TrainingJobStatus="Stopped", SecondaryStatus="Interrupted",
                                                 TrainingTimeInSeconds=1800, BillableTimeInSeconds=600), None))
         assert state["decision"]["category"] == "spot_interruption"
-        assert state["create"]["EnableManagedSpotTraining"] is expected_spot
+        assert state["launch"]["create"]["EnableManagedSpotTraining"] is expected_spot
 
     names = [a["job_name"] for a in state["run"]["attempts"]]
     assert len(set(names)) == 4 and [n[-2:] for n in names] == ["a1", "a2", "a3", "a4"]
-    assert {state["create"]["CheckpointConfig"]["S3Uri"]} == {first["CheckpointConfig"]["S3Uri"]}
-    assert_valid_create_request(state["create"])
+    assert {state["launch"]["create"]["CheckpointConfig"]["S3Uri"]} == {first["CheckpointConfig"]["S3Uri"]}
+    assert_valid_create_request(state["launch"]["create"])
 
     clock(7200)
-    # the .sync task's output lands in $.job; the earlier "retry" decision is still in the state
-    out = roundtrip(handler.summarize({**state, "job": {
-        "TrainingJobName": state["create"]["TrainingJobName"], "TrainingJobStatus": "Completed",
+    # the .sync task's output lands in $.launch.job; the earlier "retry" decision is still in the state
+    out = roundtrip(handler.summarize(completed(state, {
+        "TrainingJobName": state["launch"]["create"]["TrainingJobName"], "TrainingJobStatus": "Completed",
         "SecondaryStatus": "Completed", "TrainingTimeInSeconds": 7000, "BillableTimeInSeconds": 7000,
         "ModelArtifacts": {"S3ModelArtifacts": "s3://out/model.tar.gz"},
         "FinalMetricDataList": [{"MetricName": "train_loss", "Value": 2.25, "Timestamp": "2026-11-21T12:00:00Z"},
-                                {"MetricName": "step", "Value": 5000.0, "Timestamp": "2026-11-21T12:00:00Z"}]}}))
+                                {"MetricName": "step", "Value": 5000.0, "Timestamp": "2026-11-21T12:00:00Z"}]})))
     assert out["succeeded"] is True
     assert len(out["subject"]) <= 100 and "succeeded (4 attempts)" in out["subject"]
     s = out["summary"]
@@ -119,7 +131,7 @@ def test_a_run_through_capacity_interruptions_on_demand_and_success(platform_env
 
 
 def test_user_error_fails_after_one_attempt(platform_env, clock):
-    state = handler.prepare({"request": REQUEST, "execution": EXECUTION})
+    state = handler.prepare({"state_shape": handler.STATE_SHAPE, "request": REQUEST, "execution": EXECUTION})
     state = roundtrip(handler.decide(failed(state, TrainingJobStatus="Failed", SecondaryStatus="Failed",
                                             FailureReason="AlgorithmError: ExecuteUserScriptError: exit code 1"), None))
     assert state["decision"]["action"] == "fail" and state["decision"]["category"] == "user_error"
@@ -131,32 +143,32 @@ def test_user_error_fails_after_one_attempt(platform_env, clock):
 
 
 def test_quota_at_create_then_success(platform_env, clock):
-    state = handler.prepare({"request": REQUEST, "execution": EXECUTION})
-    state = roundtrip(handler.decide({**state, "failure": {
+    state = handler.prepare({"state_shape": handler.STATE_SHAPE, "request": REQUEST, "execution": EXECUTION})
+    state = roundtrip(handler.decide(after_failure(state, {
         "Error": "SageMaker.ResourceLimitExceededException",
         # A limit that frees up when other jobs end: worth waiting for (a limit of 0 is not; see below).
         "Cause": "The account-level service limit 'ml.p4d.24xlarge for spot training job usage' is 2 Instances, "
-                 "with current utilization of 2 Instances and a request delta of 1 Instances."}}))
+                 "with current utilization of 2 Instances and a request delta of 1 Instances."})))
     assert state["decision"]["action"] == "retry" and state["decision"]["category"] == "quota"
     assert state["run"]["attempts"][0]["status"] == "NotCreated"
-    assert state["create"]["ResourceConfig"]["InstanceType"] == "ml.p4d.24xlarge", "quota keeps the type"
+    assert state["launch"]["create"]["ResourceConfig"]["InstanceType"] == "ml.p4d.24xlarge", "quota keeps the type"
 
 
 def test_bad_input_raises_request_invalid_naming_the_field(platform_env):
     bad = {**REQUEST, "instance": {"type": "ml.p4d.24xlarge", "count": 0}}
     with pytest.raises(RequestInvalid) as info:
-        handler.prepare({"request": bad, "execution": EXECUTION})
+        handler.prepare({"state_shape": handler.STATE_SHAPE, "request": bad, "execution": EXECUTION})
     assert str(info.value) == "instance.count: must be at least 1, got 0"
     with pytest.raises(RequestInvalid, match="request: the execution input needs"):
-        handler.prepare({"execution": EXECUTION})
+        handler.prepare({"state_shape": handler.STATE_SHAPE, "execution": EXECUTION})
     with pytest.raises(RequestInvalid, match="not allowed on this platform"):
-        handler.prepare({"request": {**REQUEST, "instance": {"type": "ml.p3.2xlarge"}}, "execution": EXECUTION})
+        handler.prepare({"state_shape": handler.STATE_SHAPE, "request": {**REQUEST, "instance": {"type": "ml.p3.2xlarge"}}, "execution": EXECUTION})
 
 
 def test_missing_platform_settings_is_a_clear_error(monkeypatch):
     monkeypatch.delenv("PLATFORM_SETTINGS", raising=False)
     with pytest.raises(RuntimeError, match="PLATFORM_SETTINGS is not set"):
-        handler.prepare({"request": REQUEST})
+        handler.prepare({"state_shape": handler.STATE_SHAPE, "request": REQUEST})
 
 
 @mock_aws
@@ -164,26 +176,26 @@ def test_decide_describes_the_job_when_the_cause_is_a_plain_message(platform_env
     monkeypatch.setenv("AWS_REGION", "us-east-1")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    state = handler.prepare({"request": REQUEST, "execution": EXECUTION})
+    state = handler.prepare({"state_shape": handler.STATE_SHAPE, "request": REQUEST, "execution": EXECUTION})
     sm = boto3.client("sagemaker", region_name="us-east-1")
-    sm.create_training_job(**state["create"])
+    sm.create_training_job(**state["launch"]["create"])
     # moto's jobs complete at once; make this one look like a Spot reclaim (reaches into moto's model).
     from moto.core import DEFAULT_ACCOUNT_ID
     from moto.sagemaker.models import sagemaker_backends
 
-    fake = sagemaker_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].training_jobs[state["create"]["TrainingJobName"]]
-    fake.environment = state["create"]["Environment"]  # SageMaker returns it; moto drops it
+    fake = sagemaker_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].training_jobs[state["launch"]["create"]["TrainingJobName"]]
+    fake.environment = state["launch"]["create"]["Environment"]  # SageMaker returns it; moto drops it
     fake.training_job_status, fake.secondary_status = "Stopped", "Interrupted"
     assert sm.describe_training_job(TrainingJobName=fake.training_job_name)["SecondaryStatus"] == "Interrupted"
 
-    state = roundtrip(handler.decide({**state, "failure": {"Error": "States.TaskFailed",
-                                                           "Cause": "Training job did not complete"}}))
+    state = roundtrip(handler.decide(after_failure(state, {"Error": "States.TaskFailed",
+                                                           "Cause": "Training job did not complete"})))
     assert state["decision"]["category"] == "spot_interruption" and state["decision"]["action"] == "retry"
     assert state["run"]["attempts"][0]["status"] == "Stopped"
 
     # a job that was never created: describe finds nothing, the message decides (internal -> retry)
-    state = roundtrip(handler.decide({**state, "failure": {"Error": "States.TaskFailed",
-                                                           "Cause": "InternalServerError: try again"}}))
+    state = roundtrip(handler.decide(after_failure(state, {"Error": "States.TaskFailed",
+                                                           "Cause": "InternalServerError: try again"})))
     assert state["decision"]["category"] == "internal"
 
 
@@ -249,8 +261,8 @@ def test_jobs_imports_nothing_of_the_project_and_only_the_standard_library():
      "retry", "internal"),
 ])
 def test_decisions_from_the_shapes_the_sync_task_produces(platform_env, clock, failure, action, category):
-    state = handler.prepare({"request": REQUEST, "execution": EXECUTION})
-    out = roundtrip(handler.decide({**state, "failure": failure}))
+    state = handler.prepare({"state_shape": handler.STATE_SHAPE, "request": REQUEST, "execution": EXECUTION})
+    out = roundtrip(handler.decide(after_failure(state, failure)))
     assert (out["decision"]["action"], out["decision"]["category"]) == (action, category)
     assert len(out["run"]["attempts"]) == (2 if action == "retry" else 1)
     summary = handler.summarize(out)
@@ -260,12 +272,12 @@ def test_decisions_from_the_shapes_the_sync_task_produces(platform_env, clock, f
 
 
 def test_attempts_exhausted_end_the_run_with_the_reason(platform_env, clock):
-    state = handler.prepare({"request": {**REQUEST, "retry": {**REQUEST["retry"], "max_attempts": 2}},
-                             "execution": EXECUTION})
+    request = {**REQUEST, "retry": {**REQUEST["retry"], "max_attempts": 2}}
+    state = handler.prepare({"state_shape": handler.STATE_SHAPE, "request": request, "execution": EXECUTION})
     capacity = {"TrainingJobStatus": "Failed", "SecondaryStatus": "Failed", "FailureReason": CAPACITY}
-    state = roundtrip(handler.decide(failed(state, **capacity)))
+    state = roundtrip(handler.decide(failed(state, request, **capacity)))
     assert state["decision"]["action"] == "retry"
-    state = roundtrip(handler.decide(failed(state, **capacity)))
+    state = roundtrip(handler.decide(failed(state, request, **capacity)))
     assert state["decision"]["action"] == "fail"
     out = handler.summarize(state)
     assert out["summary"]["reason"].startswith("attempts exhausted (2 of 2)")
@@ -274,7 +286,7 @@ def test_attempts_exhausted_end_the_run_with_the_reason(platform_env, clock):
 
 
 def test_the_run_ends_without_stopping_a_job_that_took_its_name(platform_env, clock, monkeypatch):
-    state = handler.prepare({"request": REQUEST, "execution": EXECUTION})
+    state = handler.prepare({"state_shape": handler.STATE_SHAPE, "request": REQUEST, "execution": EXECUTION})
     run = RunState.from_dict(state["run"])
     other = {"TrainingJobName": run.current.job_name, "TrainingJobStatus": "InProgress",
              "Environment": {ENV_RUN_ID: "another-run-0000000000000000"}}
@@ -284,10 +296,10 @@ def test_the_run_ends_without_stopping_a_job_that_took_its_name(platform_env, cl
     assert handler.stop_jobs_left_running(run) == ([], [], [])
     assert stops == [] and run.current.status == "NotCreated"
     # Decide does not wait on it either: the run retries under a fresh name.
-    decided = roundtrip(handler.decide({**state, "failure": {
-        "Error": "SageMaker.ResourceInUseException", "Cause": "Training job names must be unique (ResourceInUse)"}}))
+    decided = roundtrip(handler.decide(after_failure(state, {
+        "Error": "SageMaker.ResourceInUseException", "Cause": "Training job names must be unique (ResourceInUse)"})))
     assert decided["decision"]["action"] == "retry" and decided["decision"]["category"] == "internal"
-    assert decided["create"]["TrainingJobName"] != state["create"]["TrainingJobName"]
-    assert decided["create"]["Environment"][ENV_RUN_ID] == state["run"]["run_id"]
+    assert decided["launch"]["create"]["TrainingJobName"] != state["launch"]["create"]["TrainingJobName"]
+    assert decided["launch"]["create"]["Environment"][ENV_RUN_ID] == state["run"]["run_id"]
     assert decided["run"]["attempts"][0]["status"] == "NotCreated"
     assert stops == []

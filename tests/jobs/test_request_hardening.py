@@ -50,7 +50,7 @@ def prepare(monkeypatch):
 
     def run(document: dict) -> dict[str, str]:
         with pytest.raises(RequestInvalid) as info:
-            handler.prepare({"request": document, "execution": {"name": "hostile"}})
+            handler.prepare({"state_shape": handler.STATE_SHAPE, "request": document, "execution": {"name": "hostile"}})
         return {p.path: p.message for p in info.value.problems}
     return run
 
@@ -193,7 +193,7 @@ def test_names_outside_the_allow_list_are_refused_unless_the_platform_adds_them(
     found = prepare(request(environment={"MYLIB_THREADS": "4", "NCCL_DEBUG": "WARN"}))
     assert list(found) == ["environment.MYLIB_THREADS"] and "environment_patterns" in found["environment.MYLIB_THREADS"]
     monkeypatch.setenv("PLATFORM_SETTINGS", dataclasses.replace(PLATFORM, environment_patterns=["MYLIB_*"]).to_json())
-    create = handler.prepare({"request": request(environment={"MYLIB_THREADS": "4"}), "execution": {}})["create"]
+    create = handler.prepare({"state_shape": handler.STATE_SHAPE, "request": request(environment={"MYLIB_THREADS": "4"}), "execution": {}})["launch"]["create"]
     assert create["Environment"]["MYLIB_THREADS"] == "4"
 
 
@@ -229,7 +229,7 @@ BENIGN = {
 
 def test_ordinary_values_are_not_taken_for_credentials(monkeypatch):
     monkeypatch.setenv("PLATFORM_SETTINGS", PLATFORM.to_json())
-    create = handler.prepare({"request": request(environment=BENIGN), "execution": {}})["create"]
+    create = handler.prepare({"state_shape": handler.STATE_SHAPE, "request": request(environment=BENIGN), "execution": {}})["launch"]["create"]
     assert {k: create["Environment"][k] for k in BENIGN} == BENIGN
 
 
@@ -267,7 +267,7 @@ def test_images_outside_the_allowed_repositories_are_refused_naming_them(prepare
                                    "763104351884.dkr.ecr.us-east-1.amazonaws.com/huggingface-pytorch-training:2.5"])
 def test_images_from_the_allowed_repositories_run(monkeypatch, image):
     monkeypatch.setenv("PLATFORM_SETTINGS", PLATFORM.to_json())
-    create = handler.prepare({"request": request(image=image), "execution": {}})["create"]
+    create = handler.prepare({"state_shape": handler.STATE_SHAPE, "request": request(image=image), "execution": {}})["launch"]["create"]
     assert create["AlgorithmSpecification"]["TrainingImage"] == image
 
 
@@ -323,7 +323,7 @@ def accepted_requests() -> list[tuple[str, dict]]:
 @pytest.mark.parametrize(("label", "document"), accepted_requests(), ids=[n for n, _ in accepted_requests()])
 def test_every_accepted_request_reaches_the_shell_as_the_words_meant(monkeypatch, label, document):
     monkeypatch.setenv("PLATFORM_SETTINGS", PLATFORM.to_json())
-    hyperparameters = handler.prepare({"request": document, "execution": {}})["create"]["HyperParameters"]
+    hyperparameters = handler.prepare({"state_shape": handler.STATE_SHAPE, "request": document, "execution": {}})["launch"]["create"]["HyperParameters"]
     args = toolkit_words(hyperparameters)
     command = ["/opt/conda/bin/torchrun", "--nnodes", "1", "--nproc_per_node", "4", "/opt/ml/code/train.py", *args]
     assert shlex.split(" ".join(command)) == command, hyperparameters
@@ -338,7 +338,7 @@ def test_every_accepted_request_reaches_the_shell_as_the_words_meant(monkeypatch
 def test_the_fsx_path_comes_from_the_key_under_the_linked_prefix(monkeypatch, prepare):
     """The file system links s3://<bucket>/<dataset_prefix> to /<linked_path>: the key below the prefix follows."""
     monkeypatch.setenv("PLATFORM_SETTINGS", PLATFORM.to_json())
-    create = handler.prepare({"request": request(input_mode="FSx"), "execution": {}})["create"]
+    create = handler.prepare({"state_shape": handler.STATE_SHAPE, "request": request(input_mode="FSx"), "execution": {}})["launch"]["create"]
     paths = [c["DataSource"]["FileSystemDataSource"]["DirectoryPath"] for c in create["InputDataConfig"]]
     mount = SETTINGS.fsx.mount_name
     assert paths == [f"/{mount}/datasets/tokens/openwebtext/train", f"/{mount}/datasets/tokens/openwebtext/validation"]
@@ -355,7 +355,7 @@ def test_with_teams_the_path_follows_the_file_systems_link_and_reads_stay_in_the
                                fsx=dataclasses.replace(SETTINGS.fsx, linked_prefix="datasets/"))
     monkeypatch.setenv("PLATFORM_SETTINGS", team.to_json())
     own = request(input_mode="FSx", dataset=f"s3://{BUCKET}/datasets/team-a/tokens/", validation_dataset=None)
-    create = handler.prepare({"request": own, "execution": {}})["create"]
+    create = handler.prepare({"state_shape": handler.STATE_SHAPE, "request": own, "execution": {}})["launch"]["create"]
     directory = create["InputDataConfig"][0]["DataSource"]["FileSystemDataSource"]["DirectoryPath"]
     assert directory == f"/{SETTINGS.fsx.mount_name}/datasets/team-a/tokens"
     other = prepare(request(input_mode="FSx", dataset=f"s3://{BUCKET}/datasets/team-b/tokens/", validation_dataset=None))

@@ -117,7 +117,7 @@ def service_rule_problems(create: dict) -> list[str]:
 
 def _prepare(doc: dict) -> dict | None:
     try:
-        return handler.prepare({"request": doc, "execution": {"name": "fuzz"}})
+        return handler.prepare({"state_shape": handler.STATE_SHAPE, "request": doc, "execution": {"name": "fuzz"}})
     except RequestInvalid as exc:
         assert exc.problems and all(str(p) for p in exc.problems)
         return None
@@ -128,8 +128,8 @@ def test_every_example_is_accepted_unmutated(monkeypatch):
     for doc in EXAMPLES:
         state = _prepare(doc)
         assert state is not None, doc["name"]
-        assert_valid_create_request(state["create"])
-        assert service_rule_problems(state["create"]) == []
+        assert_valid_create_request(state["launch"]["create"])
+        assert service_rule_problems(state["launch"]["create"]) == []
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow,
@@ -140,7 +140,7 @@ def test_mutants_are_refused_or_render_what_the_service_accepts(doc, monkeypatch
     state = _prepare(doc)  # anything but RequestInvalid escapes and fails the test
     if state is None:
         return
-    create = state["create"]
+    create = state["launch"]["create"]
     assert_valid_create_request(create)
     assert service_rule_problems(create) == [], json.dumps(doc)[:2000]
 
@@ -171,5 +171,5 @@ def test_each_rule_names_its_field(change, field, monkeypatch):
     monkeypatch.setenv("PLATFORM_SETTINGS", PLATFORM.to_json())
     doc = {**EXAMPLES[0], **change}
     with pytest.raises(RequestInvalid) as caught:
-        handler.prepare({"request": doc, "execution": {"name": "one"}})
+        handler.prepare({"state_shape": handler.STATE_SHAPE, "request": doc, "execution": {"name": "one"}})
     assert field in {p.path for p in caught.value.problems}, str(caught.value)

@@ -12,16 +12,17 @@ from jobs.request import parse_request
 from jobs.run import Execution, RunState, is_ours
 
 T0 = 1_800_000_000.0
-KEYS = ["run_id", "execution", "request", "started_at", "started_epoch", "attempt", "instance_type", "spot",
+KEYS = ["run_id", "name", "execution", "started_at", "started_epoch", "attempt", "job_name", "instance_type", "spot",
         "checkpoint_s3_uri", "counts", "waited_seconds", "attempts", "resumed_after", "plans_ended"]
 ATTEMPT_KEYS = ["attempt", "job_name", "instance_type", "instance_count", "spot", "status", "secondary_status",
-                "category", "reason", "started_at", "ended_at", "training_seconds", "billable_seconds",
+                "category", "reason", "started_at", "ended_at", "limit_seconds", "training_plan", "infra_check",
+                "training_seconds", "billable_seconds",
                 "lost_seconds", "looks", "lookup_errors", "stopped_by_launcher", "lost_is_upper_bound",
                 "queued_seconds", "startup_seconds", "train_seconds", "checkpoint_seconds", "eval_seconds", "step",
                 "checkpoint_saves"]
 # The attempt's keys before the launcher waited on jobs left running: states of executions started then
 # must still read.
-EARLIER_ATTEMPT_KEYS = ATTEMPT_KEYS[:14]
+EARLIER_ATTEMPT_KEYS = [k for k in ATTEMPT_KEYS[:17] if k not in ("limit_seconds", "training_plan", "infra_check")]
 
 
 def started(platform) -> tuple:
@@ -34,15 +35,33 @@ def started(platform) -> tuple:
 
 
 def test_the_json_shape_is_the_state_machines(platform):
-    _, run = started(platform)
+    req, run = started(platform)
     data = json.loads(run.to_json())
     assert list(data) == KEYS
     assert data["execution"] == {"name": "e", "start_time": "2027-01-15T08:00:00Z"}
     assert data["counts"] == {"capacity": 0, "spot_interruption": 0, "internal": 0, "quota": 0, "throttling": 0,
                               "api_error_streak": 0, "interruption": 0}
     assert list(data["attempts"][0]) == ATTEMPT_KEYS
-    assert data["attempts"][0]["status"] == "InProgress" and data["request"]["strategy"] == "ddp"
+    assert data["attempts"][0]["status"] == "InProgress" and data["name"] == "gpt"
+    assert data["job_name"] == data["attempts"][0]["job_name"]
+    # What Decide needs of the attempt's CreateTrainingJob request once the request itself has moved on.
+    stopping = render_create_training_job(req, platform, run_id="gpt-1234abcd", attempt=1)["StoppingCondition"]
+    assert data["attempts"][0]["limit_seconds"] == stopping["MaxWaitTimeInSeconds"]  # Spot: the wait bounds the job
+    assert data["attempts"][0]["training_plan"] == "" and data["attempts"][0]["infra_check"] is req.infra_check
     assert RunState.from_json(run.to_json()) == run
+
+
+def test_a_state_that_carried_the_request_still_reads(platform):
+    """Executions started before the request left the run state (trainctl reads their histories; in-flight
+    ones reach the new functions): `request` becomes `name`, the current job's name comes from its attempt."""
+    req, run = started(platform)
+    data = json.loads(run.to_json())
+    del data["name"], data["job_name"]
+    data["request"] = req.to_dict()
+    for key in ("limit_seconds", "training_plan", "infra_check"):
+        del data["attempts"][0][key]
+    earlier = RunState.from_dict(data)
+    assert earlier.name == "gpt" and earlier.job_name == run.current.job_name
 
 
 def test_failures_are_counted_by_category_and_written_as_strings(platform):
@@ -84,7 +103,7 @@ def _job(marker=None, checkpoint=None) -> dict:
 
 
 def test_a_job_is_the_runs_own_only_by_its_marker():
-    run = RunState(run_id="gpt-abcdefghijklmnop", execution=Execution(), request={}, started_at="",
+    run = RunState(run_id="gpt-abcdefghijklmnop", name="gpt", execution=Execution(), started_at="",
                    started_epoch=0.0, checkpoint_s3_uri="s3://ckpt/mltrain/gpt-abcdefghijklmnop/checkpoints/")
     assert is_ours(run, _job(run.run_id))
     # The same name and checkpoint prefix prove nothing: anyone allowed to create jobs can copy them.
@@ -94,7 +113,7 @@ def test_a_job_is_the_runs_own_only_by_its_marker():
 
 
 def test_runs_started_before_the_marker_keep_the_checkpoint_rule():
-    legacy = RunState(run_id="gpt-1234abcd", execution=Execution(), request={}, started_at="", started_epoch=0.0,
+    legacy = RunState(run_id="gpt-1234abcd", name="gpt", execution=Execution(), started_at="", started_epoch=0.0,
                       checkpoint_s3_uri="s3://ckpt/mltrain/gpt-1234abcd/checkpoints/")
     assert is_ours(legacy, _job(None, legacy.checkpoint_s3_uri))
     assert not is_ours(legacy, _job(None, "s3://ckpt/mltrain/other/checkpoints/"))

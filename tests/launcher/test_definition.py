@@ -46,9 +46,10 @@ def test_launch_maps_every_create_request_key(resolved):
     launch = resolved.definition["States"]["Launch"]
     assert launch["Type"] == "Task"
     assert launch["Resource"] == "arn:aws:states:::sagemaker:createTrainingJob.sync"
-    assert launch["Parameters"] == {f"{key}.$": f"$.create.{key}" for key in CREATE_REQUEST_KEYS}
-    assert launch["ResultPath"] == "$.job"
-    assert launch["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.failure", "Next": "Decide"}]
+    assert launch["Parameters"] == {f"{key}.$": f"$.launch.create.{key}" for key in CREATE_REQUEST_KEYS}
+    # The job's description, or the failure, takes the create request's place: the state holds one of them.
+    assert launch["ResultSelector"] == {"job.$": "$"} and launch["ResultPath"] == "$.launch"
+    assert launch["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.launch", "Next": "FailureCause"}]
     assert "Retry" not in launch  # every retry decision is the decide function's
 
 
@@ -69,6 +70,18 @@ def test_states_and_transitions(resolved):
         "Next": "NextAttempt",
     }
     assert states["NextAttempt"]["Next"] == "Launch"
+    # A failed job's Cause is its description, as large as the request: left out before Decide, which gets the
+    # request from the execution's input (never from the state) and looks the job up by name.
+    assert states["FailureCause"]["Choices"] == [
+        {"Variable": "$.launch.Cause", "IsPresent": True, "Next": "DescribedFailure"}]
+    assert states["DescribedFailure"]["Choices"] == [
+        {"Variable": "$.launch.Cause", "StringMatches": "{*", "Next": "DropDescription"}]
+    assert states["FailureCause"]["Default"] == states["DescribedFailure"]["Default"] == "Decide"
+    assert states["DropDescription"] == {"Type": "Pass", "Parameters": {
+        "run.$": "$.run", "launch": {"Error.$": "$.launch.Error"}}, "Next": "Decide"}
+    assert states["Decide"]["Parameters"] == {
+        "request.$": "$$.Execution.Input", "run.$": "$.run", "failure.$": "$.launch"}
+    assert states["Prepare"]["Parameters"]["request.$"] == "$$.Execution.Input"
     assert states["Decide"]["Catch"] == [
         {"ErrorEquals": ["States.ALL"], "ResultPath": "$.decide_error", "Next": "DecideFailed"}
     ]
@@ -86,7 +99,7 @@ def test_states_and_transitions(resolved):
     ]
     stop = states["StopCurrentJob"]
     assert stop["Resource"] == "arn:aws:states:::aws-sdk:sagemaker:stopTrainingJob"
-    assert stop["Parameters"] == {"TrainingJobName.$": "$.create.TrainingJobName"}
+    assert stop["Parameters"] == {"TrainingJobName.$": "$.run.job_name"}
     assert stop["Next"] == "SummarizeFailed" and stop["Catch"][0]["Next"] == "SummarizeFailed"
     assert states["SummarizeFailed"]["Next"] == "Notify"
     assert states["Notify"]["Resource"] == "arn:aws:states:::sns:publish"

@@ -21,8 +21,7 @@ from tests.launcher import sagemaker_sync as sm
 from tests.launcher.definition import ACCOUNT, REGION
 from tests.launcher.harness import STATE_MACHINE_ROLE
 from tests.launcher.inputs import job_request
-
-SUCCESS_TAIL = ["Summarize", "Notify", "Outcome", "Summary", "Succeeded"]
+from tests.launcher.paths import SUCCESS_TAIL
 
 
 def old_digest(execution_name: str) -> str:

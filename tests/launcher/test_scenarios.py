@@ -11,11 +11,7 @@ import json
 
 from tests.launcher import sagemaker_sync as sm
 from tests.launcher.inputs import job_request
-
-SUCCESS_TAIL = ["Summarize", "Notify", "Outcome", "Summary", "Succeeded"]
-FAILURE_TAIL = ["Summarize", "Notify", "Outcome", "Failed"]
-RETRY = ["Decide", "RetryOrFail", "Backoff", "NextAttempt", "Launch"]
-GIVE_UP = ["Decide", "RetryOrFail"]
+from tests.launcher.paths import ENDED_JOB, FAILURE_TAIL, GIVE_UP, RETRY, RETRY_API, SUCCESS_TAIL
 
 
 def assert_attempts(result, instance_types: list[str], spot: list[bool]) -> None:
@@ -72,13 +68,16 @@ def test_capacity_error_then_success_on_the_fallback_type(harness):
     assert result.states_entered == ["Prepare", "Launch", *RETRY, *SUCCESS_TAIL]
     assert_attempts(result, ["ml.p4d.24xlarge", "ml.p5.48xlarge"], [False, False])
     assert_summary(result, "Succeeded")
-    # Under .sync a failed job fails the task with States.TaskFailed and the description as its Cause.
-    (failure,) = decide_failures(result)
-    assert failure["Error"] == "States.TaskFailed"
-    description = json.loads(failure["Cause"])
+    # Under .sync a failed job fails the task with States.TaskFailed and the description as its Cause; the
+    # state machine leaves the description out (it is as large as the request) and Decide looks the job up.
+    failed = [e["taskFailedEventDetails"] for e in result.events("TaskFailed")]
+    assert [f["error"] for f in failed] == ["States.TaskFailed"]
+    description = json.loads(failed[0]["cause"])
     assert description["TrainingJobName"] == result.job_names[0]
     assert description["FailureReason"].startswith("CapacityError: Unable to provision")
+    assert decide_failures(result) == [{"Error": "States.TaskFailed"}]
     assert result.output["attempts"][0]["category"] == "capacity"
+    assert result.output["attempts"][0]["reason"].startswith("capacity shortage: CapacityError: Unable to provision")
 
 
 def test_spot_interruption_then_resume(harness):
@@ -127,7 +126,7 @@ def test_resource_limit_exceeded_then_success(harness):
         job_request(), [sm.resource_limit_exceeded(), sm.completed()], name="quota-then-success"
     )
     assert result.status == "SUCCEEDED", (result.error, result.cause)
-    assert result.states_entered == ["Prepare", "Launch", *RETRY, *SUCCESS_TAIL]
+    assert result.states_entered == ["Prepare", "Launch", *RETRY_API, *SUCCESS_TAIL]
     assert_attempts(result, ["ml.p4d.24xlarge"] * 2, [False, False])
     (failure,) = decide_failures(result)
     assert failure["Error"] == "SageMaker.ResourceLimitExceededException"
@@ -141,7 +140,7 @@ def test_throttling_then_success_waits_in_the_backoff_state(harness):
     request = job_request(retry={"api_error_wait_seconds": 1, "api_error_wait_max_seconds": 1})
     result = harness.run(request, [sm.throttled(), sm.completed()], name="throttled-then-success")
     assert result.status == "SUCCEEDED", (result.error, result.cause)
-    assert result.states_entered == ["Prepare", "Launch", *RETRY, *SUCCESS_TAIL]
+    assert result.states_entered == ["Prepare", "Launch", *RETRY_API, *SUCCESS_TAIL]
     (failure,) = decide_failures(result)
     assert failure["Error"] == "SageMaker.AmazonSageMakerException"
     assert "Error Code: ThrottlingException" in failure["Cause"]
@@ -215,7 +214,7 @@ def test_a_fault_in_the_decide_function_still_ends_with_a_summary(harness, monke
     monkeypatch.setattr("jobs.handler.decide", broken_decide)
     result = harness.run(job_request(), [sm.capacity_error()], name="decide-fault")
     assert result.status == "FAILED"
-    assert result.states_entered == ["Prepare", "Launch", "Decide", "DecideFailed", *FAILURE_TAIL]
+    assert result.states_entered == ["Prepare", "Launch", *ENDED_JOB, "Decide", "DecideFailed", *FAILURE_TAIL]
     assert result.error == "launcher_error"
     assert "the decide function failed (KeyError)" in result.cause
     assert_summary(result, "Failed")

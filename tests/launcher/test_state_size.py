@@ -1,53 +1,74 @@
-"""The request size guard at its limit, through the synthesized state machine: the largest request Prepare
-accepts runs through a Spot interruption and a service fault to completion with every state's input and output
-under Step Functions' 256 KiB (moto does not enforce the limit: the history's events are measured here) and
-under the guard's estimate; one a little larger is refused in Prepare naming the field to shrink.
+"""The launcher's state at its largest, through the synthesized state machine.
+
+The request travels once (the execution's input, read by Prepare and Decide from the context object), and the
+state holds one request-sized thing at a time (jobs.state_size), so the largest request the request rules accept
+(every large field at its limit, retry.max_attempts at its maximum) stays well under Step Functions' 256 KiB per
+state: here it runs through every attempt it may have, each state's input and output and each task's input
+measured (moto does not enforce the limit: the history's events are), against the guard's estimate and the
+limit. The guard stays as the net for a rule that changes: with the limit lowered it refuses in Prepare, naming
+the field to shrink.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
 
 from contract.errors import RequestInvalid
-from jobs import handler
-from jobs.api_limits import MAX_STATE_BYTES
+from contract.metrics import MAX_METRIC_DEFINITIONS, MAX_REGEX_LENGTH, METRIC_NAMES
+from jobs import handler, state_size
+from jobs.api_limits import MAX_ENVIRONMENT, MAX_ENVIRONMENT_TEXT, MAX_METRIC_NAME, MAX_STATE_BYTES
+from jobs.request_schema import JobRequest, RetryPolicy
 from jobs.state_size import largest_state_bytes
 from tests.launcher import sagemaker_sync as sm
 from tests.launcher.inputs import job_request
+from tests.launcher.paths import RETRY, SUCCESS_TAIL
 
-ATTEMPTS = 3
-
-
-def big_request(value_length: int) -> dict:
-    """Every large field filled as the request rules allow: 97 variables, 45 tags, 20 metric definitions."""
-    environment = {f"NCCL_X{i:03d}" + "Y" * 40: "a" * value_length for i in range(97)}
-    tags = {f"k{i:02d}" + "t" * 120: "v" * 256 for i in range(45)}
-    metrics = [{"name": f"m{i:02d}" + "n" * 200, "regex": "m=(" + "[0-9]" * 95 + ")"} for i in range(20)]
-    return job_request(spot=True, environment=environment, tags=tags, metrics=metrics,
-                       retry={"max_attempts": ATTEMPTS})
+MAX_ATTEMPTS = next(f.metadata["max"] for f in RetryPolicy.__dataclass_fields__.values() if f.name == "max_attempts")
+MAX_TAGS = next(f.metadata["max"] for f in JobRequest.__dataclass_fields__.values() if f.name == "tags")
+MAX_METRICS = MAX_METRIC_DEFINITIONS - len(METRIC_NAMES)
+TAG_KEY, TAG_VALUE = 128, 256  # jobs.request_fields.check_tags
 
 
-def accepted(request: dict) -> bool:
+def largest_request(*, variables=MAX_ENVIRONMENT, name_length=MAX_ENVIRONMENT_TEXT, value_length=MAX_ENVIRONMENT_TEXT,
+                    tags=MAX_TAGS, tag_key=TAG_KEY, tag_value=TAG_VALUE, metrics=MAX_METRICS,
+                    metric_name=MAX_METRIC_NAME, regex_length=MAX_REGEX_LENGTH, attempts=MAX_ATTEMPTS) -> dict:
+    """Every large field at what the request rules allow (one more of any is refused: tested below); Spot
+    interruptions retried at once, on Spot, as often as the attempts allow."""
+    prefix = "NCCL_X"  # an allowed variable family
+    environment = {f"{prefix}{i:03d}".ljust(name_length, "Y"): "a" * value_length for i in range(variables)}
+    tag_map = {f"k{i:02d}".ljust(tag_key, "t"): "v" * tag_value for i in range(tags)}
+    regex = "m=(" + "[0-9]" * ((regex_length - 4) // 5) + ")"
+    regex = regex[:-1].ljust(regex_length - 1, "x") + ")"
+    metric_list = [{"name": f"m{i:02d}".ljust(metric_name, "n"), "regex": regex} for i in range(metrics)]
+    return job_request(spot=True, environment=environment, tags=tag_map, metrics=metric_list,
+                       retry={"max_attempts": attempts, "interruptions_before_on_demand": None,
+                              "interruption_wait_seconds": 0})
+
+
+def refused(request: dict) -> bool:
     try:
-        handler.prepare({"request": request, "execution": {"name": "size-check"}})
+        handler.prepare({"state_shape": handler.STATE_SHAPE, "request": request, "execution": {"name": "size-check"}})
     except RequestInvalid:
-        return False
-    return True
+        return True
+    return False
 
 
-@pytest.fixture(scope="module")
-def at_the_limit(platform_settings) -> tuple[int, dict]:
-    """The longest environment value (and its request) the guard accepts, by bisection on Prepare itself."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PLATFORM_SETTINGS", json.dumps(platform_settings))
-        low, high = 0, 512
-        assert accepted(big_request(low)) and not accepted(big_request(high))
-        while high - low > 1:
-            middle = (low + high) // 2
-            low, high = (middle, high) if accepted(big_request(middle)) else (low, middle)
-    return low, big_request(low)
+@pytest.fixture
+def settings(monkeypatch, platform_settings):
+    monkeypatch.setenv("PLATFORM_SETTINGS", json.dumps(platform_settings))
+
+
+def test_the_largest_request_is_the_largest_the_rules_accept(settings):
+    assert not refused(largest_request())
+    one_more = {"variables": MAX_ENVIRONMENT + 1, "name_length": MAX_ENVIRONMENT_TEXT + 1,
+                "value_length": MAX_ENVIRONMENT_TEXT + 1, "tags": MAX_TAGS + 1, "tag_key": TAG_KEY + 1,
+                "tag_value": TAG_VALUE + 1, "metrics": MAX_METRICS + 1, "metric_name": MAX_METRIC_NAME + 1,
+                "regex_length": MAX_REGEX_LENGTH + 1, "attempts": MAX_ATTEMPTS + 1}
+    accepted = [name for name, value in one_more.items() if not refused(largest_request(**{name: value}))]
+    assert accepted == [], f"one more of these is still accepted, so the test's request is not the largest: {accepted}"
 
 
 def state_sizes(result) -> list[int]:
@@ -60,25 +81,36 @@ def state_sizes(result) -> list[int]:
     return sizes
 
 
-def test_a_request_at_the_guards_limit_runs_to_the_end_under_the_state_limit(harness, at_the_limit):
-    length, request = at_the_limit
-    assert length > 100  # the guard leaves the large fields real room
-    result = harness.run(request, [sm.spot_interrupted(), sm.internal_error(), sm.completed()],
-                         name="state-size-at-the-limit", timeout=90)
+def test_the_largest_request_runs_every_attempt_under_the_state_limit(harness):
+    request = largest_request()
+    outcomes = [sm.spot_interrupted()] * (MAX_ATTEMPTS - 1) + [sm.completed()]
+    result = harness.run(request, outcomes, name="state-size-largest", timeout=240)
     assert result.status == "SUCCEEDED", (result.error, result.cause)
-    assert len(result.create_calls) == ATTEMPTS
-    ((subject, _),) = result.notifications
-    assert "succeeded" in subject
-    prepared = result.lambda_calls[1][1]  # Decide's first input: the run state and create request Prepare rendered
-    estimate = largest_state_bytes(prepared["run"], prepared["create"], ATTEMPTS)
+    assert len(result.create_calls) == MAX_ATTEMPTS
+    assert result.states_entered == ["Prepare", "Launch", *RETRY * (MAX_ATTEMPTS - 1), *SUCCESS_TAIL]
+    ((subject, message),) = result.notifications
+    assert "succeeded" in subject and f"({MAX_ATTEMPTS} attempts)" in subject
+    prepared = result.lambda_calls[0]
+    run = handler.prepare(prepared[1])["run"]
+    estimate = largest_state_bytes(request, run, result.create_calls[0], MAX_ATTEMPTS)
     largest = max(state_sizes(result))
-    print(f"environment values of {length} characters: request {len(json.dumps(request))} B, largest state "
-          f"{largest} B, estimate {estimate} B, limit {MAX_STATE_BYTES} B")
+    request_bytes = len(json.dumps(request).encode())
+    print(f"largest request {request_bytes} B, {MAX_ATTEMPTS} attempts: largest state {largest} B "
+          f"({largest / request_bytes:.2f} x the request), estimate {estimate} B, limit {MAX_STATE_BYTES} B")
     assert largest <= estimate <= MAX_STATE_BYTES
+    # What changes is carried, not the request again: the largest state is the request once plus the run's record.
+    assert largest < 2 * request_bytes
 
 
-def test_a_little_more_is_refused_in_prepare_naming_the_field(harness, at_the_limit):
-    length, _ = at_the_limit
-    result = harness.run(big_request(length + 1), [], name="state-size-over")
-    assert result.status == "FAILED" and result.error == "RequestInvalid" and result.create_calls == []
-    assert "environment:" in result.cause and "256 KiB per state" in result.cause
+def test_the_guard_refuses_past_the_limit_naming_the_field(settings, monkeypatch):
+    monkeypatch.setattr(handler, "clock", lambda: 1_795_248_000.0)  # the run state's times: the same length twice
+    request = largest_request(attempts=3)
+    run = handler.prepare({"state_shape": handler.STATE_SHAPE, "request": request, "execution": {}})
+    estimate = largest_state_bytes(request, run["run"], run["launch"]["create"], 3)
+    monkeypatch.setattr(state_size, "MAX_STATE_BYTES", estimate - 1)
+    with pytest.raises(RequestInvalid) as refusal:
+        handler.prepare({"state_shape": handler.STATE_SHAPE, "request": request, "execution": {}})
+    (problem,) = refusal.value.problems
+    assert problem.path == "environment" and "per state" in problem.message
+    monkeypatch.setattr(state_size, "MAX_STATE_BYTES", estimate)
+    handler.prepare({"state_shape": handler.STATE_SHAPE, "request": copy.deepcopy(request), "execution": {}})
