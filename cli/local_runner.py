@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import time
@@ -26,8 +27,12 @@ def data_channels(data: Path | None) -> dict[str, Path] | None:
     """--data DIR: DIR/train and DIR/validation when DIR has a train folder, else DIR itself as train."""
     if data is None:
         return None
+    if data.exists() and not data.is_dir():
+        raise UserError(f"--data {data}: is a file; --data takes a folder (the dataset's shards and meta.json, or "
+                        "its train and validation folders)", f"pass the folder that holds it: --data {data.parent}")
     if not data.is_dir():
-        raise UserError(f"--data {data}: no such directory")
+        raise UserError(f"--data {data}: no such directory",
+                        "create it (python -m training.prepare --out DIR), or pass an existing folder")
     if (data / "train").is_dir():
         channels = {"train": data / "train"}
         if (data / "validation").is_dir():
@@ -44,6 +49,17 @@ def request_channels(create: dict[str, Any]) -> dict[str, Path] | None:
         if uri.startswith("file://"):
             channels[channel["ChannelName"]] = Path(uri.removeprefix("file://")).expanduser()
     return channels or None
+
+
+def with_local_data(loaded: LoadedRequest, channels: dict[str, Path] | None) -> LoadedRequest:
+    """--data's folders in place of the request's datasets, before the request is checked: a dataset this machine
+    cannot read (fsx:, or s3:// through FSx) must not refuse a run that reads the local copy instead."""
+    if not channels:
+        return loaded
+    changes: dict[str, Any] = {"dataset": channels["train"].resolve().as_uri(), "input_mode": None}
+    if "validation" in channels:
+        changes["validation_dataset"] = channels["validation"].resolve().as_uri()
+    return dataclasses.replace(loaded, request=dataclasses.replace(loaded.request, **changes))
 
 
 def render_for_local(loaded: LoadedRequest) -> dict[str, Any]:
@@ -64,7 +80,8 @@ def run_request_locally(loaded: LoadedRequest, *, workdir: Path | None, nproc: i
                         run_local: Callable[..., int] | None = None) -> int:
     """Render, then run. `run_local` defaults to cli.local.run_local (imported here, not at the top: it
     brings torch, which the other commands do not need)."""
-    create = render_for_local(loaded)
+    given = data_channels(data)
+    create = render_for_local(with_local_data(loaded, given))
     values = {canonical_name(k): json.loads(v) for k, v in (create.get("HyperParameters") or {}).items()}
     if values.get("strategy") == "single":
         if nproc is not None and nproc > 1:
@@ -77,7 +94,7 @@ def run_request_locally(loaded: LoadedRequest, *, workdir: Path | None, nproc: i
         processes = nproc or default_nproc()
     _check_parallelism(loaded, values, processes)
     _check_batch(values, processes)
-    channels = data_channels(data) or request_channels(create)
+    channels = given or request_channels(create)
     for name, path in (channels or {}).items():
         if not path.is_dir():
             raise UserError(f"the {name} data folder {path} does not exist",

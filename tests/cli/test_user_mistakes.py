@@ -4,6 +4,7 @@ traceback: each test below reproduces a report that used to end in one."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from tests.cli.conftest import DATA, run
 
@@ -20,3 +21,54 @@ def test_a_request_file_with_a_byte_order_mark_is_read(platform_file, tmp_path):
     result = run("render", request, "--platform", platform_file)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["TrainingJobName"]
+
+
+# ---- trainctl local: its data ---------------------------------------------------------------------------
+
+
+def _local_request(tmp_path, **changes) -> Path:
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps({**json.loads((DATA / "local-tiny.json").read_text()), **changes}))
+    return path
+
+
+class FakeRunLocal:
+    """Stands in for cli.local.run_local: what trainctl hands over, no process started."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[dict, dict]] = []
+
+    def __call__(self, create: dict, **kwargs) -> int:
+        self.calls.append((create, kwargs))
+        return 0
+
+
+def test_data_that_is_a_file_says_a_folder_is_needed(tmp_path):
+    shard = tmp_path / "shard-00000.bin"
+    shard.write_bytes(b"\0\0")
+    result = run("local", _local_request(tmp_path), "--data", shard, "--workdir", tmp_path / "w")
+    _no_traceback(result)
+    assert f"--data {shard}: is a file; --data takes a folder" in result.stderr
+    assert f"--data {tmp_path}" in result.stderr  # the fix: the folder that holds it
+    assert "no such directory" not in result.stderr
+
+
+def test_an_fsx_dataset_locally_suggests_a_local_folder_and_runs_with_one(tmp_path, monkeypatch):
+    """It suggested an s3:// dataset, which `local` refuses too; and --data did not get past the FSx check."""
+    request = _local_request(tmp_path, dataset="fsx:/datasets/c4/train", validation_dataset="fsx:/datasets/c4/val")
+    refused = run("local", request, "--workdir", tmp_path / "w")
+    _no_traceback(refused)
+    assert "dataset: `trainctl local` cannot mount FSx for Lustre: pass a local copy of the data with --data DIR" \
+        in refused.stderr
+    assert "s3://" not in refused.stderr
+
+    for split in ("train", "validation"):
+        (tmp_path / "copy" / split).mkdir(parents=True)
+    fake = FakeRunLocal()
+    monkeypatch.setattr("cli.local.run_local", fake)
+    result = run("local", request, "--data", tmp_path / "copy", "--nproc", "1", "--workdir", tmp_path / "w")
+    assert result.exit_code == 0, result.output
+    create, kwargs = fake.calls[0]
+    assert kwargs["data_dirs"] == {"train": tmp_path / "copy" / "train", "validation": tmp_path / "copy" / "validation"}
+    assert [c["DataSource"]["S3DataSource"]["S3Uri"] for c in create["InputDataConfig"]] == [
+        (tmp_path / "copy" / split).as_uri() for split in ("train", "validation")]
