@@ -72,6 +72,10 @@ def show_plan(request: Path, platform: Path | None, aws: Aws, *, as_json: bool =
     from cli.plan_view import draw_chart, plan_json, print_plan, print_sizing, sizing_result
     from cli.prices import resolve_prices
 
+    if chart is not None:
+        from cli.charts import check_chart_option
+
+        check_chart_option(chart)  # before any work: matplotlib refuses a bad name only at the end, with a traceback
     loaded, settings = _loaded_for_platform(request, platform, aws)
     create = render_for_platform(loaded, settings, attempt=1, run_id=None,
                                  instance_type=None, on_demand=False)

@@ -72,3 +72,19 @@ def test_an_fsx_dataset_locally_suggests_a_local_folder_and_runs_with_one(tmp_pa
     assert kwargs["data_dirs"] == {"train": tmp_path / "copy" / "train", "validation": tmp_path / "copy" / "validation"}
     assert [c["DataSource"]["S3DataSource"]["S3Uri"] for c in create["InputDataConfig"]] == [
         (tmp_path / "copy" / split).as_uri() for split in ("train", "validation")]
+
+
+# ---- --chart ---------------------------------------------------------------------------------------------
+
+
+def test_plan_chart_in_a_folder_that_cannot_be_made_or_of_another_format(platform_file, tmp_path):
+    """matplotlib refused both after the plan was computed, as tracebacks (FileNotFoundError, ValueError)."""
+    (tmp_path / "notes").write_text("")
+    for chart, message, fix in [
+        (tmp_path / "notes" / "dir" / "x.png", f"--chart {tmp_path / 'notes' / 'dir' / 'x.png'}: "
+                                               f"{tmp_path / 'notes'} is a file, not a folder", "e.g. --chart "),
+        (Path("out.txt"), "--chart out.txt: the file name must end in .png, .svg, .pdf", "e.g. --chart out.png"),
+    ]:
+        result = run("plan", DATA / "ddp.json", "--platform", platform_file, "--prices", "none", "--chart", chart)
+        _no_traceback(result)
+        assert message in result.stderr and fix in result.stderr
