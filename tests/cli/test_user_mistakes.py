@@ -88,3 +88,16 @@ def test_plan_chart_in_a_folder_that_cannot_be_made_or_of_another_format(platfor
         result = run("plan", DATA / "ddp.json", "--platform", platform_file, "--prices", "none", "--chart", chart)
         _no_traceback(result)
         assert message in result.stderr and fix in result.stderr
+
+
+# ---- render --instance-type --------------------------------------------------------------------------------
+
+
+def test_render_on_an_instance_type_the_strategy_cannot_use(platform_file):
+    """An smp request rendered for a CPU type: the renderer looked up a CPU SMP image, KeyError: 'cpu'."""
+    result = run("render", DATA / "smp.json", "--platform", platform_file, "--instance-type", "ml.m5.xlarge")
+    _no_traceback(result)
+    assert "--instance-type ml.m5.xlarge: the request cannot run on it" in result.stderr
+    assert "smp needs NVIDIA GPU instances" in result.stderr
+    assert "pick a type the request runs on, e.g. its own: " in result.stderr
+    assert result.stdout == ""
