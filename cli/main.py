@@ -41,6 +41,7 @@ from cli.options import (
     RunsLimitOpt,
     StateMachineOpt,
     WaitOpt,
+    flag,
 )
 from contract.container import LOG_GROUP
 
@@ -61,7 +62,7 @@ app = typer.Typer(
 @user_errors
 def plan_command(
     request: RequestArg, platform: PlatformOpt = None, prefix: PrefixOpt = DEFAULT_PREFIX, region: RegionOpt = None,
-    as_json: Annotated[bool, typer.Option(
+    as_json: Annotated[bool, flag(
         "--json", help="Print the sizing as JSON: recommendation, candidates, warnings.")] = False,
     chart: Annotated[Path | None, typer.Option(
         "--chart", metavar="FILE.png", help="Draw hours and cost against GPU count (needs matplotlib).")] = None,
@@ -84,7 +85,7 @@ def render_command(
     platform: PlatformOpt = None,
     instance_type: Annotated[str | None, typer.Option(
         "--instance-type", metavar="TYPE", help="Render for this instance type (e.g. a fallback).")] = None,
-    on_demand: Annotated[bool, typer.Option("--on-demand", help="Render without Spot.")] = False,
+    on_demand: Annotated[bool, flag("--on-demand", help="Render without Spot.")] = False,
     run_id: Annotated[str | None, typer.Option(
         "--run-id", help="Run id: it names the job and the checkpoint prefix. Default: a stand-in, "
                          "<request name>-0000000000000000, the same on every call.")] = None,
@@ -167,7 +168,7 @@ def resume_command(
 @user_errors
 def status_command(
     execution: ExecutionArg,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the execution as JSON.")] = False,
+    as_json: Annotated[bool, flag("--json", help="Print the execution as JSON.")] = False,
     chart: ChartOpt = None,
     state_machine: StateMachineOpt = None,
     prefix: PrefixOpt = DEFAULT_PREFIX,
@@ -198,7 +199,7 @@ def list_command(
 def runs_command(
     limit: RunsLimitOpt = runs.DEFAULT_LIMIT,
     prices: PricesOpt = "auto",
-    as_json: Annotated[bool, typer.Option("--json", help="Print the runs and their records as JSON.")] = False,
+    as_json: Annotated[bool, flag("--json", help="Print the runs and their records as JSON.")] = False,
     state_machine: StateMachineOpt = None,
     prefix: PrefixOpt = DEFAULT_PREFIX,
     region: RegionOpt = None,
@@ -219,7 +220,7 @@ def show_command(
                                             "time went (needs matplotlib).")] = None,
     limit: RunsLimitOpt = runs.DEFAULT_LIMIT,
     prices: PricesOpt = "auto",
-    as_json: Annotated[bool, typer.Option("--json", help="Print the run and its record as JSON.")] = False,
+    as_json: Annotated[bool, flag("--json", help="Print the run and its record as JSON.")] = False,
     state_machine: StateMachineOpt = None,
     prefix: PrefixOpt = DEFAULT_PREFIX,
     region: RegionOpt = None,
@@ -248,7 +249,7 @@ def stop_command(
 def logs_command(
     target: Annotated[str, typer.Argument(
         metavar="EXECUTION|JOB_NAME", help="An execution (name or ARN) or a training job name.")],
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines until the job ends.")]
+    follow: Annotated[bool, flag("--follow", "-f", help="Keep printing new lines until the job ends.")]
     = False,
     attempt: Annotated[int | None, typer.Option(
         "--attempt", min=1, help="For an execution: only this attempt (default: every attempt; with -f, each "

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.cli.conftest import DATA, run
 
 
@@ -101,3 +103,19 @@ def test_render_on_an_instance_type_the_strategy_cannot_use(platform_file):
     assert "smp needs NVIDIA GPU instances" in result.stderr
     assert "pick a type the request runs on, e.g. its own: " in result.stderr
     assert result.stdout == ""
+
+
+# ---- help and --version ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("command", "flags"), [
+    ("plan", ["--json"]), ("status", ["--json"]), ("runs", ["--json"]), ("show", ["--json"]),
+    ("submit", ["--wait"]), ("resume", ["--wait"]), ("logs", ["--follow"]), ("render", ["--on-demand"]),
+])
+def test_help_shows_flags_without_a_value(command, flags):
+    """Help said `--json <bool>`, and `--json true` is an error."""
+    result = run(command, "--help", env={"COLUMNS": "160"})
+    assert result.exit_code == 0, result.output
+    for name in flags:
+        line = next(line for line in result.stdout.splitlines() if f" {name} " in line)
+        assert "<bool>" not in line, line
