@@ -8,6 +8,7 @@
     trainctl status|list|stop|logs ...
     trainctl local examples/local-fsdp.json --nproc 2       # the same request, on this machine
     trainctl schema > job-request.schema.json               # the request's JSON Schema, for editors
+    trainctl --version
 
 Every problem a user can cause exits with status 2 and one message naming what to fix.
 This module only wires the commands: each one's work is a function in the module named for it.
@@ -21,7 +22,7 @@ from typing import Annotated
 
 import typer
 
-from cli import local_runner, logs, render, runs, schema, status, stop, submit
+from cli import local_runner, logs, render, runs, schema, status, stop, submit, version
 from cli.aws import DEFAULT_PREFIX, Aws
 from cli.errors import user_errors
 from cli.options import (
@@ -53,6 +54,22 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
     rich_markup_mode="rich",
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"trainctl {version.package_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True, metavar="",
+        help="Print trainctl's version and exit.")] = False,
+) -> None:
+    # The options that come before the command; each command's own are on it.
+    pass
 
 
 # ---- offline: plan, render, schema ---------------------------------------------------------------------

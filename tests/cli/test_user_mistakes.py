@@ -3,12 +3,17 @@ traceback: each test below reproduces a report that used to end in one."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
 
+from cli.version import DISTRIBUTION
 from tests.cli.conftest import DATA, run
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _no_traceback(result) -> None:
@@ -119,3 +124,16 @@ def test_help_shows_flags_without_a_value(command, flags):
     for name in flags:
         line = next(line for line in result.stdout.splitlines() if f" {name} " in line)
         assert "<bool>" not in line, line
+
+
+def test_version_is_the_projects(monkeypatch):
+    """There was no --version."""
+    result = run("--version")  # the installed metadata's (pip wrote pyproject.toml's version there)
+    assert result.exit_code == 0 and result.stdout == f"trainctl {importlib.metadata.version(DISTRIBUTION)}\n"
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+
+    def not_installed(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)  # a checkout run with python -m cli
+    assert run("--version").stdout == f"trainctl {declared}\n"
