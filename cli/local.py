@@ -91,6 +91,18 @@ def default_nproc() -> int:
     return _gpu_count() or 1
 
 
+def process_limit() -> tuple[int, str]:
+    """The most processes `trainctl local` starts unless told to oversubscribe, and what bounds it: one per GPU
+    (NCCL gives each rank its own), else one per CPU this process may run on."""
+    gpus = _gpu_count()
+    if gpus:
+        return gpus, "GPUs"
+    try:
+        return len(os.sched_getaffinity(0)), "CPUs"
+    except AttributeError:  # macOS has no affinity
+        return os.cpu_count() or 1, "CPUs"
+
+
 def _gpu_count() -> int:
     try:
         import torch

@@ -170,8 +170,25 @@ def _check_workdir(workdir: Path) -> None:
                         "fix its permissions, or pass another --workdir")
 
 
-def run_local_command(request: Path, *, nproc: int | None, workdir: Path | None, data: Path | None) -> int:
+def check_nproc(nproc: int | None, *, oversubscribe: bool) -> None:
+    """--nproc above this machine's GPUs (or CPUs) is refused unless --oversubscribe says it is meant: each
+    worker holds the model, its optimizer state and a data loader, so --nproc 1000 started some 200 workers and
+    took 14 GB before anything failed."""
+    if nproc is None or oversubscribe:
+        return
+    from cli.local import process_limit
+
+    limit, what = process_limit()
+    if nproc > limit:
+        raise UserError(f"--nproc {nproc}: this machine has {limit} {what}; more processes than {what} share them, "
+                        "each with its own copy of the model and optimizer state (memory grows with every one)",
+                        f"pass --nproc {limit} or fewer, or add --oversubscribe to start {nproc} anyway")
+
+
+def run_local_command(request: Path, *, nproc: int | None, workdir: Path | None, data: Path | None,
+                      oversubscribe: bool = False) -> int:
     """`trainctl local`: run the request here, print how it ended; returns the run's exit status."""
+    check_nproc(nproc, oversubscribe=oversubscribe)
     loaded = load_request(request)
     workdir = workdir or DEFAULT_WORKDIR_ROOT / loaded.request.name
     started = time.time()

@@ -288,7 +288,9 @@ def logs_command(
 @user_errors
 def local_command(
     request: RequestArg,
-    nproc: Annotated[int | None, typer.Option("--nproc", min=1, help="Processes (default: GPUs, or 1).")] = None,
+    nproc: Annotated[int | None, typer.Option(
+        "--nproc", min=1, help="Processes (default: GPUs, or 1). At most one per GPU, or per CPU without GPUs, "
+                               "unless --oversubscribe.")] = None,
     workdir: Annotated[Path | None, typer.Option(
         "--workdir", help="Where the job's /opt/ml-like folders go; run again on it to resume. "
                           "Default: .trainctl/local/<request name>.")] = None,
@@ -296,17 +298,22 @@ def local_command(
         "--data", metavar="DIR", help="Dataset folder: DIR/train and DIR/validation when present, else DIR as "
                                       "the train channel.")] = None,
     chart: ChartOpt = None,
+    oversubscribe: Annotated[bool, flag(
+        "--oversubscribe", help="Allow --nproc above this machine's GPUs (or CPUs, without GPUs): the processes "
+                                "share them, and each holds its own copy of the model.")] = False,
 ) -> None:
     """Run a request on this machine, as SageMaker would run it (torchrun; gloo on CPU)."""
     if chart is None:
-        raise typer.Exit(local_runner.run_local_command(request, nproc=nproc, workdir=workdir, data=data))
+        raise typer.Exit(local_runner.run_local_command(request, nproc=nproc, workdir=workdir, data=data,
+                                                        oversubscribe=oversubscribe))
     from cli.charts import chart_local_run, check_chart_option
     from cli.request_file import load_request
 
     check_chart_option(chart)  # before the run: a missing matplotlib is no reason to train for nothing
     workdir = workdir or local_runner.DEFAULT_WORKDIR_ROOT / load_request(request).request.name
     started = time.time()
-    code = local_runner.run_local_command(request, nproc=nproc, workdir=workdir, data=data)
+    code = local_runner.run_local_command(request, nproc=nproc, workdir=workdir, data=data,
+                                          oversubscribe=oversubscribe)
     chart_local_run(workdir, chart, started=started)
     raise typer.Exit(code)
 

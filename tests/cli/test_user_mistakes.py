@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import tomllib
 from pathlib import Path
 
@@ -79,6 +80,25 @@ def test_an_fsx_dataset_locally_suggests_a_local_folder_and_runs_with_one(tmp_pa
     assert kwargs["data_dirs"] == {"train": tmp_path / "copy" / "train", "validation": tmp_path / "copy" / "validation"}
     assert [c["DataSource"]["S3DataSource"]["S3Uri"] for c in create["InputDataConfig"]] == [
         (tmp_path / "copy" / split).as_uri() for split in ("train", "validation")]
+
+
+def test_nproc_above_the_cpus_needs_oversubscribe(tmp_path, monkeypatch):
+    """--nproc 1000 started some 200 workers and took 14 GB before anything failed."""
+    monkeypatch.setattr("cli.local._gpu_count", lambda: 0)  # a CPU machine, without importing torch for it
+    cpus = len(os.sched_getaffinity(0))
+    fake = FakeRunLocal()
+    monkeypatch.setattr("cli.local.run_local", fake)
+    (tmp_path / "corpus" / "train").mkdir(parents=True)
+    args = ("local", _local_request(tmp_path), "--nproc", "1000", "--data", tmp_path / "corpus",
+            "--workdir", tmp_path / "w")
+    refused = run(*args)
+    _no_traceback(refused)
+    assert f"--nproc 1000: this machine has {cpus} CPUs" in refused.stderr
+    assert f"pass --nproc {cpus} or fewer, or add --oversubscribe to start 1000 anyway" in refused.stderr
+    assert fake.calls == []
+
+    assert run(*args, "--oversubscribe").exit_code == 0
+    assert fake.calls[0][1]["nproc"] == 1000
 
 
 # ---- --chart ---------------------------------------------------------------------------------------------
