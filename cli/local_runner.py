@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -185,9 +187,31 @@ def check_nproc(nproc: int | None, *, oversubscribe: bool) -> None:
                         f"pass --nproc {limit} or fewer, or add --oversubscribe to start {nproc} anyway")
 
 
+# What the training package needs on this machine: the `[train]` extra, which a `[cli]` install goes without.
+TRAINING_MODULES = ("torch", "numpy", "safetensors")
+TRAIN_INSTALL = "pip install 'sagemaker-training-platform[train]' (in a checkout: make setup)"
+
+
+def check_training_modules() -> None:
+    """Refuse to start without the training package's dependencies: the workers' ModuleNotFoundError came as
+    torchrun's traceback, after the work folder was laid out."""
+    missing = [name for name in TRAINING_MODULES if not _importable(name)]
+    if missing:
+        raise UserError(f"trainctl local runs the training package on this machine, and it needs {', '.join(missing)}, "
+                        f"which this Python ({sys.executable}) does not have", TRAIN_INSTALL)
+
+
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a broken install, or a module blocked by an import hook
+        return False
+
+
 def run_local_command(request: Path, *, nproc: int | None, workdir: Path | None, data: Path | None,
                       oversubscribe: bool = False) -> int:
     """`trainctl local`: run the request here, print how it ended; returns the run's exit status."""
+    check_training_modules()
     check_nproc(nproc, oversubscribe=oversubscribe)
     loaded = load_request(request)
     workdir = workdir or DEFAULT_WORKDIR_ROOT / loaded.request.name

@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -80,6 +82,40 @@ def test_an_fsx_dataset_locally_suggests_a_local_folder_and_runs_with_one(tmp_pa
     assert kwargs["data_dirs"] == {"train": tmp_path / "copy" / "train", "validation": tmp_path / "copy" / "validation"}
     assert [c["DataSource"]["S3DataSource"]["S3Uri"] for c in create["InputDataConfig"]] == [
         (tmp_path / "copy" / split).as_uri() for split in ("train", "validation")]
+
+
+# A Python without the `[train]` extra: importing torch or numpy fails as if they were not installed.
+WITHOUT_TRAIN = """
+import runpy, sys
+class Uninstalled:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in ("torch", "numpy"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Uninstalled())
+sys.argv = sys.argv[1:]  # [module, its arguments...]
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""
+
+
+def _without_train(*args, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-c", WITHOUT_TRAIN, *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_local_without_torch_says_what_to_install_and_its_data_hint_works(tmp_path):
+    """A `[cli]` install: the workers' ModuleNotFoundError came as a traceback, and the hint for the missing data
+    folder (python -m training.prepare) failed without numpy."""
+    local = _without_train("cli", "local", DATA / "local-tiny.json", "--workdir", tmp_path / "w", cwd=tmp_path)
+    assert local.returncode == 2 and "Traceback" not in local.stderr, local.stderr
+    assert "trainctl local runs the training package on this machine, and it needs torch, numpy" in local.stderr
+    assert "pip install 'sagemaker-training-platform[train]'" in local.stderr
+    assert not (tmp_path / "w").exists()
+
+    prepared = _without_train("training.prepare", "--out", tmp_path / "corpus", "--max-bytes", "20000",
+                              "--shard-bytes", "10000", cwd=tmp_path)
+    assert prepared.returncode == 0, prepared.stderr
+    assert json.loads((tmp_path / "corpus" / "train" / "meta.json").read_text())["dtype"] == "uint16"
 
 
 def test_nproc_above_the_cpus_needs_oversubscribe(tmp_path, monkeypatch):
