@@ -7,6 +7,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -221,6 +222,21 @@ def run_local_command(request: Path, *, nproc: int | None, workdir: Path | None,
     return code
 
 
+def _killed_by(code: int) -> str | None:
+    """The signal a status of 128 + N stands for (cli.local reports a killed worker so), or None."""
+    try:
+        return signal.Signals(code - 128).name if code > 128 else None
+    except ValueError:
+        return None
+
+
+def _why(signal_name: str) -> str:
+    if signal_name == "SIGKILL":  # what nothing but the kernel (or a second Ctrl-C) sends a training worker
+        return ("; SIGKILL usually means this machine ran out of memory (the kernel's OOM killer): pass a smaller "
+                "--nproc, or lower micro_batch_size or seq_len")
+    return ""
+
+
 def local_outcome(code: int, workdir: Path, *, since: float) -> str:
     """One line on how a local run ended, from the status file the training loop writes (this run's only)."""
     status: dict = {}
@@ -229,7 +245,11 @@ def local_outcome(code: int, workdir: Path, *, since: float) -> str:
         if path.stat().st_mtime >= since:
             status = json.loads(path.read_text())
     if code != 0:
-        return f"[red]the run exited with status {code}[/]; worker logs: {workdir / 'output' / 'logs'}"
+        logs = workdir / "output" / "logs"
+        if signal_name := _killed_by(code):
+            return (f"[red]a process of the run was killed by {signal_name}[/] (status {code}){_why(signal_name)}; "
+                    f"worker logs: {logs}")
+        return f"[red]the run exited with status {code}[/]; worker logs: {logs}"
     if status.get("status") == "stopped":
         return (f"stopped at step {status.get('step')} with a checkpoint in {workdir / 'checkpoints'}; "
                 f"run again with --workdir {workdir} to resume")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import signal
 import subprocess
 import sys
 import tomllib
@@ -116,6 +117,26 @@ def test_local_without_torch_says_what_to_install_and_its_data_hint_works(tmp_pa
                               "--shard-bytes", "10000", cwd=tmp_path)
     assert prepared.returncode == 0, prepared.stderr
     assert json.loads((tmp_path / "corpus" / "train" / "meta.json").read_text())["dtype"] == "uint16"
+
+
+def test_a_worker_killed_by_sigkill_is_reported_as_such(tmp_path, monkeypatch):
+    """The real torchrun, one worker that the kernel's OOM killer would kill: it was reported as 'exited with
+    status 1'."""
+    import cli.local
+
+    killer = tmp_path / "oom.py"
+    killer.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    launch = cli.local._launch_command
+    monkeypatch.setattr(cli.local, "_launch_command",
+                        lambda hps, entry, nproc, log_dir: launch(hps, str(killer), nproc, log_dir))
+    for split in ("train", "validation"):
+        (tmp_path / "corpus" / split).mkdir(parents=True)
+    result = run("local", _local_request(tmp_path), "--nproc", "1", "--data", tmp_path / "corpus",
+                 "--workdir", tmp_path / "w", env={"COLUMNS": "300"})
+    assert result.exit_code == 128 + signal.SIGKILL, result.output
+    assert "a process of the run was killed by SIGKILL (status 137)" in result.stdout
+    assert "SIGKILL usually means this machine ran out of memory" in result.stdout
+    assert "exited with status 1" not in result.output
 
 
 def test_nproc_above_the_cpus_needs_oversubscribe(tmp_path, monkeypatch):
