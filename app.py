@@ -5,15 +5,28 @@ from __future__ import annotations
 
 import sys
 
-import aws_cdk as cdk
-from aws_cdk import aws_fsx as fsx
-from cdk_nag import AwsSolutionsChecks, NIST80053R5Checks
+# This project's own packages: a ModuleNotFoundError naming one of them is a bug, not a missing install.
+OWN_PACKAGES = {"platform_config", "platform_constructs", "stacks", "jobs", "contract", "bundles", "training"}
+SETUP_HINT = ("hint: run `make setup` (it makes .venv with the CDK app's packages), then `make synth`, or "
+              "`source .venv/bin/activate` before `npx cdk synth`")
 
-from platform_config import ConfigError, PlatformConfig, load_config
-from platform_constructs.images import ImageTable
-from platform_constructs.retention import retention
-from stacks.launcher_stack import LauncherStack
-from stacks.platform_stack import FileSystemProps, JobDefaults, NetworkProps, PlatformStack
+try:
+    import aws_cdk as cdk
+    from aws_cdk import aws_fsx as fsx
+    from cdk_nag import AwsSolutionsChecks, NIST80053R5Checks
+
+    from platform_config import ConfigError, PlatformConfig, load_config
+    from platform_constructs.images import ImageTable
+    from platform_constructs.retention import retention
+    from stacks.launcher_stack import LauncherStack
+    from stacks.platform_stack import FileSystemProps, JobDefaults, NetworkProps, PlatformStack
+except ModuleNotFoundError as missing:
+    # cdk.json runs `python3 app.py`: outside the venv that is a Python without aws-cdk-lib, and the CDK CLI shows
+    # only the traceback's last line.
+    if (missing.name or "").partition(".")[0] in OWN_PACKAGES:
+        raise
+    sys.exit(f"error: app.py needs the Python package {missing.name!r}, which this Python ({sys.executable}) "
+             f"does not have\n{SETUP_HINT}")
 
 
 def build_app(app: cdk.App) -> cdk.App:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,7 +60,32 @@ def check_chart_option(path: Path) -> None:
                         f"e.g. --chart {path.with_suffix('.png')}")
     if path.is_dir():
         raise UserError(f"--chart {path}: is a directory", f"name a file, e.g. --chart {path / 'chart.png'}")
+    _check_chart_folder(path)
     _matplotlib()
+
+
+def _check_chart_folder(path: Path) -> None:
+    """The chart's folder must exist or be creatable (save_figure creates it): checked before any work, since
+    matplotlib's own error would come as a traceback after it."""
+    existing = next((folder for folder in path.parents if folder.exists()), None)
+    if existing is None:
+        return
+    if not existing.is_dir():
+        raise UserError(f"--chart {path}: {existing} is a file, not a folder",
+                        f"name a file in a folder, e.g. --chart {Path.cwd() / path.name}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"--chart {path}: cannot write in {existing}",
+                        f"name a file in a folder you can write to, e.g. --chart {Path.cwd() / path.name}")
+
+
+def save_figure(figure: Any, path: Path, **kwargs: Any) -> None:
+    """figure.savefig into path, its folders created; a path the system refuses is a UserError, not a traceback."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(path, **kwargs)
+    except OSError as exc:
+        raise UserError(f"--chart {path}: cannot write it: {exc.strerror or exc}",
+                        "name a file in a folder you can write to") from None
 
 
 def _matplotlib() -> Any:
@@ -124,8 +150,7 @@ def write_chart(runs: list[RunMetrics], path: Path, title: str) -> bool:
     runs = [run for run in runs if any("step" in r for r in run.records)]
     if not runs:
         return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    render(runs, title).savefig(path, dpi=110)
+    save_figure(render(runs, title), path, dpi=110)
     return True
 
 
@@ -263,5 +288,4 @@ def write_run_chart(view: Any, record: dict[str, Any], path: Path) -> None:
                    fontsize=10)
     axes.legend(handles=[Patch(color=c, label=n, hatch="//" if n == "redone" else None) for n, c in SEGMENTS],
                 fontsize=7, ncols=len(SEGMENTS), loc="upper center", bbox_to_anchor=(0.5, -0.35 if labels else -0.1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
+    save_figure(figure, path, dpi=110)

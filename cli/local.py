@@ -46,14 +46,17 @@ from contract.container import (
 )
 from contract.failures import parse_failure_line
 
-# torchrun, minus the traceback it prints when a worker fails (the worker's own error is what to read).
+# torchrun, minus the traceback it prints when a worker fails (the worker's own error is what to read). A worker
+# killed by a signal exits it as a shell reports one, 128 + the signal, so that trainctl can name the signal
+# (torchrun's own status is 1 for every failure: an out-of-memory SIGKILL read as an error exit).
 _TORCHRUN = """import sys
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.run import main
 try:
     main()
-except ChildFailedError:
-    sys.exit(1)
+except ChildFailedError as exc:
+    exitcode = exc.get_first_failure()[1].exitcode
+    sys.exit(128 - exitcode if exitcode < 0 else 1)
 """
 
 HOST = "algo-1"
@@ -89,6 +92,18 @@ def script_args(hyperparameters: dict[str, Any]) -> list[str]:
 def default_nproc() -> int:
     """Processes per run when --nproc is not given: one per GPU, else one."""
     return _gpu_count() or 1
+
+
+def process_limit() -> tuple[int, str]:
+    """The most processes `trainctl local` starts unless told to oversubscribe, and what bounds it: one per GPU
+    (NCCL gives each rank its own), else one per CPU this process may run on."""
+    gpus = _gpu_count()
+    if gpus:
+        return gpus, "GPUs"
+    try:
+        return len(os.sched_getaffinity(0)), "CPUs"
+    except AttributeError:  # macOS has no affinity
+        return os.cpu_count() or 1, "CPUs"
 
 
 def _gpu_count() -> int:
@@ -221,7 +236,7 @@ def _launch_command(hps: dict[str, Any], entry: str, nproc: int, log_dir: Path) 
 def run_local(create_request: dict, *, workdir: Path, nproc: int | None = None,
               data_dirs: dict[str, Path] | None = None, extra_env: dict | None = None) -> int:
     """Run the request here; return the exit code (0 also for a clean stop on SIGINT/SIGTERM; 2 with one
-    line on stderr for a failure the training package recognised)."""
+    line on stderr for a failure the training package recognised; 128 + the signal when a process was killed by one)."""
     hps = decode_hyperparameters(create_request.get("HyperParameters") or {})
     distributed = not (hps.get("sagemaker_torch_distributed_enabled") is False or hps.get("strategy") == "single")
     nproc = (nproc or default_nproc()) if distributed else 1
@@ -233,6 +248,8 @@ def run_local(create_request: dict, *, workdir: Path, nproc: int | None = None,
         stale.unlink(missing_ok=True)
     proc = subprocess.Popen(cmd, cwd=workdir / "code", env=env, start_new_session=True)
     code = _wait_stopping_on_signal(proc, stop_file)
+    if code < 0:  # the process itself was killed (torchrun, or the one process of strategy single): as a shell says
+        code = 128 - code
     line = failure.read_text().strip() if failure.exists() else ""
     if code != 0 and parse_failure_line(line):
         print(f"error: {line}", file=sys.stderr, flush=True)

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import importlib.util
 import json
 import os
+import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,8 +30,12 @@ def data_channels(data: Path | None) -> dict[str, Path] | None:
     """--data DIR: DIR/train and DIR/validation when DIR has a train folder, else DIR itself as train."""
     if data is None:
         return None
+    if data.exists() and not data.is_dir():
+        raise UserError(f"--data {data}: is a file; --data takes a folder (the dataset's shards and meta.json, or "
+                        "its train and validation folders)", f"pass the folder that holds it: --data {data.parent}")
     if not data.is_dir():
-        raise UserError(f"--data {data}: no such directory")
+        raise UserError(f"--data {data}: no such directory",
+                        "create it (python -m training.prepare --out DIR), or pass an existing folder")
     if (data / "train").is_dir():
         channels = {"train": data / "train"}
         if (data / "validation").is_dir():
@@ -44,6 +52,17 @@ def request_channels(create: dict[str, Any]) -> dict[str, Path] | None:
         if uri.startswith("file://"):
             channels[channel["ChannelName"]] = Path(uri.removeprefix("file://")).expanduser()
     return channels or None
+
+
+def with_local_data(loaded: LoadedRequest, channels: dict[str, Path] | None) -> LoadedRequest:
+    """--data's folders in place of the request's datasets, before the request is checked: a dataset this machine
+    cannot read (fsx:, or s3:// through FSx) must not refuse a run that reads the local copy instead."""
+    if not channels:
+        return loaded
+    changes: dict[str, Any] = {"dataset": channels["train"].resolve().as_uri(), "input_mode": None}
+    if "validation" in channels:
+        changes["validation_dataset"] = channels["validation"].resolve().as_uri()
+    return dataclasses.replace(loaded, request=dataclasses.replace(loaded.request, **changes))
 
 
 def render_for_local(loaded: LoadedRequest) -> dict[str, Any]:
@@ -64,7 +83,8 @@ def run_request_locally(loaded: LoadedRequest, *, workdir: Path | None, nproc: i
                         run_local: Callable[..., int] | None = None) -> int:
     """Render, then run. `run_local` defaults to cli.local.run_local (imported here, not at the top: it
     brings torch, which the other commands do not need)."""
-    create = render_for_local(loaded)
+    given = data_channels(data)
+    create = render_for_local(with_local_data(loaded, given))
     values = {canonical_name(k): json.loads(v) for k, v in (create.get("HyperParameters") or {}).items()}
     if values.get("strategy") == "single":
         if nproc is not None and nproc > 1:
@@ -77,7 +97,7 @@ def run_request_locally(loaded: LoadedRequest, *, workdir: Path | None, nproc: i
         processes = nproc or default_nproc()
     _check_parallelism(loaded, values, processes)
     _check_batch(values, processes)
-    channels = data_channels(data) or request_channels(create)
+    channels = given or request_channels(create)
     for name, path in (channels or {}).items():
         if not path.is_dir():
             raise UserError(f"the {name} data folder {path} does not exist",
@@ -153,14 +173,68 @@ def _check_workdir(workdir: Path) -> None:
                         "fix its permissions, or pass another --workdir")
 
 
-def run_local_command(request: Path, *, nproc: int | None, workdir: Path | None, data: Path | None) -> int:
+def check_nproc(nproc: int | None, *, oversubscribe: bool) -> None:
+    """--nproc above this machine's GPUs (or CPUs) is refused unless --oversubscribe says it is meant: each
+    worker holds the model, its optimizer state and a data loader, so --nproc 1000 started some 200 workers and
+    took 14 GB before anything failed."""
+    if nproc is None or oversubscribe:
+        return
+    from cli.local import process_limit
+
+    limit, what = process_limit()
+    if nproc > limit:
+        raise UserError(f"--nproc {nproc}: this machine has {limit} {what}; more processes than {what} share them, "
+                        "each with its own copy of the model and optimizer state (memory grows with every one)",
+                        f"pass --nproc {limit} or fewer, or add --oversubscribe to start {nproc} anyway")
+
+
+# What the training package needs on this machine: the `[train]` extra, which a `[cli]` install goes without.
+TRAINING_MODULES = ("torch", "numpy", "safetensors")
+TRAIN_INSTALL = "pip install 'sagemaker-training-platform[train]' (in a checkout: make setup)"
+
+
+def check_training_modules() -> None:
+    """Refuse to start without the training package's dependencies: the workers' ModuleNotFoundError came as
+    torchrun's traceback, after the work folder was laid out."""
+    missing = [name for name in TRAINING_MODULES if not _importable(name)]
+    if missing:
+        raise UserError(f"trainctl local runs the training package on this machine, and it needs {', '.join(missing)}, "
+                        f"which this Python ({sys.executable}) does not have", TRAIN_INSTALL)
+
+
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a broken install, or a module blocked by an import hook
+        return False
+
+
+def run_local_command(request: Path, *, nproc: int | None, workdir: Path | None, data: Path | None,
+                      oversubscribe: bool = False) -> int:
     """`trainctl local`: run the request here, print how it ended; returns the run's exit status."""
+    check_training_modules()
+    check_nproc(nproc, oversubscribe=oversubscribe)
     loaded = load_request(request)
     workdir = workdir or DEFAULT_WORKDIR_ROOT / loaded.request.name
     started = time.time()
     code = run_request_locally(loaded, workdir=workdir, nproc=nproc, data=data)
     out().print(local_outcome(code, workdir, since=started))
     return code
+
+
+def _killed_by(code: int) -> str | None:
+    """The signal a status of 128 + N stands for (cli.local reports a killed worker so), or None."""
+    try:
+        return signal.Signals(code - 128).name if code > 128 else None
+    except ValueError:
+        return None
+
+
+def _why(signal_name: str) -> str:
+    if signal_name == "SIGKILL":  # what nothing but the kernel (or a second Ctrl-C) sends a training worker
+        return ("; SIGKILL usually means this machine ran out of memory (the kernel's OOM killer): pass a smaller "
+                "--nproc, or lower micro_batch_size or seq_len")
+    return ""
 
 
 def local_outcome(code: int, workdir: Path, *, since: float) -> str:
@@ -171,7 +245,11 @@ def local_outcome(code: int, workdir: Path, *, since: float) -> str:
         if path.stat().st_mtime >= since:
             status = json.loads(path.read_text())
     if code != 0:
-        return f"[red]the run exited with status {code}[/]; worker logs: {workdir / 'output' / 'logs'}"
+        logs = workdir / "output" / "logs"
+        if signal_name := _killed_by(code):
+            return (f"[red]a process of the run was killed by {signal_name}[/] (status {code}){_why(signal_name)}; "
+                    f"worker logs: {logs}")
+        return f"[red]the run exited with status {code}[/]; worker logs: {logs}"
     if status.get("status") == "stopped":
         return (f"stopped at step {status.get('step')} with a checkpoint in {workdir / 'checkpoints'}; "
                 f"run again with --workdir {workdir} to resume")

@@ -8,6 +8,7 @@
     trainctl status|list|stop|logs ...
     trainctl local examples/local-fsdp.json --nproc 2       # the same request, on this machine
     trainctl schema > job-request.schema.json               # the request's JSON Schema, for editors
+    trainctl --version
 
 Every problem a user can cause exits with status 2 and one message naming what to fix.
 This module only wires the commands: each one's work is a function in the module named for it.
@@ -21,7 +22,7 @@ from typing import Annotated
 
 import typer
 
-from cli import local_runner, logs, render, runs, schema, status, stop, submit
+from cli import local_runner, logs, render, runs, schema, status, stop, submit, version
 from cli.aws import DEFAULT_PREFIX, Aws
 from cli.errors import user_errors
 from cli.options import (
@@ -41,6 +42,7 @@ from cli.options import (
     RunsLimitOpt,
     StateMachineOpt,
     WaitOpt,
+    flag,
 )
 from contract.container import LOG_GROUP
 
@@ -54,6 +56,22 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"trainctl {version.package_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True, metavar="",
+        help="Print trainctl's version and exit.")] = False,
+) -> None:
+    # The options that come before the command; each command's own are on it.
+    pass
+
+
 # ---- offline: plan, render, schema ---------------------------------------------------------------------
 
 
@@ -61,7 +79,7 @@ app = typer.Typer(
 @user_errors
 def plan_command(
     request: RequestArg, platform: PlatformOpt = None, prefix: PrefixOpt = DEFAULT_PREFIX, region: RegionOpt = None,
-    as_json: Annotated[bool, typer.Option(
+    as_json: Annotated[bool, flag(
         "--json", help="Print the sizing as JSON: recommendation, candidates, warnings.")] = False,
     chart: Annotated[Path | None, typer.Option(
         "--chart", metavar="FILE.png", help="Draw hours and cost against GPU count (needs matplotlib).")] = None,
@@ -84,7 +102,7 @@ def render_command(
     platform: PlatformOpt = None,
     instance_type: Annotated[str | None, typer.Option(
         "--instance-type", metavar="TYPE", help="Render for this instance type (e.g. a fallback).")] = None,
-    on_demand: Annotated[bool, typer.Option("--on-demand", help="Render without Spot.")] = False,
+    on_demand: Annotated[bool, flag("--on-demand", help="Render without Spot.")] = False,
     run_id: Annotated[str | None, typer.Option(
         "--run-id", help="Run id: it names the job and the checkpoint prefix. Default: a stand-in, "
                          "<request name>-0000000000000000, the same on every call.")] = None,
@@ -167,7 +185,7 @@ def resume_command(
 @user_errors
 def status_command(
     execution: ExecutionArg,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the execution as JSON.")] = False,
+    as_json: Annotated[bool, flag("--json", help="Print the execution as JSON.")] = False,
     chart: ChartOpt = None,
     state_machine: StateMachineOpt = None,
     prefix: PrefixOpt = DEFAULT_PREFIX,
@@ -198,7 +216,7 @@ def list_command(
 def runs_command(
     limit: RunsLimitOpt = runs.DEFAULT_LIMIT,
     prices: PricesOpt = "auto",
-    as_json: Annotated[bool, typer.Option("--json", help="Print the runs and their records as JSON.")] = False,
+    as_json: Annotated[bool, flag("--json", help="Print the runs and their records as JSON.")] = False,
     state_machine: StateMachineOpt = None,
     prefix: PrefixOpt = DEFAULT_PREFIX,
     region: RegionOpt = None,
@@ -219,7 +237,7 @@ def show_command(
                                             "time went (needs matplotlib).")] = None,
     limit: RunsLimitOpt = runs.DEFAULT_LIMIT,
     prices: PricesOpt = "auto",
-    as_json: Annotated[bool, typer.Option("--json", help="Print the run and its record as JSON.")] = False,
+    as_json: Annotated[bool, flag("--json", help="Print the run and its record as JSON.")] = False,
     state_machine: StateMachineOpt = None,
     prefix: PrefixOpt = DEFAULT_PREFIX,
     region: RegionOpt = None,
@@ -248,7 +266,7 @@ def stop_command(
 def logs_command(
     target: Annotated[str, typer.Argument(
         metavar="EXECUTION|JOB_NAME", help="An execution (name or ARN) or a training job name.")],
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines until the job ends.")]
+    follow: Annotated[bool, flag("--follow", "-f", help="Keep printing new lines until the job ends.")]
     = False,
     attempt: Annotated[int | None, typer.Option(
         "--attempt", min=1, help="For an execution: only this attempt (default: every attempt; with -f, each "
@@ -270,7 +288,9 @@ def logs_command(
 @user_errors
 def local_command(
     request: RequestArg,
-    nproc: Annotated[int | None, typer.Option("--nproc", min=1, help="Processes (default: GPUs, or 1).")] = None,
+    nproc: Annotated[int | None, typer.Option(
+        "--nproc", min=1, help="Processes (default: GPUs, or 1). At most one per GPU, or per CPU without GPUs, "
+                               "unless --oversubscribe.")] = None,
     workdir: Annotated[Path | None, typer.Option(
         "--workdir", help="Where the job's /opt/ml-like folders go; run again on it to resume. "
                           "Default: .trainctl/local/<request name>.")] = None,
@@ -278,17 +298,22 @@ def local_command(
         "--data", metavar="DIR", help="Dataset folder: DIR/train and DIR/validation when present, else DIR as "
                                       "the train channel.")] = None,
     chart: ChartOpt = None,
+    oversubscribe: Annotated[bool, flag(
+        "--oversubscribe", help="Allow --nproc above this machine's GPUs (or CPUs, without GPUs): the processes "
+                                "share them, and each holds its own copy of the model.")] = False,
 ) -> None:
     """Run a request on this machine, as SageMaker would run it (torchrun; gloo on CPU)."""
     if chart is None:
-        raise typer.Exit(local_runner.run_local_command(request, nproc=nproc, workdir=workdir, data=data))
+        raise typer.Exit(local_runner.run_local_command(request, nproc=nproc, workdir=workdir, data=data,
+                                                        oversubscribe=oversubscribe))
     from cli.charts import chart_local_run, check_chart_option
     from cli.request_file import load_request
 
     check_chart_option(chart)  # before the run: a missing matplotlib is no reason to train for nothing
     workdir = workdir or local_runner.DEFAULT_WORKDIR_ROOT / load_request(request).request.name
     started = time.time()
-    code = local_runner.run_local_command(request, nproc=nproc, workdir=workdir, data=data)
+    code = local_runner.run_local_command(request, nproc=nproc, workdir=workdir, data=data,
+                                          oversubscribe=oversubscribe)
     chart_local_run(workdir, chart, started=started)
     raise typer.Exit(code)
 

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+
+
+def flag(*names: str, help: str) -> Any:
+    """A boolean option that takes no value. metavar "": typer's help shows a flag's type, `--json <bool>`, which
+    reads as if it took a value, and `--json true` is an error."""
+    return typer.Option(*names, help=help, metavar="")
+
 
 RequestArg = Annotated[Path, typer.Argument(metavar="REQUEST.json", help="The job request (JSON).",
                                             show_default=False)]
@@ -28,7 +35,7 @@ OFFLINE = "Offline (no AWS access with --platform FILE)"
 DEPLOYED = "The deployed platform (AWS credentials and region)"
 LOCAL = "This machine"
 IntervalOpt = Annotated[float, typer.Option("--interval", min=0.0, help="Seconds between polls.")]
-WaitOpt = Annotated[bool, typer.Option("--wait", help="Follow the execution until it ends; exit 1 if it fails.")]
+WaitOpt = Annotated[bool, flag("--wait", help="Follow the execution until it ends; exit 1 if it fails.")]
 ExecutionNameOpt = Annotated[str | None, typer.Option(
     "--name", metavar="EXECUTION_NAME", help="Execution name (default: <request name>-<UTC time>).")]
 

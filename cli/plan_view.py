@@ -8,6 +8,7 @@ checkpoint prefix. The retry policy comes from the request's `retry` section, wh
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -323,6 +324,7 @@ def plan_json(result: Any, prices: Any = None) -> str:
 def draw_chart(result: Any, path: Any, prices: Any = None) -> None:
     """Hours and cost against GPU count for the recommendation's instance type, the recommendation marked; the
     title names the prices' source."""
+    from cli.charts import save_figure
     from cli.errors import UserError
 
     try:
@@ -360,5 +362,7 @@ def draw_chart(result: Any, path: Any, prices: Any = None) -> None:
     hours_ax.plot([rec.layout.gpus], [rec.hours], "r*", markersize=16, label="recommendation")
     hours_ax.legend(loc="upper center")
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        save_figure(fig, Path(path))
+    finally:
+        plt.close(fig)

@@ -5,6 +5,7 @@ Both run offline when the platform settings come from a file; otherwise they rea
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 from pathlib import Path
@@ -54,6 +55,27 @@ def check_instance_override(request: Any, platform: Any, instance_type: str) -> 
     if allowed and instance_type not in allowed:
         raise UserError(f"--instance-type: {instance_type} is not allowed on this platform",
                         f"allowed: {', '.join(sorted(allowed))}")
+    if problems := _problems_on(request, platform, instance_type):
+        raise UserError(f"--instance-type {instance_type}: the request cannot run on it:\n  " + "\n  ".join(problems),
+                        f"pick a type the request runs on, e.g. its own: {', '.join(request.instance_types)}")
+
+
+def _problems_on(request: Any, platform: Any, instance_type: str) -> list[str]:
+    """The request's rules and the platform's, with instance_type as its only type. The request's own types were
+    checked when it was read; an override was not, and the renderer fails deep inside on a type the request's
+    strategy cannot use (no SMP image for a CPU instance: KeyError 'cpu')."""
+    from contract.errors import RequestInvalid
+    from jobs.platform_rules import validate_for_platform
+    from jobs.request_rules import cross_field_problems
+
+    trial = dataclasses.replace(request, instance=dataclasses.replace(request.instance, type=instance_type,
+                                                                      fallbacks=()))
+    problems = [str(p) for p in cross_field_problems(trial)]
+    try:
+        validate_for_platform(trial, platform)
+    except RequestInvalid as exc:
+        problems += [str(p) for p in exc.problems]
+    return problems
 
 
 def _loaded_for_platform(request: Path, platform: Path | None, aws: Aws) -> tuple[LoadedRequest, Any]:
@@ -72,6 +94,10 @@ def show_plan(request: Path, platform: Path | None, aws: Aws, *, as_json: bool =
     from cli.plan_view import draw_chart, plan_json, print_plan, print_sizing, sizing_result
     from cli.prices import resolve_prices
 
+    if chart is not None:
+        from cli.charts import check_chart_option
+
+        check_chart_option(chart)  # before any work: matplotlib refuses a bad name only at the end, with a traceback
     loaded, settings = _loaded_for_platform(request, platform, aws)
     create = render_for_platform(loaded, settings, attempt=1, run_id=None,
                                  instance_type=None, on_demand=False)

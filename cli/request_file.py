@@ -24,7 +24,9 @@ class LoadedRequest:
 def read_json_object(path: Path, what: str) -> dict[str, Any]:
     """The JSON object in `path`; a missing file or malformed JSON is a UserError naming the place."""
     try:
-        text = path.read_text(encoding="utf-8")
+        # utf-8-sig: Windows editors (Notepad, PowerShell's Out-File) start the file with a byte-order mark, which
+        # json refuses as "Expecting value"; it carries no meaning, so it is skipped.
+        text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise UserError(f"{what} file not found: {path}") from None
     except IsADirectoryError:

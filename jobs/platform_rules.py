@@ -135,7 +135,7 @@ def _dataset_problems(request: JobRequest, platform: PlatformSettings) -> list[P
             continue
         kind = dataset_kind(uri)
         if (kind == "fsx" or request.effective_input_mode == "FSx") and platform.fsx is None:
-            found.append(Problem(path, "this platform has no FSx for Lustre file system; use an s3:// dataset"))
+            found.append(Problem(path, _no_fsx_message(platform)))
         elif request.effective_input_mode == "FSx" and kind == "s3":
             bucket = uri[len("s3://"):].split("/", 1)[0]
             prefix = platform.fsx.linked_prefix or platform.dataset_prefix or ""
@@ -150,6 +150,14 @@ def _dataset_problems(request: JobRequest, platform: PlatformSettings) -> list[P
             found.append(Problem(path, f"{uri!r} is a local folder: it only runs with `trainctl local`; upload it "
                                        "to S3 or FSx"))
     return found
+
+
+def _no_fsx_message(platform: PlatformSettings) -> str:
+    if is_local_platform(platform):
+        # `trainctl local` mounts neither FSx nor S3: suggesting an s3:// dataset would send the user to another refusal.
+        return ("`trainctl local` cannot mount FSx for Lustre: pass a local copy of the data with --data DIR "
+                "(DIR/train and DIR/validation), or set the dataset to a local folder")
+    return "this platform has no FSx for Lustre file system; use an s3:// dataset"
 
 
 def _parallelism_problems(request: JobRequest, platform: PlatformSettings) -> list[Problem]:

@@ -174,8 +174,9 @@ def render_create_training_job(
         "TrainingJobName": name,
         "AlgorithmSpecification": _algorithm(request, platform, primary),
         "RoleArn": platform.execution_role_arn,
-        # Every value JSON-encoded, as SDK v2 does; the in-container toolkit json-decodes them.
-        "HyperParameters": {k: json.dumps(v) for k, v in hyperparameters.items()},
+        # Every value JSON-encoded, as SDK v2 does; the in-container toolkit json-decodes them. Strict JSON: a NaN or
+        # infinity (the request rules refuse them) fails here rather than reach the container as a bare NaN token.
+        "HyperParameters": {k: json.dumps(v, allow_nan=False) for k, v in hyperparameters.items()},
         "InputDataConfig": _channels(request, platform),
         "OutputDataConfig": {"S3OutputPath": output_s3_uri(platform, run_id), "KmsKeyId": platform.kms_key_arn},
         "ResourceConfig": _resources(request, platform, primary, plan),

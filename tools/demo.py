@@ -31,7 +31,9 @@ INTERRUPT_AT_STEP = 70
 def run(console: Console, label: str, interrupt_at: int | None,
         *extra: str) -> tuple[int, list[dict[str, float]], float]:
     """Run `trainctl local` once, streaming its output; SIGTERM it after `interrupt_at` steps if given."""
-    cmd = [sys.executable, "-m", "cli", "local", str(REQUEST), "--nproc", "2", "--workdir", str(WORKDIR), *extra]
+    # --oversubscribe: the demo shows two FSDP ranks even on a one-CPU machine (the model is tiny).
+    cmd = [sys.executable, "-m", "cli", "local", str(REQUEST), "--nproc", "2", "--oversubscribe", "--workdir",
+           str(WORKDIR), *extra]
     console.rule(f"[bold]{label}[/bold]: {' '.join(['trainctl', *cmd[3:]])}")
     started = time.time()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)

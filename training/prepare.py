@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import sysconfig
 from pathlib import Path
-
-import numpy as np
 
 BYTE_VOCAB = 256
 
@@ -22,6 +21,14 @@ BYTE_VOCAB = 256
 def stdlib_sources() -> list[Path]:
     root = Path(sysconfig.get_paths()["stdlib"])
     return sorted(p for p in root.rglob("*.py") if "site-packages" not in p.parts and "test" not in p.parts)
+
+
+def as_uint16(data: bytes) -> bytes:
+    """Each byte as a uint16 in this machine's byte order (numpy's "uint16", as the reader maps the shards). Without
+    numpy: `trainctl local` points a `[cli]` install, which has none, here to make its data."""
+    wide = bytearray(2 * len(data))
+    wide[0 if sys.byteorder == "little" else 1 :: 2] = data
+    return bytes(wide)
 
 
 def write_split(files: list[Path], out: Path, shard_bytes: int) -> int:
@@ -33,7 +40,7 @@ def write_split(files: list[Path], out: Path, shard_bytes: int) -> int:
     def flush() -> None:
         nonlocal shard, size, index
         if shard:
-            np.frombuffer(b"".join(shard), dtype=np.uint8).astype(np.uint16).tofile(out / f"shard-{index:05d}.bin")
+            (out / f"shard-{index:05d}.bin").write_bytes(as_uint16(b"".join(shard)))
             shard, size, index = [], 0, index + 1
 
     for path in files:

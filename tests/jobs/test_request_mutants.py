@@ -13,7 +13,7 @@ import math
 import re
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from contract.errors import RequestInvalid
@@ -102,7 +102,7 @@ def service_rule_problems(create: dict) -> list[str]:
     if len(create["AlgorithmSpecification"]["TrainingImage"]) > 255:
         found.append("TrainingImage longer than 255")
     for key, value in create["HyperParameters"].items():
-        if len(value) > MAX_HYPERPARAMETER_JSON or any(w in value for w in ("NaN", "Infinity")):
+        if len(value) > MAX_HYPERPARAMETER_JSON or _non_finite_token(value):
             found.append(f"hyperparameter {key}")
     for m in create["AlgorithmSpecification"]["MetricDefinitions"]:
         if not 1 <= len(m["Name"]) <= 255:
@@ -113,6 +113,16 @@ def service_rule_problems(create: dict) -> list[str]:
     if len({t["Key"] for t in create["Tags"]}) != len(create["Tags"]):
         found.append("a tag key twice")
     return found
+
+
+def _non_finite_token(value: str) -> bool:
+    """Whether a rendered value holds a NaN or Infinity token, which the toolkit's json.loads would turn into a
+    float. The same letters inside a string are no such token: a request named "NaN" gives the job name
+    "mltrain-NaN-..." in sagemaker_job_name, which a search for the text flagged (and hypothesis then replayed
+    from .hypothesis/ on every run)."""
+    tokens: list[str] = []
+    json.loads(value, parse_constant=tokens.append)
+    return bool(tokens)
 
 
 def _prepare(doc: dict) -> dict | None:
@@ -135,6 +145,8 @@ def test_every_example_is_accepted_unmutated(monkeypatch):
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                     HealthCheck.function_scoped_fixture])
 @given(doc=mutants())
+@example(doc={**EXAMPLES[0], "name": "NaN"})  # valid, and its job name holds the text NaN
+@example(doc={**EXAMPLES[0], "name": "Infinity-run"})
 def test_mutants_are_refused_or_render_what_the_service_accepts(doc, monkeypatch):
     monkeypatch.setenv("PLATFORM_SETTINGS", PLATFORM.to_json())
     state = _prepare(doc)  # anything but RequestInvalid escapes and fails the test
