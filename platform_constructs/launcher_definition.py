@@ -46,12 +46,18 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
-from jobs.handler import STATE_SHAPE
+from jobs.handler import STATE_SHAPE, JobsStillRunning
 from platform_constructs.launch_task import LaunchTrainingJob
 
 # A launcher function's error or timeout: tried again this many times, FUNCTION_RETRY_SECONDS apart, doubling.
 FUNCTION_RETRIES = 3
 FUNCTION_RETRY_SECONDS = 1
+# Summarize could not stop a job of the run for a reason that passes (StopTrainingJob throttled, a service
+# fault): it is run again until the stop is taken, STOP_RETRY_SECONDS apart doubling up to STOP_RETRY_MAX_SECONDS,
+# about 45 minutes in all; only then does its Catch stop the current job once more and notify.
+STOP_RETRIES = 12
+STOP_RETRY_SECONDS = 10
+STOP_RETRY_MAX_SECONDS = 300
 # The request: the execution's input, read where it is needed rather than carried in the state.
 EXECUTION_INPUT = "$$.Execution.Input"
 
@@ -65,15 +71,17 @@ class LauncherDefinition(Construct):
         self.functions = functions
         self.launch = launch
         prepare = self._prepare()
-        summarize = self._invoke("Summarize", "summarize", result_path="$.result")
+        summarize = self._invoke("Summarize", "summarize", result_path="$.result", retry_first={
+            "errors": [JobsStillRunning.__name__], "interval": Duration.seconds(STOP_RETRY_SECONDS),
+            "backoff_rate": 2, "max_delay": Duration.seconds(STOP_RETRY_MAX_SECONDS), "max_attempts": STOP_RETRIES})
         decide = self._decide(summarize)
         launch.add_catch(self._without_description(decide), errors=["States.ALL"], result_path="$.launch")
         notify = self._notify_and_end(topic)
         summarize.add_catch(self._summarize_failed(notify), errors=["States.ALL"], result_path="$.summarize_error")
         self.start: sfn.IChainable = prepare.next(launch).next(summarize).next(notify)
 
-    def _invoke(self, id: str, name: str, payload: dict[str, Any] | None = None,
-                result_path: str | None = None) -> tasks.LambdaInvoke:
+    def _invoke(self, id: str, name: str, payload: dict[str, Any] | None = None, result_path: str | None = None,
+                retry_first: dict[str, Any] | None = None) -> tasks.LambdaInvoke:
         task = tasks.LambdaInvoke(
             self, id,
             lambda_function=self.functions[name],
@@ -89,6 +97,8 @@ class LauncherDefinition(Construct):
         # used), so a transient fault is retried; a refused request (RequestInvalid) is final, and retriers
         # match in order.
         task.add_retry(errors=["RequestInvalid"], max_attempts=0)
+        if retry_first is not None:  # a retrier of its own for an error of its own, before the general one
+            task.add_retry(**retry_first)
         task.add_retry(errors=["States.ALL"], interval=Duration.seconds(FUNCTION_RETRY_SECONDS), backoff_rate=2,
                        max_attempts=FUNCTION_RETRIES)
         return task

@@ -13,12 +13,14 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
 import boto3
 from moto import mock_aws
 from moto.sns.models import sns_backends
+from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
     lambda_eval_utils,
     state_task_factory,
@@ -55,6 +57,8 @@ class ExecutionResult:
     # Every job the emulated SageMaker holds for this execution, and its TrainingJobStatus at the end.
     jobs: dict[str, str] = field(default_factory=dict)
     stop_calls: list[str] = field(default_factory=list)  # StopTrainingJob requests, by job name
+    # The waits a Retry asked for before each retry, in seconds (the harness does not sleep them).
+    retry_waits: list[float] = field(default_factory=list)
 
     @property
     def states_entered(self) -> list[str]:
@@ -79,6 +83,7 @@ class LauncherHarness:
         self.lambdas = InProcessLambda(handlers=launcher.handlers)
         self._stack = contextlib.ExitStack()
         self.state_machine_arn = ""
+        self.retry_waits: list[float] = []
 
     def __enter__(self) -> LauncherHarness:
         original_factory = state_task_factory.state_task_service_for
@@ -104,6 +109,8 @@ class LauncherHarness:
                 state_task_service_callback, "_DELAY_SECONDS_SYNC_CONDITION_CHECK", POLL_SECONDS
             ),
             sagemaker_hooks(),
+            # A Retry's interval is recorded, not slept: the waits are asserted, and the suite does not spend them.
+            mock.patch.object(retrier_decl, "time", SimpleNamespace(sleep=self.retry_waits.append)),
         ]
         with contextlib.ExitStack() as stack:
             for patch in patches:
@@ -135,6 +142,7 @@ class LauncherHarness:
         world = ScriptedSageMaker(outcomes)
         StateTaskServiceSageMaker.world = world
         self.lambdas.calls.clear()
+        self.retry_waits.clear()
         topic = sns_backends[ACCOUNT][REGION].topics[self.launcher.topic_arn]
         sent_before = len(topic.sent_notifications)
         arn = self.sfn.start_execution(
@@ -145,7 +153,8 @@ class LauncherHarness:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"execution {name} still RUNNING after {timeout} s")
             time.sleep(0.01)
-        history = self.sfn.get_execution_history(executionArn=arn, maxResults=1000)["events"]
+        history = [event for page in self.sfn.get_paginator("get_execution_history").paginate(executionArn=arn)
+                   for event in page["events"]]
         output = described.get("output")
         return ExecutionResult(
             status=described["status"],
@@ -160,4 +169,5 @@ class LauncherHarness:
             ],
             jobs=world.statuses(),
             stop_calls=list(world.stop_calls),
+            retry_waits=list(self.retry_waits),
         )

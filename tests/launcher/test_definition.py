@@ -140,13 +140,22 @@ def test_lambda_tasks_run_the_jobs_handlers(resolved):
         assert callable(getattr(handler_module, handler.rsplit(".", 1)[1]))
     # Lambda's service errors first; then a refused request, never retried; then the handlers' own errors and
     # timeouts, a few times (retriers match in order).
-    from platform_constructs.launcher_definition import FUNCTION_RETRIES
+    from platform_constructs.launcher_definition import (
+        FUNCTION_RETRIES,
+        STOP_RETRIES,
+        STOP_RETRY_MAX_SECONDS,
+        STOP_RETRY_SECONDS,
+    )
 
-    for state in tasks.values():
-        service, refused, own = state["Retry"]
+    for name, state in tasks.items():
+        service, refused, *stops, own = state["Retry"]
         assert all(e.startswith("Lambda.") for e in service["ErrorEquals"])
         assert refused == {"ErrorEquals": ["RequestInvalid"], "MaxAttempts": 0}
         assert own["ErrorEquals"] == ["States.ALL"] and own["MaxAttempts"] == FUNCTION_RETRIES
+        # Summarize, when a job of the run could not be stopped for a reason that passes, is run again for longer.
+        assert stops == ([{"ErrorEquals": ["JobsStillRunning"], "IntervalSeconds": STOP_RETRY_SECONDS,
+                           "BackoffRate": 2, "MaxDelaySeconds": STOP_RETRY_MAX_SECONDS,
+                           "MaxAttempts": STOP_RETRIES}] if name == "Summarize" else [])
 
 
 def test_cfn_lint_validates_the_resolved_definition(launcher_template, resolved, tmp_path, monkeypatch):

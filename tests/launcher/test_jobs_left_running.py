@@ -147,11 +147,16 @@ def test_a_throttled_stop_is_tried_again_until_it_is_taken(harness, monkeypatch)
     import dataclasses
 
     monkeypatch.setattr("jobs.handler.decide", lambda event, context: (_ for _ in ()).throw(KeyError("run")))
-    outcome = dataclasses.replace(sm.created_then_5xx(), throttled_stops=5)  # the SDK tries 4 times per call
+    # The SDK tries 4 times per call: throttled through 9 runs of Summarize, more than any function fault's retries.
+    training = ("Starting", "Downloading", *["Training"] * 40, "Uploading", "Completed")  # a look-up moves it on
+    outcome = dataclasses.replace(sm.created_then_5xx(), throttled_stops=36, secondary=training)
     result = harness.run(job_request(), [outcome], name="stop-throttled", timeout=90)
     assert result.status == "FAILED" and result.error == "launcher_error"
     (name,) = result.jobs
     ((_, message),) = result.notifications
-    assert "StopCurrentJob" not in result.states_entered and len(result.stop_calls) == 6
+    assert "StopCurrentJob" not in result.states_entered and len(result.stop_calls) == 37
+    assert [handler for handler, _ in result.lambda_calls].count("jobs.handler.summarize") == 10
+    # 10 s doubling, at most 5 minutes apart: about 20 minutes of waiting so far, room for 45 in all.
+    assert result.retry_waits[-9:] == [10, 20, 40, 80, 160, 300, 300, 300, 300]
     assert result.jobs[name] in ("Stopping", "Stopped")
     assert f"Stopped as the run ended (still running): {name}" in message
