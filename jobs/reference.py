@@ -24,7 +24,7 @@ RETRY_POLICY = """\
 | `MaxRuntimeExceeded` | no retry; checkpoints are kept: `trainctl resume <run id>` continues the run (raise `max_runtime_hours` to give each attempt longer) |
 | Anything unrecognised | no retry (fail safe) |
 | `retry.max_attempts` attempts used, or `retry.max_total_hours` spent (waits included) | the run fails with "attempts exhausted" / "time budget exhausted"; `trainctl resume <run id>` continues it with a new budget |
-| The run ends, however it ends (a fault in Decide or Summarize included) | any job of the run still running is stopped (a stop refused for a passing reason, such as throttling, makes Summarize run again); the summary lists it |
+| The run ends, however it ends (a fault in Decide or Summarize included) | any job of the run still running is stopped (a stop refused for a passing reason, such as throttling, makes Summarize run again, 10 s to 5 min apart for about 45 minutes); the summary lists it |
 
 Every attempt is a new training job named `<name_prefix>-<run id>-<8 random characters>-a<N>` that resumes
 from the run's one checkpoint prefix, `s3://<checkpoint bucket>/<name_prefix>/<run id>/checkpoints/`. The run
