@@ -57,7 +57,7 @@ def test_step_time_within_15_percent_of_the_h100_runs(model, size, micro, flags,
 
     n = numerics({"micro_batch_size": micro, "precision": "bf16", **flags})
     seconds = step_time(model_facts(model, size), n, lookup("ml.p5.48xlarge"), Layout("single", 1, 1)).total
-    assert seconds * 1e3 == pytest.approx(measured_ms, rel=0.15)  # worst measured: vit base -14.3%
+    assert seconds * 1e3 == pytest.approx(measured_ms, rel=0.15)  # worst: compiled gpt 1b +11.3% (timing.py)
 
 
 def test_sharding_divides_state_and_checkpointing_cuts_activations():
