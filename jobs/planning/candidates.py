@@ -8,7 +8,6 @@ from typing import Any
 
 from jobs.catalog import SPOT_SAVINGS, InstanceSpec, lookup
 from jobs.planning.cadence import Cadence, cadence, state_bytes
-from jobs.planning.calibration import calibration_of
 from jobs.planning.layout import Layout, Numerics
 from jobs.planning.memory import memory_per_gpu
 from jobs.planning.shape import ModelFacts
@@ -47,6 +46,9 @@ class Candidate:
 
     def to_dict(self) -> dict[str, Any]:
         lay = self.layout
+        # Imported here: jobs.planning.calibration also runs as a script (`python -m`), which an import at the top
+        # (through jobs.planning's own imports) would load twice.
+        from jobs.planning.calibration import calibration_of
         band, rows = calibration_of(lookup(self.instance_type).gpu)
         return {
             "strategy": lay.strategy, "degrees": lay.degrees(), "runnable": lay.runnable,
