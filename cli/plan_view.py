@@ -302,6 +302,16 @@ def sizing_table(result: Any) -> Table:
     return table
 
 
+def calibration_line(candidate: Any) -> str:
+    """How far the step time has been off on the candidate's GPU generation (its JSON error_band)."""
+    d = candidate.to_dict()
+    if d["error_band"] is None:
+        return ("no published run on this GPU generation: its matmul efficiency is borrowed from another "
+                "(--json: calibrated_from)")
+    return (f"throughput within {d['error_band']:.0%} of {len(d['calibrated_from'])} published runs on this GPU "
+            "generation (--json: error_band, calibrated_from)")
+
+
 def print_sizing(console: Console, result: Any, prices: Any = None) -> None:
     """The table, the recommendation, where the prices come from, and the warnings (the planner's, then the
     prices')."""
@@ -310,6 +320,7 @@ def print_sizing(console: Console, result: Any, prices: Any = None) -> None:
     else:
         console.print(sizing_table(result))
         console.print(f"[bold]recommendation[/] (*): {escape(result.reason)}")
+        console.print(f"[bold]time model[/]: {escape(calibration_line(result.recommendation))}")
         console.print(f"[bold]prices[/]: {escape(prices_line(result, prices))}")
     for w in result.warnings:
         console.print(f"[yellow]{w.code}[/]: {escape(w.message)}")

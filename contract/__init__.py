@@ -7,4 +7,5 @@ Shipped inside the launcher's Lambda asset (with `jobs`) and the training source
   - models:          the reference models' presets (names and shapes)
   - metrics:         metric names, the `[metrics]` log line, its regex, the CloudWatch namespace
   - container:       SageMaker container paths and variables, status file, stop grace, log group
+  - gpus:            each GPU's peak dense tensor-core FLOP/s (the planner's and the MFU metric's)
 """

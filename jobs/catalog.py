@@ -18,8 +18,8 @@ Sources (every figure below cites one of these by its tag):
            instances a month) for EC2, not for SageMaker; we did not read its current values for these types.
            We take a 60% saving and 20% of instances interrupted a month: change them here if you know better.
   [v100] [a100] [h100] [h200] [b200] [a10] [l4] [l40s] [t4]: NVIDIA data sheets (nvidia.com/en-us/data-center/
-           <gpu>/): dense (not 2:1 sparse) tensor-core bf16 (fp16 on V100/T4, which have no bf16) TFLOPS, memory
-           bandwidth GB/s, NVLink GB/s per GPU (both directions; a ring uses one, half of it).
+           <gpu>/): memory bandwidth GB/s, NVLink GB/s per GPU (both directions; a ring uses one, half of it);
+           the peak TFLOPS are kept in contract.gpus (one table with the MFU metric's, its sources there).
   [pcie]   PCI Express 4.0 x16: 32 GB/s each way (PCI-SIG); g5/g6/g6e GPUs talk over PCIe, without NVLink.
 `local_nvme` follows the EC2 "Instance store volumes" list: on those types SageMaker mounts the instance store,
 and CreateTrainingJob rejects a VolumeKmsKeyId (the ResourceConfig API reference says so), so the renderer
@@ -31,28 +31,36 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from contract.gpus import PEAK_TFLOPS
+
 
 @dataclass(frozen=True)
 class GpuSpec:
     """One accelerator's speeds: what the planner's time model divides by."""
 
-    peak_tflops: float  # dense tensor-core bf16 (fp16 where there is no bf16), per GPU
+    peak_tflops: float  # dense tensor-core bf16 (fp16 where there is no bf16), per GPU: contract.gpus
     memory_gbps: float  # HBM/GDDR bandwidth, GB/s
     link_gbps: float  # GPU-to-GPU inside the instance, GB/s one way (NVLink, or PCIe)
+    generation: str  # the architecture, which the planner's matmul efficiency is fitted per (jobs.planning.timing)
     bf16: bool = True  # native bf16 (V100 and T4 have none: `precision: auto` then runs emulated)
 
 
+def _gpu(name: str, memory_gbps: float, link_gbps: float, generation: str, bf16: bool = True) -> GpuSpec:
+    return GpuSpec(PEAK_TFLOPS[name], memory_gbps, link_gbps, generation, bf16)
+
+
+# Peaks: contract.gpus (the one table, shared with the MFU metric). Bandwidths:
 GPUS: dict[str, GpuSpec] = {
-    "V100": GpuSpec(125, 900, 150, bf16=False),  # [v100] SXM2: 125 fp16 TFLOPS, 900 GB/s, NVLink 300 GB/s
-    "A100": GpuSpec(312, 1555, 300),  # [a100] SXM4 40GB: 312 bf16 TFLOPS, 1,555 GB/s, NVLink 600 GB/s
-    "A100-80": GpuSpec(312, 2039, 300),  # [a100] SXM4 80GB: 2,039 GB/s
-    "H100": GpuSpec(989, 3350, 450),  # [h100] SXM5: 989 bf16 TFLOPS dense, 3.35 TB/s, NVLink 900 GB/s
-    "H200": GpuSpec(989, 4800, 450),  # [h200] SXM: 989 bf16 TFLOPS dense, 4.8 TB/s, NVLink 900 GB/s
-    "B200": GpuSpec(2250, 8000, 900),  # [b200] HGX B200: 2.25 PFLOPS bf16 dense per GPU, 8 TB/s, NVLink 1.8 TB/s
-    "A10G": GpuSpec(125, 600, 32),  # [a10] A10 (A10G is AWS's build): 125 bf16 TFLOPS dense, 600 GB/s; [pcie]
-    "L4": GpuSpec(121, 300, 32),  # [l4] 121 bf16 TFLOPS dense (242 sparse), 300 GB/s; [pcie]
-    "L40S": GpuSpec(362, 864, 32),  # [l40s] 362 bf16 TFLOPS dense (733 sparse), 864 GB/s; [pcie]
-    "T4": GpuSpec(65, 320, 32, bf16=False),  # [t4] 65 fp16 TFLOPS, 320 GB/s; [pcie]
+    "V100": _gpu("V100", 900, 150, "volta", bf16=False),  # [v100] SXM2: 900 GB/s, NVLink 300 GB/s
+    "A100": _gpu("A100", 1555, 300, "ampere"),  # [a100] SXM4 40GB: 1,555 GB/s, NVLink 600 GB/s
+    "A100-80": _gpu("A100", 2039, 300, "ampere"),  # [a100] SXM4 80GB: 2,039 GB/s
+    "H100": _gpu("H100", 3350, 450, "hopper"),  # [h100] SXM5: 3.35 TB/s, NVLink 900 GB/s
+    "H200": _gpu("H200", 4800, 450, "hopper"),  # [h200] SXM: 4.8 TB/s, NVLink 900 GB/s
+    "B200": _gpu("B200", 8000, 900, "blackwell"),  # [b200] HGX B200: 8 TB/s, NVLink 1.8 TB/s
+    "A10G": _gpu("A10G", 600, 32, "ampere"),  # [a10] A10 (A10G is AWS's build): 600 GB/s; [pcie]
+    "L4": _gpu("L4", 300, 32, "ada"),  # [l4] 300 GB/s; [pcie]
+    "L40S": _gpu("L40S", 864, 32, "ada"),  # [l40s] 864 GB/s; [pcie]
+    "T4": _gpu("T4", 320, 32, "turing", bf16=False),  # [t4] 320 GB/s; [pcie]
 }
 
 # [ec2] network bandwidth per instance, Gbit/s ("up to N" sizes get N: burst, not sustained, so the planner

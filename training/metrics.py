@@ -10,26 +10,17 @@ import time
 from pathlib import Path
 
 from contract.container import METRICS_FILE
+from contract.gpus import PEAK_TFLOPS, peak_tflops
 from contract.metrics import format_metrics
 
-# Peak dense bf16/fp16 tensor-core FLOP/s per GPU, from the vendors' data sheets (SXM parts).
-PEAK_FLOPS = {
-    "H200": 989e12,
-    "H100": 989e12,
-    "A100": 312e12,
-    "L40S": 362e12,
-    "L4": 121e12,
-    "A10G": 70e12,
-    "B200": 2250e12,
-}
+# Peak dense bf16/fp16 tensor-core FLOP/s per GPU: contract.gpus, the table the planner divides by too.
+PEAK_FLOPS = {name: tflops * 1e12 for name, tflops in PEAK_TFLOPS.items()}
 
 
 def peak_flops(device_name: str) -> float | None:
     """The peak for a GPU name such as 'NVIDIA H100 80GB HBM3'; None when unknown (MFU is then omitted)."""
-    for key, value in PEAK_FLOPS.items():
-        if key in device_name:
-            return value
-    return None
+    tflops = peak_tflops(device_name)
+    return None if tflops is None else tflops * 1e12
 
 
 class MetricsLogger:

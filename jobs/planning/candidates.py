@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.catalog import SPOT_SAVINGS, InstanceSpec
+from jobs.catalog import SPOT_SAVINGS, InstanceSpec, lookup
 from jobs.planning.cadence import Cadence, cadence, state_bytes
 from jobs.planning.layout import Layout, Numerics
 from jobs.planning.memory import memory_per_gpu
@@ -46,6 +46,10 @@ class Candidate:
 
     def to_dict(self) -> dict[str, Any]:
         lay = self.layout
+        # Imported here: jobs.planning.calibration also runs as a script (`python -m`), which an import at the top
+        # (through jobs.planning's own imports) would load twice.
+        from jobs.planning.calibration import calibration_of
+        band, rows = calibration_of(lookup(self.instance_type).gpu)
         return {
             "strategy": lay.strategy, "degrees": lay.degrees(), "runnable": lay.runnable,
             "instance_type": self.instance_type, "instance_count": lay.nodes, "gpus": lay.gpus,
@@ -60,6 +64,9 @@ class Candidate:
             "spot": self.spot, "checkpoint_minutes": round(self.cadence.interval_min, 1),
             "checkpoint_save_s": round(self.cadence.save_s, 1),
             "work_lost_per_interruption_minutes": round(self.cadence.lost_per_interruption_h * 60, 1),
+            # How far the time model has been off on this GPU generation: the largest relative throughput error
+            # over the published runs it was fitted to (null where the generation has none), and those runs.
+            "error_band": band, "calibrated_from": rows,
         }
 
 

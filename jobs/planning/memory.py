@@ -6,12 +6,17 @@ fp32 weights (4 B/param: autocast and FSDP's MixedPrecisionPolicy both keep fp32
 momentum (training.optim passes none), so no state. DDP also keeps gradient buckets (4 B/param:
 gradient_as_bucket_view is off) and autocast caches bf16 copies of the weights (2 B/param) for the step.
 
-Activations, bytes per token per block (flash attention, no dropout; a = 2 at bf16/fp16, 4 at fp32):
-the two LayerNorm inputs on the fp32 residual stream 2 x 4h; saved matmul inputs qkv a.h, proj a.h,
-fc a.h, out a.4h; q, k, v 3a.h and the attention output a.h; the GELU input a.4h: 8h + 15a.h (38h at bf16).
-With activation checkpointing a block keeps only its fp32 input (4h) and one block is live while it is
-recomputed. A decoder's loss adds per token vocab x (a logits + 4 fp32 copy + 4 log-softmax) and its
-head input. Tensor parallelism (with sequence parallelism) divides all of these by the tensor degree.
+Activations, bytes per token per block (flash attention, no dropout; a = 2 at bf16/fp16, 4 at fp32; r the
+residual stream's bytes): the two LayerNorm inputs 2 x r.h; saved matmul inputs qkv a.h, proj a.h, fc a.h, out
+a.4h; q, k, v 3a.h and the attention output a.h; the GELU input a.4h: 2r.h + 15a.h. The residual stream is fp32
+under autocast (single, ddp, and tp or hybrid without a data dimension: the token table's output is fp32, r = 4)
+and in the compute dtype where FSDP's MixedPrecisionPolicy casts the parameters instead (fsdp, hsdp, and the
+data dimension of tp and pp: training.strategies, use_autocast=False; r = a). With activation checkpointing a
+block keeps only its input (r.h) and one block is live while it is recomputed. A decoder's loss is the package's
+(training.step.loss_fn: cross-entropy of the logits cast to fp32): per token the logits (a), their fp32 copy (4)
+and its log-softmax (4) over the vocabulary, gathered whole under tensor parallelism (training.strategies.tp),
+and the head's input. Tensor parallelism (with sequence parallelism) divides the blocks' activations by the
+tensor degree.
 Calibration (one H100, bf16 autocast, fp32 weights, fused AdamW, peak allocated): see CALIBRATION.
 """
 
@@ -44,7 +49,7 @@ class Memory:
     gradients: float
     optimizer: float
     activations: float
-    extra: float  # DDP buckets, autocast's weight cache, FSDP's gathered blocks
+    extra: float  # DDP buckets, autocast's weight cache, FSDP's gathered block and root, accumulated gradients
 
     @property
     def allocated(self) -> float:
@@ -63,23 +68,30 @@ def optimizer_bytes(params: int, tensors: int, optimizer: str) -> int:
     return 8 * params + 4 * tensors if optimizer == "adamw" else 0
 
 
-def block_activation_bytes(m: ModelFacts, n: Numerics) -> float:
+def residual_bytes(n: Numerics, layout: Layout) -> int:
+    """Bytes of a residual-stream element: the compute dtype where FSDP casts the parameters (a data dimension
+    sharded by FSDP2), fp32 under autocast (see the module's docstring)."""
+    return n.compute_bytes if layout.shard > 1 else 4
+
+
+def block_activation_bytes(m: ModelFacts, n: Numerics, layout: Layout) -> float:
     """Saved bytes per token of one block (see the module's docstring)."""
-    return 8 * m.hidden + 15 * n.compute_bytes * m.hidden
+    return 2 * residual_bytes(n, layout) * m.hidden + 15 * n.compute_bytes * m.hidden
 
 
 def activation_bytes(m: ModelFacts, n: Numerics, layout: Layout) -> float:
     """Peak activations on the busiest GPU: the first pipeline stage holds `in_flight` micro-batches."""
-    a, t = n.compute_bytes, layout.tensor
+    a, t, r = n.compute_bytes, layout.tensor, residual_bytes(n, layout)
     if m.kind == "other" and not m.hidden:
         return m.other_activation_bytes * n.micro_batch * a / 2
     tokens = n.micro_batch * m.tokens
     layers = -(-m.layers // layout.pipeline)
-    per_block = block_activation_bytes(m, n) / t
+    per_block = block_activation_bytes(m, n, layout) / t
     # With checkpointing, block inputs are kept and one block is recomputed at a time.
-    blocks = layers * 4 * m.hidden / t + per_block if n.activation_checkpointing else layers * per_block
+    blocks = layers * r * m.hidden / t + per_block if n.activation_checkpointing else layers * per_block
     in_flight = min(layout.pipeline, layout.microbatches) if layout.pipeline > 1 else 1
-    head = (m.vocab * (a + 8) + (4 + a) * m.hidden) / t if m.kind == "decoder" else 0.0
+    # The loss over the whole vocabulary (tensor parallelism gathers the logits), the head's input split.
+    head = m.vocab * (a + 8) + (r + a) * m.hidden / t if m.kind == "decoder" else 0.0
     inputs = a * m.image_bytes / m.tokens if m.kind == "vit" else 0.0  # the patch conv's saved input
     return tokens * (blocks * in_flight + head + inputs)
 
@@ -98,13 +110,19 @@ def memory_per_gpu(m: ModelFacts, n: Numerics, layout: Layout) -> Memory:
             extra += 4 * m.params  # DDP's gradient buckets
         if n.compute_bytes < 4:
             extra += 2 * m.params  # autocast's bf16 weight cache, alive until the step ends
+        if n.accum(layout.gpus) > 1:
+            extra += grads  # the gradients accumulate in .grad: a later micro-step's forward runs beside them
     else:
-        gathered = m.block_params / (layout.tensor * 1.0)
-        extra += 2 * gathered * (n.compute_bytes + 4)  # current + prefetched block, and its fp32 grads
-        root = m.params - m.layers * m.block_params
-        if layout.shard > 1 and root > 0:
-            extra += n.compute_bytes * root / (layout.tensor * layout.pipeline)  # root stays gathered
+        if layout.shard > 1:
+            # FSDP2 gathers one block at a time, in the compute dtype (MixedPrecisionPolicy's param_dtype); the
+            # root (token table, head) stays gathered (training.strategies.fsdp: reshard_after_forward=False).
+            extra += n.compute_bytes * m.block_params / layout.tensor
+            root = m.params - m.layers * m.block_params
+            if root > 0:
+                extra += n.compute_bytes * root / (layout.tensor * layout.pipeline)
         if n.accum(layout.gpus) * layout.chunks() > 1:
-            extra += n.compute_bytes * m.params / (layout.tensor * layout.pipeline)  # unsynced grads
+            # Unsynced micro-steps keep unsharded gradients; FSDP2 accumulates them in its reduce dtype, fp32
+            # (training.precision.Precision.reduce; FSDPParam.to_accumulated_grad_if_needed).
+            extra += 4 * m.params / (layout.tensor * layout.pipeline)
     fwd_n = replace(n, micro_batch=layout.forward_batch(n.micro_batch))
     return Memory(weights, grads, opt, activation_bytes(m, fwd_n, layout), extra)

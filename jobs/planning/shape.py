@@ -37,7 +37,7 @@ class ModelFacts:
     kind: str  # decoder, vit, other
     params: int
     param_tensors: int  # optimizers keep one `step` scalar per tensor
-    flops_per_sample: float  # training (forward + backward), the package's MFU convention
+    flops_per_sample: float  # training (forward + backward), training.flops' convention (the MFU metric's)
     tokens: int = 1  # per sample: sequence length, or patches + class token
     layers: int = 0
     hidden: int = 0
@@ -88,16 +88,24 @@ def vit_params(c: ViTConfig) -> tuple[int, int]:
 
 def gpt_facts(c: GPTConfig, label: str) -> ModelFacts:
     params, tensors = gpt_params(c)
-    # training.models.gpt.GPT.flops_per_sample: 6 per non-positional parameter per token, plus attention.
-    flops = (6 * (params - c.seq_len * c.d_model) + 12 * c.n_layer * c.d_model * c.seq_len) * c.seq_len
+    # training.flops' convention, the one the MFU metric divides: 6 per matmul parameter per token (the token and
+    # position tables do no matmul), plus attention's 12 x width x sequence per layer.
+    tables = (c.vocab_size + c.seq_len) * c.d_model
+    flops = (6 * (params - tables) + 12 * c.n_layer * c.d_model * c.seq_len) * c.seq_len
     return ModelFacts("decoder", params, tensors, flops, tokens=c.seq_len, layers=c.n_layer, hidden=c.d_model,
                       heads=c.n_head, vocab=c.vocab_size, sample_bytes=2 * (c.seq_len + 1), label=label)
 
 
 def vit_facts(c: ViTConfig, label: str) -> ModelFacts:
     params, tensors = vit_params(c)
-    t = c.num_patches + 1
-    flops = 6 * params * t + 12 * c.n_layer * c.d_model * t * t  # training.models.vit.ViT.flops_per_sample
+    t, h = c.num_patches + 1, c.d_model
+    # training.flops' convention (the MFU metric's): the patch convolution 4 per parameter per token (no pixel
+    # gradient), the class token and position table nothing, the classifier 6 per parameter per image.
+    patch = c.channels * c.patch_size ** 2 * h + h
+    tables = h + t * h
+    head = h * c.num_classes + c.num_classes
+    per_token = 6 * (params - patch - tables - head) + 4 * patch
+    flops = per_token * t + 6 * head + 12 * c.n_layer * h * t * t
     pixels = c.channels * c.image_size ** 2
     return ModelFacts("vit", params, tensors, flops, tokens=t, layers=c.n_layer, hidden=c.d_model, heads=c.n_head,
                       image_bytes=pixels, sample_bytes=pixels, label=label)

@@ -25,6 +25,7 @@ def test_table_shows_the_recommendation_and_warnings():
     print_sizing(console, result)
     text = console.export_text()
     assert "recommendation" in text and "deadline_unreachable" in text and "ml.p4d.24xlarge" in text
+    assert "time model: throughput within 1% of 4 published runs" in text  # A100: MPT x2, Llama 3, GPT 175B
 
 
 def test_json_document_round_trips():

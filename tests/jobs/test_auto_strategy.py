@@ -29,10 +29,10 @@ from .test_training_contract import toolkit_args
 DATASET = "s3://mltrain-datasets-123456789012-us-east-1/tokens/train/"
 
 
-def request(size: str, instance_type: str, count: int, **hyperparameters):
+def request(size: str, instance_type: str, count: int, parallel: dict | None = None, **hyperparameters):
     return parse_request({"name": f"auto-{size}", "strategy": "auto", "model": "gpt", "model_size": size,
                           "dataset": DATASET, "instance": {"type": instance_type, "count": count},
-                          "hyperparameters": hyperparameters})
+                          "hyperparameters": hyperparameters, **({"parallel": parallel} if parallel else {})})
 
 
 def rendered(req, platform) -> tuple[dict, dict]:
@@ -44,10 +44,12 @@ def rendered(req, platform) -> tuple[dict, dict]:
 
 # gpt 7b (32 layers, 32 heads) on GPUs far smaller than its ~110 GiB of training state: layers must be split.
 @pytest.mark.parametrize(("instance_type", "count", "hps", "strategy"), [
-    # 40 GiB A100s, checkpointed: tensor 8 within a node, FSDP over the 4 nodes
-    ("ml.p4d.24xlarge", 4, {"activation_checkpointing": True}, "tp"),
+    # 24 GiB A10Gs, checkpointed, one sample per rank: tensor 4 within a node, FSDP over the 4 nodes (hybrid's 32
+    # micro-batches do not divide the 16 samples its tensor x pipeline group pools: the training package refuses it)
+    ("ml.g5.12xlarge", 4, {"micro_batch_size": 1, "activation_checkpointing": True,
+                           "parallel": {"pipeline_microbatches": 32}}, "tp"),
     ("ml.g5.48xlarge", 2, {"micro_batch_size": 1}, "hybrid"),  # 24 GiB A10Gs: tensor 8 x pipeline 2
-    ("ml.g5.12xlarge", 4, {"micro_batch_size": 2, "activation_checkpointing": True}, "pp"),  # 4 stages
+    ("ml.p4d.24xlarge", 4, {"micro_batch_size": 2}, "pp"),  # 40 GiB A100s without checkpointing: 4 stages
 ])
 def test_auto_splits_a_7b_model_over_small_gpus_with_degrees_every_check_accepts(
         platform, instance_type, count, hps, strategy):
@@ -91,7 +93,7 @@ def test_auto_keeps_to_data_parallel_where_the_mesh_would_not_be_the_planners(pl
                          "dataset": DATASET, "instance": {"type": "ml.p4d.24xlarge", "count": 2},
                          "model_shape": {"kind": "decoder", "layers": 32, "hidden": 4096, "heads": 32,
                                          "seq_len": 4096, "vocab_size": 32000},
-                         "hyperparameters": {"micro_batch_size": 2}})
+                         "parallel": {"pipeline_microbatches": 16}, "hyperparameters": {"micro_batch_size": 2}})
     assert plan_for_request(own).strategy in ("ddp", "fsdp", "hsdp")
     result = plan_request(own)
     assert result.recommendation.layout.strategy in ("tp", "pp", "hybrid")  # what it would run, were it allowed
@@ -112,9 +114,11 @@ def test_auto_skips_degrees_the_training_package_refuses(platform):
 
 
 def test_an_attempt_on_a_fallback_type_gets_degrees_for_its_gpus(platform):
-    # 8 GPUs per p4d node: tensor 8. A capacity retry on the 4-GPU g5.12xlarge must not send tensor 8.
+    # 8 GPUs per p4d node: tensor 8 (hybrid, 2 stages). A capacity retry on the 4-GPU g5.12xlarge must not send
+    # tensor 8.
     req = parse_request({"name": "auto-fb", "strategy": "auto", "model": "gpt", "model_size": "7b", "dataset": DATASET,
-                         "instance": {"type": "ml.p4d.24xlarge", "count": 2, "fallbacks": ["ml.g5.12xlarge"]}})
+                         "instance": {"type": "ml.p4d.24xlarge", "count": 2, "fallbacks": ["ml.g5.12xlarge"]},
+                         "parallel": {"pipeline_microbatches": 16}, "hyperparameters": {"micro_batch_size": 2}})
     validate_for_platform(req, platform)
     first = render_create_training_job(req, platform, run_id="auto-0a1b2c3d", attempt=1)
     retry = render_create_training_job(req, platform, run_id="auto-0a1b2c3d", attempt=2,
@@ -125,7 +129,7 @@ def test_an_attempt_on_a_fallback_type_gets_degrees_for_its_gpus(platform):
     assert check_parallelism(values["strategy"], hosts=2, per_host=4, tensor=values["tp_degree"],
                              pipeline=values["pp_degree"], shard=values["dp_shard"],
                              microbatches=values.get("pp_microbatches"), n_layer=32, n_head=32,
-                             micro_batch_size=8) == []
+                             micro_batch_size=2) == []
     assert {t["Key"]: t["Value"] for t in retry["Tags"]}["mltrain:strategy"] == values["strategy"]
 
 
@@ -153,11 +157,11 @@ def test_auto_refuses_layer_degrees_rather_than_ignore_them(parallel, named):
 
 def test_auto_keeps_its_pipeline_schedule_and_micro_batches():
     # The pipeline's micro-batch count and schedule are not degrees: auto uses them for the pipelines it sizes.
-    # 4 samples per rank x 4 stages pool 16, which 16 micro-batches divide (with 2 the training package refuses
-    # this pp, and hybrid, 5% faster than fsdp once the planner weighs the slowest stage, loses to the simpler one).
+    # 8 samples per rank x 4 stages pool 32, which 16 micro-batches divide (with 3 the training package would
+    # refuse this pp).
     req = parse_request({"name": "auto-mb", "strategy": "auto", "model": "gpt", "model_size": "7b", "dataset": DATASET,
                          "instance": {"type": "ml.g5.12xlarge", "count": 4},
                          "parallel": {"pipeline_microbatches": 16, "pipeline_schedule": "gpipe"},
-                         "hyperparameters": {"micro_batch_size": 4, "activation_checkpointing": True}})
+                         "hyperparameters": {"micro_batch_size": 8, "activation_checkpointing": True}})
     chosen = plan_for_request(req).parallel
     assert (chosen["pp_degree"], chosen["pp_microbatches"], chosen["pp_schedule"]) == (4, 16, "gpipe")

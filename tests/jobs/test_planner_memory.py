@@ -57,7 +57,7 @@ def test_step_time_within_15_percent_of_the_h100_runs(model, size, micro, flags,
 
     n = numerics({"micro_batch_size": micro, "precision": "bf16", **flags})
     seconds = step_time(model_facts(model, size), n, lookup("ml.p5.48xlarge"), Layout("single", 1, 1)).total
-    assert seconds * 1e3 == pytest.approx(measured_ms, rel=0.15)  # worst measured: vit base -14.3%
+    assert seconds * 1e3 == pytest.approx(measured_ms, rel=0.15)  # worst: compiled gpt 1b +11.3% (timing.py)
 
 
 def test_sharding_divides_state_and_checkpointing_cuts_activations():
@@ -68,3 +68,19 @@ def test_sharding_divides_state_and_checkpointing_cuts_activations():
     assert fsdp.weights == one.weights / 8 and fsdp.optimizer == one.optimizer / 8
     ac = memory_per_gpu(m, numerics({"activation_checkpointing": True}), Layout("single", 1, 1))
     assert ac.activations < one.activations / 2
+
+
+@pytest.mark.parametrize(("model", "size"), [("gpt", "tiny"), ("gpt", "small"), ("vit", "tiny")])
+def test_the_planner_counts_flops_as_the_mfu_metric_does(model, size):
+    # One convention (training.flops): the planner's time and the metric's MFU divide the same FLOPs.
+    from training.flops import honest_flops_per_sample
+    net = build_model(TrainConfig(model=model, model_size=size), {})
+    assert model_facts(model, size).flops_per_sample == honest_flops_per_sample(net)
+
+
+def test_one_peak_per_gpu_for_the_planner_and_the_mfu_metric():
+    from jobs.catalog import GPUS
+    from training.metrics import peak_flops
+    for key, gpu in GPUS.items():
+        assert peak_flops(f"NVIDIA {key.split('-')[0]} 80GB") == gpu.peak_tflops * 1e12, key
+    assert peak_flops("NVIDIA A10G") == 70e12  # not the A10's 125 (contract.gpus says why)

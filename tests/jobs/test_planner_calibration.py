@@ -1,0 +1,113 @@
+"""The time model against the published runs it is fitted to (jobs.planning.calibration.ROWS): each within 10%,
+through the planner's own functions; their memory as the planner sizes it; and what `trainctl plan --json` says
+about the fit (`error_band`, `calibrated_from`).
+
+    python -m pytest -q -n 0 -s tests/jobs/test_planner_calibration.py    # prints predicted against measured
+    python -m jobs.planning.calibration                                    # the same table
+
+Rows the planner cannot express exactly are expressed as closely as it can (calibration.Row.expressed):
+Llama 3 8B's op-level selective checkpointing as full checkpointing, GPT 175B's interleaved TP 8 x PP 8 schedule
+as the planner's hybrid layout with one stage per rank and no recomputation.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs.catalog import GPUS, lookup
+from jobs.planning.calibration import ROWS, Row, calibration_of, predict, throughput_error
+from jobs.planning.layout import Layout, numerics
+from jobs.planning.memory import memory_per_gpu
+from jobs.planning.shape import model_facts, shape_facts
+from jobs.planning.timing import micro_compute
+
+
+def _facts(row: Row):
+    from types import SimpleNamespace
+    sh = row.shape
+    return shape_facts(SimpleNamespace(kind="decoder", layers=sh["layers"], hidden=sh["hidden"], heads=sh["heads"],
+                                       vocab_size=sh["vocab_size"], seq_len=sh["seq_len"], params=sh.get("params"),
+                                       flops_per_sample=None, image_size=None, patch_size=None), sh["seq_len"])
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: r.label)
+def test_each_published_row_is_predicted_within_10_percent(row):
+    predicted = predict(row)
+    print(f"\n{row.label}: predicted {predicted:.5g} {row.unit}, measured {row.measured:.5g} "
+          f"({100 * (predicted / row.measured - 1):+.1f}%){'; expressed as ' + row.expressed if row.expressed else ''}")
+    assert predicted == pytest.approx(row.measured, rel=0.10)
+
+
+def test_the_h100_is_no_longer_three_times_an_a100():
+    # MPT-7B measured 10,643 / 4,641 = 2.29x; one efficiency for every GPU made it 2.9x.
+    h100, a100 = (predict(next(r for r in ROWS if r.label == f"MPT-7B, 8 x {g} 80GB, FSDP")) for g in ("H100", "A100"))
+    assert h100 / a100 == pytest.approx(10643 / 4641, rel=0.10)
+
+
+def test_the_issues_mpt_30b_on_h100_is_closer():
+    # Not fitted to (it is the issue's example, not a calibration row): 2,002 tokens/s/GPU measured, 2,647 predicted
+    # before (+32%).
+    row = Row("MPT-30B, 8 x H100 80GB, FSDP, AC", "llm-foundry", {"layers": 48, "hidden": 7168, "heads": 56,
+              "vocab_size": 50368, "seq_len": 2048}, "ml.p5.48xlarge", Layout("fsdp", 1, 8, shard=8),
+              {"micro_batch_size": 3, "grad_accum": 1, "activation_checkpointing": True}, 2002, "tokens/s/GPU")
+    assert abs(throughput_error(row)) < 0.15
+
+
+def test_tensor_parallel_matmuls_cost_more_than_an_even_split():
+    # Each GPU's 512-wide matmuls of gpt 7b under tensor 8 run at 72% of the rate of 4,096-wide ones (the
+    # elementwise traffic, split evenly, dilutes it): 8 GPUs' shares of one micro-batch take longer than the whole.
+    m = model_facts("gpt", "7b")
+    n = numerics({"micro_batch_size": 1, "precision": "bf16"})
+    spec = lookup("ml.p4d.24xlarge")
+    whole = micro_compute(m, n, spec, Layout("single", 1, 1))
+    share = micro_compute(m, n, spec, Layout("tp", 1, 8, tensor=8))
+    assert 8 * share > 1.2 * whole
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: r.label)
+def test_the_published_runs_fit_as_the_planner_sizes_them(row):
+    # They ran, on a stack that keeps no more than the package does (fused losses, bf16 residuals): the planner
+    # must not say they do not fit. Before, MPT-7B at micro-batch 6 came out 84.7 GiB on an 80 GB A100.
+    spec = lookup(row.instance_type)
+    mem = memory_per_gpu(_facts(row), numerics({"precision": "bf16", **row.hyperparameters}), row.layout)
+    print(f"\n{row.label}: {mem.needed_gib:.1f} GiB of {spec.accelerator_memory_gib}")
+    assert mem.needed_gib <= spec.accelerator_memory_gib
+
+
+def test_fsdp_holds_one_gathered_block_in_the_compute_dtype():
+    m = model_facts("gpt", "7b")
+    n = numerics({"micro_batch_size": 1, "precision": "bf16", "grad_accum": 1})
+    mem = memory_per_gpu(m, n, Layout("fsdp", 1, 8, shard=8))
+    root = m.params - m.layers * m.block_params
+    assert mem.extra == 2 * m.block_params + 2 * root
+    # Accumulating: FSDP2 keeps the unsharded gradients in its fp32 reduce dtype.
+    acc = memory_per_gpu(m, numerics({"micro_batch_size": 1, "precision": "bf16", "grad_accum": 2}),
+                         Layout("fsdp", 1, 8, shard=8))
+    assert acc.extra - mem.extra == 4 * m.params
+
+
+def test_the_loss_is_charged_as_the_package_computes_it():
+    # training.step.loss_fn casts the logits to fp32 before the cross-entropy: 2 + 4 + 4 bytes per vocabulary
+    # entry per token, which is why MPT-125M's micro-batch 26 (it ran in 40 GB under llm-foundry's fused loss)
+    # does not fit a 40 GB A100 in the package: ~25 GiB of it is the loss.
+    m = model_facts("gpt", "125m", seq_len=2048)
+    one = memory_per_gpu(m, numerics({"micro_batch_size": 1, "precision": "bf16"}), Layout("single", 1, 1))
+    two = memory_per_gpu(m, numerics({"micro_batch_size": 2, "precision": "bf16"}), Layout("single", 1, 1))
+    per_sample = two.activations - one.activations
+    assert per_sample == pytest.approx(2048 * (m.vocab * 10 + m.layers * 38 * m.hidden + 6 * m.hidden))
+
+
+def test_candidates_carry_the_error_band_of_their_generation():
+    band, rows = calibration_of(GPUS["H100"])
+    worst = max(abs(throughput_error(r)) for r in ROWS if "H100" in r.label)
+    assert band == pytest.approx(worst, abs=0.01) and band >= worst and len(rows) == 2
+    assert all("H100" in r for r in rows)
+    band, rows = calibration_of(GPUS["L40S"])  # Ada has no published row: it borrows Ampere's constant
+    assert band is None and rows and all(r.startswith("none of its own: ada borrows ampere") for r in rows)
+    from jobs.planning import plan_request
+    from jobs.request import parse_request
+    doc = plan_request(parse_request({"name": "cal", "dataset": "s3://bucket/data/", "model": "gpt",
+                                      "model_size": "350m", "instance": {"type": "ml.p5.48xlarge"}})).to_dict()
+    for c in [doc["recommendation"], *doc["candidates"]]:
+        assert "error_band" in c and isinstance(c["calibrated_from"], list)
+    assert doc["recommendation"]["error_band"] == calibration_of(GPUS["H100"])[0]
