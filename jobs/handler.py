@@ -12,9 +12,10 @@ only where the handlers call SageMaker), so the function's code is just the `job
     summarize {"run", "launch"?: {"job"}, "decision"?}          -> {"succeeded", "subject", "message", "summary"}
 
 The request is the execution's input: Prepare and Decide get it from the state machine, it is not in the
-state (jobs.state_size). An execution keeps the definition it started with while it calls the functions' newest
-code, so the handlers also answer the definition before (STATE_SHAPE 1: run.request, "create", "job",
-"failure"), for executions started before a deploy that reach these functions after it.
+state (jobs.state_size). An execution keeps the definition it started with; since the functions are versioned
+(platform_constructs.launcher_functions) it also keeps their code, but executions started before that call the
+functions unqualified, hence their newest code: the handlers also answer that definition (STATE_SHAPE 1:
+run.request, "create", "job", "failure").
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ class JobLauncher(Construct):
         launch = LaunchTrainingJob(self, "Launch", training_job_arn_pattern=self.training_job_arn_pattern,
                                    run_id_tag_key=self.run_id_tag_key, execution_role=execution_role,
                                    encryption_key=key)
-        self.definition = LauncherDefinition(self, "Definition", functions=self.functions, launch=launch,
+        self.definition = LauncherDefinition(self, "Definition", functions=self.lambdas.versions, launch=launch,
                                              topic=self.topic)
         # Its own role, under role_path: it publishes to the key-encrypted topic, and the key lets only roles
         # under that path use it (platform_constructs.encryption).
@@ -107,6 +107,11 @@ class JobLauncher(Construct):
             comment="Launches a SageMaker training job from a job request; retries resume from checkpoints.",
         )
         launch.grant_launch(role)
+        # Every version of each function, not only this deploy's: an execution calls the versions it started with,
+        # and one started before a deploy runs on after it (for days), as one started before versions did
+        # (unqualified; jobs.handler.STATE_SHAPE).
+        for function in self.functions.values():
+            function.grant_invoke(role)
         key.grant(role, "kms:Decrypt", "kms:GenerateDataKey*")
         self._acknowledge_state_machine_role()
 
@@ -163,6 +168,6 @@ class JobLauncher(Construct):
             acknowledge(
                 role,
                 f"AwsSolutions-IAM5[Resource::{nag_form(self, function.function_arn)}:*]",
-                f"The CDK's LambdaInvoke grants the {name} function and its versions (<arn>:*); "
-                "no other function.",
+                f"Invoking the {name} function and its versions (<arn>:*): an execution calls the version it "
+                "started with; no other function.",
             )

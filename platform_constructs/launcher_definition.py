@@ -31,7 +31,9 @@ context object (`$$.Execution.Input`), so it is never carried. A failed job's Ca
 
 Every decision (classify the failure, pick the next instance type, wait, give up) is made by the `jobs`
 package inside the Lambda functions, so the same code is unit-tested, used by `trainctl`, and executed
-here. The definition only moves the state object between them. State names are the construct ids.
+here. The definition only moves the state object between them, invoking each function's version of the same
+deploy (`functions` are versions), so that an execution runs the code it started with. State names are the
+construct ids.
 """
 
 from __future__ import annotations

@@ -84,6 +84,11 @@ class LauncherFunctions(Construct):
     def __getitem__(self, name: str) -> lambda_.Function:
         return self.functions[name]
 
+    @property
+    def versions(self) -> dict[str, lambda_.IVersion]:
+        """Each function's version of this deploy: what the state machine's definition invokes."""
+        return {name: function.current_version for name, function in self.functions.items()}
+
     def _function(self, name: str, settings_json: str, log_retention: logs.RetentionDays,
                   reserved_concurrency: int | None, removal_policy: RemovalPolicy) -> lambda_.Function:
         title = name.capitalize()
@@ -109,6 +114,10 @@ class LauncherFunctions(Construct):
             timeout=Duration.seconds(60),
             tracing=lambda_.Tracing.ACTIVE,
             reserved_concurrent_executions=reserved_concurrency,
+            # A version per deploy that changes the code or the settings, kept: an execution keeps the definition
+            # it started with, which calls the versions deployed with it (`versions`), never newer code that
+            # expects another shape of the state. Deleting the function deletes its versions.
+            current_version_options=lambda_.VersionOptions(removal_policy=RemovalPolicy.RETAIN),
         )
         self.key.grant_decrypt(role)
         _acknowledge(name, role, function, reserved_concurrency)

@@ -67,6 +67,9 @@ class Templates:
                 f"arn:aws:states:{region_account}:stateMachine:{props.get('StateMachineName', logical_id)}",
             ("AWS::KMS::Key", "Arn"): f"arn:aws:kms:{region_account}:key/{name}",
             ("AWS::Lambda::Function", "Arn"): f"arn:aws:lambda:{region_account}:function:{logical_id}",
+            # A version's Ref is its ARN: the function's, qualified by the version number.
+            ("AWS::Lambda::Version", None): f"arn:aws:lambda:{region_account}:function:"
+                                            f"{props.get('FunctionName', {}).get('Ref', logical_id)}:1",
             ("AWS::SNS::Topic", None): f"arn:aws:sns:{region_account}:{props.get('TopicName', logical_id)}",
             ("AWS::Logs::LogGroup", "Arn"): f"arn:aws:logs:{region_account}:log-group:{logical_id}:*",
         }

@@ -82,6 +82,8 @@ def fake_names(template: dict) -> tuple[dict[str, str], dict[tuple[str, str], st
             arn = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{logical_id}"
             refs[logical_id] = logical_id
             attrs[(logical_id, "Arn")] = arn
+        elif kind == "AWS::Lambda::Version":  # its Ref is the function's ARN qualified by the version number
+            refs[logical_id] = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{props['FunctionName']['Ref']}:1"
         elif kind == "AWS::SNS::Topic":
             name = props.get("TopicName", logical_id)
             refs[logical_id] = f"arn:aws:sns:{REGION}:{ACCOUNT}:{name}"
@@ -102,10 +104,17 @@ def launcher_definition(template: dict) -> LauncherDefinition:
     assert len(machines) == 1, f"expected one state machine in the launcher template, found {len(machines)}"
     refs, attrs = fake_names(template)
     definition = json.loads(resolve(machines[0]["Properties"]["DefinitionString"], refs, attrs))
+    resources = template["Resources"]
     handlers = {
         attrs[(logical_id, "Arn")]: r["Properties"]["Handler"]
-        for logical_id, r in template["Resources"].items()
+        for logical_id, r in resources.items()
         if r["Type"] == "AWS::Lambda::Function"
+    }
+    # The definition invokes each function's version of the deploy (platform_constructs.launcher_functions).
+    handlers |= {
+        refs[logical_id]: resources[r["Properties"]["FunctionName"]["Ref"]]["Properties"]["Handler"]
+        for logical_id, r in resources.items()
+        if r["Type"] == "AWS::Lambda::Version"
     }
     topics = [(lid, r) for lid, r in template["Resources"].items() if r["Type"] == "AWS::SNS::Topic"]
     assert len(topics) == 1, "expected one notification topic"

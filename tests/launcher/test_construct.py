@@ -107,6 +107,10 @@ def test_state_machine_role_is_least_privilege(launcher_template):
 
     invoke = [s for s in statements if actions(s) == ["lambda:InvokeFunction"]]
     assert invoke and all("Function" in json.dumps(s["Resource"]) for s in invoke)
+    # Every version of each launcher function: executions started on an earlier deploy call theirs.
+    invoked = json.dumps([s["Resource"] for s in invoke])
+    for logical_id in resources(launcher_template, "AWS::Lambda::Function"):
+        assert json.dumps({"Fn::Join": ["", [{"Fn::GetAtt": [logical_id, "Arn"]}, ":*"]]}) in invoked
     publish = [s for s in statements if actions(s) == ["sns:Publish"]]
     assert publish and all(
         s["Resource"] == {"Ref": next(iter(resources(launcher_template, "AWS::SNS::Topic")))} for s in publish

@@ -135,6 +135,8 @@ def test_lambda_tasks_run_the_jobs_handlers(resolved):
         "Decide": "jobs.handler.decide",
         "Summarize": "jobs.handler.summarize",
     }
+    # Each invokes its function's version of the deploy, qualified: an execution keeps the code it started with.
+    assert all(s["Resource"].endswith(":1") for s in tasks.values()), [s["Resource"] for s in tasks.values()]
     handler_module = importlib.import_module("jobs.handler")
     for handler in resolved.handlers.values():
         assert callable(getattr(handler_module, handler.rsplit(".", 1)[1]))

@@ -1,8 +1,8 @@
 """Executions started before a deploy reach the functions deployed after it.
 
-An execution keeps the definition it started with, while its Lambda tasks call the functions' current code (the
-state machine invokes them unqualified). The definition of a3dcd76, the last before the request left the
-state (its `create`, `job` and `failure` keys, $.run.request.name), was synthesized then and kept here as
+An execution keeps the definition it started with. Since the functions are versioned it calls the versions
+deployed with it; an execution started before calls them unqualified, hence their newest code. The definition
+of a3dcd76, the last before the request left the state and the functions were versioned (its `create`, `job` and `failure` keys, $.run.request.name), was synthesized then and kept here as
 resolved JSON (earlier/definition-a3dcd76.json); it runs in moto against today's handlers
 (jobs.handler._legacy_decide), through each of its paths: a retry, a watch on a job left running, a failure.
 """
