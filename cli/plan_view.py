@@ -146,6 +146,8 @@ def retry_rows(request: Any) -> list[tuple[str, str]]:
         ("  internal error", f"{retry.internal_error_max_retries} retries after {retry.internal_error_wait_seconds}s"),
         ("  quota/throttle", f"{retry.api_error_max_retries} retries, {retry.api_error_wait_seconds}s doubling to "
                              f"{retry.api_error_wait_max_seconds}s"),
+        ("  hardware", f"{retry.hardware_max_retries} new attempts with infra_check on, on the next fallback type"),
+        ("  stopped", "by SageMaker or a training plan's end: resumed like an interruption (trainctl stop ends it)"),
         ("  your code/data", "no retry: the run ends with the job's failure reason"),
     ]
 

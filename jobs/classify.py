@@ -273,8 +273,12 @@ def classify_failure(failure: dict[str, Any], describe=None) -> tuple[Failure, d
     return classify_api_error(error, message), job
 
 
+# TrainingJobStatus values of a job that has ended (jobs.run.RUNNING: of one that runs).
+ENDED = ("Completed", "Failed", "Stopped")
+
+
 def _ended(job: dict[str, Any] | None) -> bool:
-    return job is not None and (job.get("TrainingJobStatus") in ("Failed", "Stopped", "Completed")
+    return job is not None and (job.get("TrainingJobStatus") in ENDED
                                 or job.get("SecondaryStatus") in ("Interrupted", "MaxWaitTimeExceeded"))
 
 

@@ -335,7 +335,7 @@ def describe_training_job(job_name: str, region: str) -> dict[str, Any] | None:
 
 
 # Statuses of attempts whose job may still run: never ended as far as the run state knows.
-_MAY_RUN = ("InProgress", "Stopping", "Unknown")
+_MAY_RUN = (*runs.RUNNING, "Unknown")
 
 
 def stop_jobs_left_running(run: RunState) -> tuple[list[str], list[str], list[str]]:

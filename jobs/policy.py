@@ -35,6 +35,23 @@ from jobs.request_schema import JobRequest
 from jobs.resume import resume_command
 from jobs.run import RunState
 
+# The state machine's own retries (platform_constructs.launcher_definition writes them into its Retry fields;
+# jobs.reference describes them). A launcher function's fault (an error it raises, a timeout) is run again
+# FUNCTION_RETRIES times, FUNCTION_RETRY_SECONDS apart, doubling.
+FUNCTION_RETRIES = 3
+FUNCTION_RETRY_SECONDS = 1
+# Summarize could not stop a job of the run for a reason that passes (StopTrainingJob throttled, a service fault):
+# it is run again until the stop is taken, STOP_RETRY_SECONDS apart doubling up to STOP_RETRY_MAX_SECONDS, then
+# its Catch stops the current job once more and notifies.
+STOP_RETRIES = 12
+STOP_RETRY_SECONDS = 10
+STOP_RETRY_MAX_SECONDS = 300
+
+
+def retry_waits(retries: int, first: float, most: float | None = None) -> list[float]:
+    """The waits of a Retry of `retries` attempts starting at `first` seconds, doubling, capped at `most`."""
+    return [min(first * 2 ** i, most or float("inf")) for i in range(retries)]
+
 
 class Action(enum.StrEnum):
     RETRY = "retry"

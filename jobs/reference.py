@@ -6,16 +6,27 @@ README.md carries this text; regenerate it here when a field changes so the two 
 from __future__ import annotations
 
 from contract.schema import reference_rows
+from jobs.policy import (
+    FUNCTION_RETRIES,
+    FUNCTION_RETRY_SECONDS,
+    STOP_RETRIES,
+    STOP_RETRY_MAX_SECONDS,
+    STOP_RETRY_SECONDS,
+    retry_waits,
+)
 from jobs.request_schema import JobRequest
 
-RETRY_POLICY = """\
+_FUNCTION_WAITS = [f"{w:g}" for w in retry_waits(FUNCTION_RETRIES, FUNCTION_RETRY_SECONDS)]
+_FUNCTION_WAITS_TEXT = f"{', '.join(_FUNCTION_WAITS[:-1])} and {_FUNCTION_WAITS[-1]}"
+_STOP_MINUTES = sum(retry_waits(STOP_RETRIES, STOP_RETRY_SECONDS, STOP_RETRY_MAX_SECONDS)) / 60
+RETRY_POLICY = f"""\
 | Failure (how it is recognised) | What the state machine does |
 |---|---|
 | Capacity shortage (`FailureReason` starts `CapacityError: Unable to provision requested ML compute capacity`, an insufficient-capacity message, `MaxPendingTimeInSeconds` reached, or 30+ minutes in `Pending`) | wait `retry.capacity_wait_seconds`, doubling each time up to `retry.capacity_wait_max_seconds`, then the next type of `[instance.type, *instance.fallbacks]` (cycling; the same type when there are none) |
 | Spot interruption (`SecondaryStatus` `Interrupted`) or `MaxWaitTimeExceeded` | wait `retry.interruption_wait_seconds`, new attempt; after `retry.interruptions_before_on_demand` interruptions, on demand |
 | SageMaker internal error (`InternalServerError`, `InternalFailure`, HTTP 5xx in any spelling) | wait `retry.internal_error_wait_seconds`, retry, at most `retry.internal_error_max_retries` times |
 | A Launch error while the attempt's job exists and runs (a 5xx after the job was created, a throttled poll, the attempt's own name `ResourceInUse`) | no second job: wait on that job (looks every `retry.api_error_wait_seconds`, doubling up to 20 minutes) and decide when it ends; a job that cannot be looked up (throttled, denied) is waited on as long as it can run (its max runtime, or max wait on Spot, plus an hour), never stopped for it |
-| A fault of a launcher function (an error it raises, a timeout) | retried 3 times, 1, 2 and 4 s apart (a refused request excepted); one that persists ends the run with `launcher_error`, a summary and a notification |
+| A fault of a launcher function (an error it raises, a timeout) | retried {FUNCTION_RETRIES} times, {_FUNCTION_WAITS_TEXT} s apart (a refused request excepted); one that persists ends the run with `launcher_error`, a summary and a notification |
 | Hardware or infrastructure fault (an instance replaced as unhealthy, uncorrectable ECC, NCCL/EFA transport errors) | new attempt with `infra_check` on, on the next fallback type when there is one; at most `retry.hardware_max_retries` times |
 | Quota (`ResourceLimitExceeded` at CreateTrainingJob) or throttling (`ThrottlingException`, "Rate exceeded") | wait `retry.api_error_wait_seconds`, doubling up to `retry.api_error_wait_max_seconds`, retry; give up after `retry.api_error_max_retries` in a row |
 | Impossible quota (an account limit of 0, a request above the limit, a type not offered in the region) | no retry: the run fails saying which quota to raise |
@@ -24,7 +35,7 @@ RETRY_POLICY = """\
 | `MaxRuntimeExceeded` | no retry; checkpoints are kept: `trainctl resume <run id>` continues the run (raise `max_runtime_hours` to give each attempt longer) |
 | Anything unrecognised | no retry (fail safe) |
 | `retry.max_attempts` attempts used, or `retry.max_total_hours` spent (waits included) | the run fails with "attempts exhausted" / "time budget exhausted"; `trainctl resume <run id>` continues it with a new budget |
-| The run ends, however it ends (a fault in Decide or Summarize included) | any job of the run still running is stopped (a stop refused for a passing reason, such as throttling, makes Summarize run again, 10 s to 5 min apart for about 45 minutes); the summary lists it |
+| The run ends, however it ends (a fault in Decide or Summarize included) | any job of the run still running is stopped (a stop refused for a passing reason, such as throttling, makes Summarize run again, {STOP_RETRY_SECONDS} s to {STOP_RETRY_MAX_SECONDS // 60} min apart for about {_STOP_MINUTES:.0f} minutes); the summary lists it |
 
 Every attempt is a new training job named `<name_prefix>-<run id>-<8 random characters>-a<N>` that resumes
 from the run's one checkpoint prefix, `s3://<checkpoint bucket>/<name_prefix>/<run id>/checkpoints/`. The run

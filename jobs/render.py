@@ -406,9 +406,8 @@ def _stopping(request: JobRequest, spot: bool, instance_type: str) -> dict[str, 
     runtime = round(request.max_runtime_hours * 3600)
     stopping = {"MaxRuntimeInSeconds": runtime}
     if spot:
-        wait = request.max_wait_hours if request.max_wait_hours is not None else 2 * request.max_runtime_hours
         # MaxWait covers the runtime plus time waiting for Spot capacity: never below the runtime.
-        stopping["MaxWaitTimeInSeconds"] = max(runtime, min(round(wait * 3600), 28 * 24 * 3600))
+        stopping["MaxWaitTimeInSeconds"] = max(runtime, round(request.spot_max_wait_hours * 3600))
     spec = catalog.lookup(instance_type)
     if request.max_pending_hours is not None and spec is not None and spec.accelerated:
         stopping["MaxPendingTimeInSeconds"] = round(request.max_pending_hours * 3600)

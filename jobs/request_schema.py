@@ -259,8 +259,11 @@ class JobRequest:
 
     @property
     def effective_max_wait_hours(self) -> float | None:
-        if not self.spot:
-            return None
+        return self.spot_max_wait_hours if self.spot else None
+
+    @property
+    def spot_max_wait_hours(self) -> float:
+        """MaxWait of an attempt on Spot: max_wait_hours, or twice the runtime (at most the API's 28 days)."""
         if self.max_wait_hours is not None:
             return self.max_wait_hours
         return min(2 * self.max_runtime_hours, MAX_RUNTIME_HOURS)

@@ -160,9 +160,9 @@ class RunState:
         return self.attempt - self.resumed_after
 
 
-# TrainingJobStatus values of a job that still runs (or is on its way to Stopped).
+# TrainingJobStatus values of a job that still runs (or is on its way to Stopped); jobs.classify.ENDED those of
+# one that has ended.
 RUNNING = ("InProgress", "Stopping")
-ENDED = ("Completed", "Failed", "Stopped")
 
 
 def is_ours(run: RunState, job: dict[str, Any]) -> bool:

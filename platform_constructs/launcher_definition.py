@@ -49,17 +49,15 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from jobs.handler import STATE_SHAPE, JobsStillRunning
+from jobs.policy import (
+    FUNCTION_RETRIES,
+    FUNCTION_RETRY_SECONDS,
+    STOP_RETRIES,
+    STOP_RETRY_MAX_SECONDS,
+    STOP_RETRY_SECONDS,
+)
 from platform_constructs.launch_task import LaunchTrainingJob
 
-# A launcher function's error or timeout: tried again this many times, FUNCTION_RETRY_SECONDS apart, doubling.
-FUNCTION_RETRIES = 3
-FUNCTION_RETRY_SECONDS = 1
-# Summarize could not stop a job of the run for a reason that passes (StopTrainingJob throttled, a service
-# fault): it is run again until the stop is taken, STOP_RETRY_SECONDS apart doubling up to STOP_RETRY_MAX_SECONDS,
-# about 45 minutes in all; only then does its Catch stop the current job once more and notify.
-STOP_RETRIES = 12
-STOP_RETRY_SECONDS = 10
-STOP_RETRY_MAX_SECONDS = 300
 # The request: the execution's input, read where it is needed rather than carried in the state.
 EXECUTION_INPUT = "$$.Execution.Input"
 

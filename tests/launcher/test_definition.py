@@ -142,7 +142,7 @@ def test_lambda_tasks_run_the_jobs_handlers(resolved):
         assert callable(getattr(handler_module, handler.rsplit(".", 1)[1]))
     # Lambda's service errors first; then a refused request, never retried; then the handlers' own errors and
     # timeouts, a few times (retriers match in order).
-    from platform_constructs.launcher_definition import (
+    from jobs.policy import (
         FUNCTION_RETRIES,
         STOP_RETRIES,
         STOP_RETRY_MAX_SECONDS,

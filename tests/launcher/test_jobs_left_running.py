@@ -7,6 +7,7 @@ InProgress: asserted on the world's own job list, not on what the launcher belie
 
 from __future__ import annotations
 
+from jobs.policy import STOP_RETRIES, STOP_RETRY_MAX_SECONDS, STOP_RETRY_SECONDS, retry_waits
 from tests.launcher import sagemaker_sync as sm
 from tests.launcher.inputs import job_request
 from tests.launcher.paths import API_ERROR, FAILURE_TAIL, SUCCESS_TAIL, WATCH
@@ -156,7 +157,8 @@ def test_a_throttled_stop_is_tried_again_until_it_is_taken(harness, monkeypatch)
     ((_, message),) = result.notifications
     assert "StopCurrentJob" not in result.states_entered and len(result.stop_calls) == 37
     assert [handler for handler, _ in result.lambda_calls].count("jobs.handler.summarize") == 10
-    # 10 s doubling, at most 5 minutes apart: about 20 minutes of waiting so far, room for 45 in all.
+    # 10 s doubling, at most 5 minutes apart: about 20 minutes of waiting so far, room for 40 in all.
+    assert result.retry_waits[-9:] == retry_waits(STOP_RETRIES, STOP_RETRY_SECONDS, STOP_RETRY_MAX_SECONDS)[:9]
     assert result.retry_waits[-9:] == [10, 20, 40, 80, 160, 300, 300, 300, 300]
     assert result.jobs[name] in ("Stopping", "Stopped")
     assert f"Stopped as the run ended (still running): {name}" in message
