@@ -1,0 +1,95 @@
+"""Formats teams keep their data in, through `trainctl local`'s engine: JSONL text tokenized at prepare time by a
+Hugging Face tokenizer trained here (no network), and JPEGs from an ImageFolder tree in WebDataset tar shards."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cli.local import run_local
+from tests.training.formats import documents, train_tokenizer, write_jsonl
+from tests.training.helpers import create_request
+from training.data import TokenDataset
+from training.prepare_text import prepare_text
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def text_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("text")
+    docs = documents(240)
+    tokenizer = train_tokenizer(root / "tokenizer.json", docs)
+    write_jsonl(root / "docs.jsonl", docs)
+    prepare_text([root / "docs.jsonl"], tokenizer, root / "tokens", val_fraction=0.1)
+    return root
+
+
+def metrics_of(work: Path) -> list[dict]:
+    return [json.loads(line) for line in (work / "output" / "data" / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_jsonl_tokenized_by_a_real_tokenizer_is_the_token_format_the_gpt_reads(text_corpus):
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(text_corpus / "tokenizer.json"))
+    meta = json.loads((text_corpus / "tokens" / "train" / "meta.json").read_text())
+    assert meta["vocab_size"] == tokenizer.get_vocab_size() > 256 and meta["dtype"] == "uint16"
+    assert meta["tokenizer"]["eos_token"] == "<|endoftext|>" and len(meta["tokenizer"]["sha256"]) == 64
+    # The shards hold the tokenizer's own ids, documents in order, each ended by the end-of-text id: the first
+    # training document (every 10th goes to validation) decodes back to its text.
+    ids = np.fromfile(text_corpus / "tokens" / "train" / "shard-00000.bin", dtype=np.uint16).tolist()
+    eos = tokenizer.token_to_id("<|endoftext|>")
+    assert tokenizer.decode(ids[: ids.index(eos)]) == documents(240)[0]
+    assert meta["documents"] == 216 and ids.count(eos) == 216
+    assert len(TokenDataset(text_corpus / "tokens" / "train", 16)) > 50
+
+
+def test_a_tiny_gpt_trains_on_jsonl_text_through_trainctl_local(text_corpus, tmp_path):
+    hps = {"strategy": "single", "model": "gpt", "model_size": "tiny", "max_steps": 12, "micro_batch_size": 8,
+           "seq_len": 16, "log_interval": 1, "lr": 0.01, "warmup_steps": 0, "eval_interval": 12, "seed": 3}
+    data = {"train": text_corpus / "tokens" / "train", "validation": text_corpus / "tokens" / "validation"}
+    assert run_local(create_request(hps), workdir=tmp_path, nproc=1, data_dirs=data) == 0
+    losses = [m["train_loss"] for m in metrics_of(tmp_path) if "train_loss" in m]
+    assert len(losses) == 12 and losses[-1] < losses[0] - 0.5
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    assert config["vocab_size"] == json.loads((text_corpus / "tokens" / "train" / "meta.json").read_text())["vocab_size"]
+
+
+def test_parquet_reads_the_named_column_and_mistakes_name_the_file_the_value_and_the_fix(text_corpus, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tokenizer = text_corpus / "tokenizer.json"
+    pq.write_table(pa.table({"body": documents(30), "n": list(range(30))}), tmp_path / "t.parquet",
+                   row_group_size=7)  # several row groups, read in order
+    done = prepare_text([tmp_path / "t.parquet"], tokenizer, tmp_path / "pq", field="body", val_fraction=0)
+    assert done["documents"] == 30 and not (tmp_path / "pq" / "validation").exists()
+    via_jsonl = prepare_text([write_jsonl(tmp_path / "same.jsonl", documents(30))], tokenizer, tmp_path / "js",
+                             val_fraction=0)
+    assert (tmp_path / "pq/train/shard-00000.bin").read_bytes() == (tmp_path / "js/train/shard-00000.bin").read_bytes()
+    assert via_jsonl["counts"] == done["counts"]
+
+    def error(*args, **kwargs) -> str:
+        with pytest.raises(SystemExit) as info:
+            prepare_text(*args, **kwargs)
+        return str(info.value)
+
+    assert error([tmp_path / "t.parquet"], tokenizer, tmp_path / "x") == (
+        f"error: {tmp_path / 't.parquet'} has no column 'text' (its columns: body, n): set --field to the column "
+        "that holds the text")
+    assert "column 'n' holds int64, not strings" in error([tmp_path / "t.parquet"], tokenizer, tmp_path / "x",
+                                                            field="n")
+    (tmp_path / "bad.jsonl").write_text('{"text": "fine"}\n{"body": "x"}\n')
+    assert error([tmp_path / "bad.jsonl"], tokenizer, tmp_path / "x") == (
+        f"error: {tmp_path / 'bad.jsonl'}:2 has no string field 'text' (its keys are ['body']): set --field to the "
+        "key that holds the text")
+    assert "is not a Hugging Face tokenizer.json" in error([tmp_path / "bad.jsonl"], tmp_path / "bad.jsonl",
+                                                            tmp_path / "x")
+    assert "--eos-token '<nope>' is not in the tokenizer's vocabulary" in error(
+        [tmp_path / "t.parquet"], tokenizer, tmp_path / "x", field="body", eos_token="<nope>")
+    (tmp_path / "a.csv").write_text("text\nhello\n")
+    assert "a.csv has the suffix '.csv': give .jsonl" in error([tmp_path / "a.csv"], tokenizer, tmp_path / "x")
