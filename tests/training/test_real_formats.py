@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 
 from cli.local import run_local
-from tests.training.formats import documents, train_tokenizer, write_jsonl
+from tests.training.formats import documents, train_tokenizer, write_imagefolder, write_jsonl
 from tests.training.helpers import create_request
 from training.data import TokenDataset
+from training.prepare_images import prepare_images
 from training.prepare_text import prepare_text
+from training.tar_images import TarImageDataset
 
 pytestmark = pytest.mark.slow
 
@@ -26,6 +28,15 @@ def text_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_jsonl(root / "docs.jsonl", docs)
     prepare_text([root / "docs.jsonl"], tokenizer, root / "tokens", val_fraction=0.1)
     return root
+
+
+@pytest.fixture(scope="module")
+def jpeg_shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """36 JPEGs of 3 colour classes from an ImageFolder tree, in tar shards of 10: train 27, validation 9."""
+    root = tmp_path_factory.mktemp("jpegs")
+    write_imagefolder(root / "imagefolder")
+    prepare_images(root / "imagefolder", root / "shards", image_size=16, val_fraction=0.25, shard_samples=10)
+    return root / "shards"
 
 
 def metrics_of(work: Path) -> list[dict]:
@@ -93,3 +104,65 @@ def test_parquet_reads_the_named_column_and_mistakes_name_the_file_the_value_and
         [tmp_path / "t.parquet"], tokenizer, tmp_path / "x", field="body", eos_token="<nope>")
     (tmp_path / "a.csv").write_text("text\nhello\n")
     assert "a.csv has the suffix '.csv': give .jsonl" in error([tmp_path / "a.csv"], tokenizer, tmp_path / "x")
+
+
+def test_imagefolder_jpegs_become_webdataset_tar_shards(jpeg_shards, tmp_path):
+    import tarfile
+
+    meta = json.loads((jpeg_shards / "train" / "meta.json").read_text())
+    assert meta == {**meta, "format": "webdataset", "num_classes": 3, "image_size": 16, "channels": 3,
+                    "classes": ["class_0", "class_1", "class_2"], "samples": 27}
+    with tarfile.open(jpeg_shards / "train" / "00000.tar") as tar:
+        names = tar.getnames()
+        first = tar.extractfile(names[0]).read()
+    # WebDataset's layout: KEY.jpg then KEY.cls, the JPEG's own bytes (not re-encoded).
+    assert names[:2] == ["00000000.jpg", "00000000.cls"] and first[:3] == b"\xff\xd8\xff"
+    train = TarImageDataset(jpeg_shards / "train", meta, seed=1)
+    assert len(train) == 27 and sorted(set(train.index[:, 3].tolist())) == [0, 1, 2]
+    x, y = train.batch([0, 1, 2, 3], epoch=0)
+    assert x.shape == (4, 3, 16, 16) and -1 <= x.min() < x.max() <= 1
+    # Decoded colours carry the class: the labelled channel is the brightest.
+    assert x.mean(dim=(2, 3)).argmax(dim=1).tolist() == y.tolist()
+    # Augmentation is a function of (seed, epoch, sample): the same again, another epoch another crop; none in
+    # validation.
+    assert x.equal(train.batch([0, 1, 2, 3], epoch=0)[0]) and not x.equal(train.batch([0, 1, 2, 3], epoch=1)[0])
+    val = TarImageDataset(jpeg_shards / "validation", meta, augment=False)
+    assert val.batch([0], epoch=0)[0].equal(val.batch([0], epoch=5)[0])
+
+
+def test_broken_shards_and_image_folders_are_named_with_the_fix(jpeg_shards, tmp_path):
+    import io
+    import tarfile
+
+    from contract.errors import ConfigError
+
+    meta = {"format": "webdataset", "num_classes": 3, "image_size": 16, "channels": 3}
+    bad = tmp_path / "nolabel"
+    bad.mkdir()
+    with tarfile.open(bad / "00000.tar", "w") as tar:
+        info = tarfile.TarInfo("a.jpg")
+        info.size = 3
+        tar.addfile(info, io.BytesIO(b"abc"))
+    with pytest.raises(ConfigError, match=r"00000.tar: 1 image\(s\) have no .cls label, e.g. a: write a a.cls"):
+        TarImageDataset(bad, meta)
+    with pytest.raises(ConfigError, match=r"holds label 2, outside 0..1 \(num_classes 2 in"):
+        TarImageDataset(jpeg_shards / "train", {**meta, "num_classes": 2})
+    (tmp_path / "tree" / "cats").mkdir(parents=True)
+    (tmp_path / "tree" / "cats" / "x.jpg").write_bytes(b"not a jpeg")
+    with pytest.raises(SystemExit, match=r"x.jpg is not a readable image .*: remove or replace it"):
+        prepare_images(tmp_path / "tree", tmp_path / "out", 16)
+    with pytest.raises(SystemExit, match=r"--imagefolder .*nope: no such folder"):
+        prepare_images(tmp_path / "nope", tmp_path / "out", 16)
+
+
+def test_a_tiny_vit_trains_on_jpeg_tar_shards_through_trainctl_local(jpeg_shards, tmp_path):
+    hps = {"strategy": "single", "model": "vit", "model_size": "tiny", "max_steps": 10, "micro_batch_size": 9,
+           "log_interval": 1, "lr": 0.003, "warmup_steps": 0, "eval_interval": 10, "eval_batches": 1, "seed": 3}
+    data = {"train": jpeg_shards / "train", "validation": jpeg_shards / "validation"}
+    assert run_local(create_request(hps), workdir=tmp_path, nproc=1, data_dirs=data) == 0
+    records = metrics_of(tmp_path)
+    losses = [m["train_loss"] for m in records if "train_loss" in m]
+    assert len(losses) == 10 and losses[-1] < losses[0]
+    assert any("val_loss" in m for m in records)
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    assert config["image_size"] == 16 and config["num_classes"] == 3
