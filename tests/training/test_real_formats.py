@@ -8,11 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from cli.local import run_local
 from tests.training.formats import documents, train_tokenizer, write_imagefolder, write_jsonl
-from tests.training.helpers import create_request
-from training.data import TokenDataset
+from tests.training.helpers import config, create_request, spawn, weights
+from training.data import GlobalBatchSampler, TokenDataset
+from training.loader import BatchSource
 from training.prepare_images import prepare_images
 from training.prepare_text import prepare_text
 from training.tar_images import TarImageDataset
@@ -166,3 +168,51 @@ def test_a_tiny_vit_trains_on_jpeg_tar_shards_through_trainctl_local(jpeg_shards
     assert any("val_loss" in m for m in records)
     config = json.loads((tmp_path / "model" / "config.json").read_text())
     assert config["image_size"] == 16 and config["num_classes"] == 3
+
+
+def vit_run(root: Path, shards: Path, **overrides) -> dict:
+    values = dict(model="vit", train_dir=str(shards / "train"), validation_dir="", micro_batch_size=3, max_steps=6,
+                  lr=3e-3, warmup_steps=0, log_interval=1, seed=11)
+    return vars(config(root, shards, **{**values, **overrides}))
+
+
+def test_a_stop_and_resume_with_workers_is_bit_identical_on_two_ranks(jpeg_shards, tmp_path):
+    """2 gloo ranks, DDP, 2 loader workers each, 27 JPEGs in global batches of 6 (an epoch is 4 steps, so the run
+    crosses one and its new crops): stopped at step 3 and resumed it ends on the straight run's weights, and
+    both on the weights of a run that builds its batches on the training thread."""
+    ddp = {"strategy": "ddp"}
+    straight = vit_run(tmp_path / "straight", jpeg_shards, data_workers=2, **ddp)
+    resumed = vit_run(tmp_path / "resumed", jpeg_shards, data_workers=2, **ddp)
+    inline = vit_run(tmp_path / "inline", jpeg_shards, data_workers=0, **ddp)
+    spawn(2, [(straight, None), (resumed, 3), (resumed, None), (inline, None)])
+    assert (tmp_path / "resumed" / "checkpoints" / "step-3").is_dir()
+    reference = weights(tmp_path / "straight")
+    for other in ("resumed", "inline"):
+        got = weights(tmp_path / other)
+        assert all(torch.equal(got[k], reference[k]) for k in reference), other
+
+
+def test_workers_deliver_the_samples_the_sampler_names_across_a_changed_world_size(jpeg_shards):
+    """A position saved by 2 ranks at step 3 resumes on 1 rank with workers: the loader's batches are exactly
+    the ones the 2 ranks would have read next, pooled, in order (the loader checks every key against the
+    sampler and would raise on a drift)."""
+    meta = json.loads((jpeg_shards / "train" / "meta.json").read_text())
+    data = TarImageDataset(jpeg_shards / "train", meta, seed=2)
+    two = [GlobalBatchSampler(len(data), 6, r, 2, seed=2) for r in range(2)]
+    for sampler in two:
+        for _ in range(3):
+            sampler.next_indices()
+    one = GlobalBatchSampler(len(data), 6, 0, 1, seed=2)
+    one.load_state_dict(two[0].state_dict())
+    source = BatchSource(data, one, 3, torch.device("cpu"), workers=2)
+    try:
+        for _ in range(3):  # crosses into epoch 1
+            expected = [i for s in two for i in s.next_indices()]
+            epoch = two[0].epoch
+            batches = source.next()
+            assert len(batches) == 2 and source.data_wait_s > 0
+            x = torch.cat([b[0] for b in batches])
+            assert x.equal(data.batch(expected, epoch)[0])
+    finally:
+        source.close()
+    assert one.state_dict() == {**two[0].state_dict(), "batch": two[0].batch}
