@@ -41,8 +41,13 @@ def jpeg_shards(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "shards"
 
 
+def metrics_of_dir(output: Path) -> list[dict]:
+    return [json.loads(line) for line in (output / "metrics.jsonl").read_text().splitlines()]
+
+
 def metrics_of(work: Path) -> list[dict]:
-    return [json.loads(line) for line in (work / "output" / "data" / "metrics.jsonl").read_text().splitlines()]
+    """A `trainctl local` run's metrics: its output data folder is work/output/data."""
+    return metrics_of_dir(work / "output" / "data")
 
 
 def test_jsonl_tokenized_by_a_real_tokenizer_is_the_token_format_the_gpt_reads(text_corpus):
@@ -216,3 +221,34 @@ def test_workers_deliver_the_samples_the_sampler_names_across_a_changed_world_si
     finally:
         source.close()
     assert one.state_dict() == {**two[0].state_dict(), "batch": two[0].batch}
+
+
+def test_a_slow_decode_makes_the_run_input_bound_and_workers_take_the_wait_off_the_step(jpeg_shards, tmp_path,
+                                                                                          monkeypatch, capsys):
+    """The test hook sleeps 15 ms per decoded image: 9 images a step wait ~135 ms on the training thread, and
+    the log names the run input bound with its rates; 2 workers decode ahead while the step runs."""
+    from training.distributed import StopFlag, setup
+    from training.loop import train
+
+    monkeypatch.setenv("TRAINING_TEST_SLOW_DECODE_S", "0.015")
+    waits, outputs = {}, {}
+    for workers in (0, 2):
+        cfg = config(tmp_path / f"w{workers}", jpeg_shards, **{**vit_run(tmp_path / f"w{workers}", jpeg_shards),
+                                                                "micro_batch_size": 9, "max_steps": 8,
+                                                                "data_workers": workers})
+        train(cfg, setup(cfg), StopFlag())
+        outputs[workers] = capsys.readouterr().out
+        records = metrics_of_dir(tmp_path / f"w{workers}" / "output")
+        # From step 3: the first steps also wait for the workers to start.
+        waits[workers] = np.mean([r["data_wait_ms"] for r in records if r["step"] >= 3])
+        lines = [line for line in outputs[workers].splitlines() if line.startswith("[metrics]")]
+        assert all("data_wait_ms=" in line and "data_wait_share=" in line for line in lines)
+    assert waits[0] > 9 * 15 * 0.9, waits  # every image's sleep, on the step's critical path
+    assert waits[2] < waits[0] / 2, waits
+    bound = [line for line in outputs[0].splitlines() if "input bound" in line]
+    assert len(bound) >= 6 and all("waited" in line and "samples/s" in line and "data_workers=0" in line
+                                   for line in bound), bound
+    # The attempt's last metrics line carries the run's mean wait (SageMaker keeps each metric's last value).
+    last = [line for line in outputs[0].splitlines() if line.startswith("[metrics]")][-1]
+    assert "train_s=" in last and float(last.split("data_wait_ms=")[1].split()[0]) > 9 * 15 * 0.9
+    print(f"slow decode: data_wait_ms {waits[0]:.1f} inline, {waits[2]:.1f} with 2 workers")
