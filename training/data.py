@@ -160,11 +160,16 @@ class ImageDataset:
     def __len__(self) -> int:
         return len(self.index)
 
-    def batch(self, indices: list[int], epoch: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    def raw_batch(self, indices: list[int], epoch: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """uint8 images as stored and their labels (training.loader converts them on the device)."""
         pairs = self.index[indices]
         x = np.stack([self.images[s][o] for s, o in pairs])
         y = np.array([self.labels[s][o] for s, o in pairs], dtype=np.int64)
-        return to_float_images(torch.from_numpy(x)), torch.from_numpy(y)
+        return torch.from_numpy(x), torch.from_numpy(y)
+
+    def batch(self, indices: list[int], epoch: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = self.raw_batch(indices, epoch)
+        return to_float_images(x), y
 
 
 def _dims(shape: tuple[int, ...]) -> str:

@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from training import watchdog
 from training.data import GlobalBatchSampler
+from training.tar_images import to_float_images
 
 # Micro-batches each worker keeps ready (DataLoader's prefetch_factor): at least two steps' worth over all workers.
 MIN_PREFETCH = 2
@@ -62,7 +63,21 @@ class _MicroBatches(Dataset):
 
     def __getitem__(self, key: tuple[int, tuple[int, ...]]):
         epoch, indices = key
-        return ((epoch, *indices), *self.dataset.batch(list(indices), epoch))
+        return ((epoch, *indices), *_read(self.dataset, list(indices), epoch))
+
+
+def _read(dataset, indices: list[int], epoch: int) -> tuple[torch.Tensor, ...]:
+    """A micro-batch as the loader moves it: images as uint8 where the format has them (`raw_batch`), a quarter
+    of float32's bytes through the workers' shared memory, the pinned buffer and the host-to-device copy."""
+    raw = getattr(dataset, "raw_batch", None)
+    return raw(indices, epoch) if raw is not None else dataset.batch(indices, epoch)
+
+
+def _on_device(batch, device: torch.device) -> tuple[torch.Tensor, ...]:
+    x, *rest = (t.to(device, non_blocking=True) for t in batch)
+    if x.dtype == torch.uint8:  # images from `raw_batch`: converted where they are used (the GPU, in a kernel)
+        x = to_float_images(x)
+    return (x, *rest)
 
 
 class _Keys(Sampler):
@@ -113,7 +128,7 @@ class BatchSource:
         epoch = self.sampler.epoch
         chunks = [indices[i : i + self.micro] for i in range(0, len(indices), self.micro)]
         if self.workers == 0:
-            batches = [self.dataset.batch(chunk, epoch) for chunk in chunks]
+            batches = [_read(self.dataset, chunk, epoch) for chunk in chunks]
         else:
             batches = []
             for chunk in chunks:
@@ -122,7 +137,7 @@ class BatchSource:
                     raise RuntimeError(f"the loader delivered epoch and samples {list(key)}, the sampler expected "
                                        f"{[epoch, *chunk]}")
                 batches.append(batch)
-        on_device = [tuple(t.to(self.device, non_blocking=True) for t in batch) for batch in batches]
+        on_device = [_on_device(batch, self.device) for batch in batches]
         self.data_wait_s = time.perf_counter() - began
         watchdog.waited_for_data(self.data_wait_s)  # rank-local: what the straggler check compares
         return on_device

@@ -160,10 +160,16 @@ class TarImageDataset:
             time.sleep(self.slow_decode_s)  # waits without using a core: a worker's decode overlaps it
         return array.reshape(self.shape)
 
-    def batch(self, indices: list[int], epoch: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    def raw_batch(self, indices: list[int], epoch: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """uint8 N x S x S x C images and their labels: what a loader worker sends (a quarter of the float's
+        bytes through shared memory and over PCIe); `to_float_images` runs on the device."""
         x = np.stack([self.decode(int(i), epoch) for i in indices])
         y = self.index[indices, 3].astype(np.int64)
-        return to_float_images(torch.from_numpy(x)), torch.from_numpy(y)
+        return torch.from_numpy(x), torch.from_numpy(y)
+
+    def batch(self, indices: list[int], epoch: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = self.raw_batch(indices, epoch)
+        return to_float_images(x), y
 
 
 def to_float_images(x: torch.Tensor) -> torch.Tensor:
