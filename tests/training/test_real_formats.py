@@ -4,6 +4,7 @@ Hugging Face tokenizer trained here (no network), and JPEGs from an ImageFolder 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -66,13 +67,15 @@ def test_jsonl_tokenized_by_a_real_tokenizer_is_the_token_format_the_gpt_reads(t
     assert len(TokenDataset(text_corpus / "tokens" / "train", 16)) > 50
 
 
-def test_a_tiny_gpt_trains_on_jsonl_text_through_trainctl_local(text_corpus, tmp_path):
+def test_a_tiny_gpt_trains_on_jsonl_text_through_trainctl_local(text_corpus, tmp_path, capfd):
     hps = {"strategy": "single", "model": "gpt", "model_size": "tiny", "max_steps": 12, "micro_batch_size": 8,
            "seq_len": 16, "log_interval": 1, "lr": 0.01, "warmup_steps": 0, "eval_interval": 12, "seed": 3}
     data = {"train": text_corpus / "tokens" / "train", "validation": text_corpus / "tokens" / "validation"}
     assert run_local(create_request(hps), workdir=tmp_path, nproc=1, data_dirs=data) == 0
     losses = [m["train_loss"] for m in metrics_of(tmp_path) if "train_loss" in m]
     assert len(losses) == 12 and losses[-1] < losses[0] - 0.5
+    # auto: memory-mapped tokens stay on the training thread.
+    assert "0 loader worker(s) per rank (data_workers=auto)" in capfd.readouterr().out
     config = json.loads((tmp_path / "model" / "config.json").read_text())
     assert config["vocab_size"] == json.loads((text_corpus / "tokens" / "train" / "meta.json").read_text())["vocab_size"]
 
@@ -162,7 +165,7 @@ def test_broken_shards_and_image_folders_are_named_with_the_fix(jpeg_shards, tmp
         prepare_images(tmp_path / "nope", tmp_path / "out", 16)
 
 
-def test_a_tiny_vit_trains_on_jpeg_tar_shards_through_trainctl_local(jpeg_shards, tmp_path):
+def test_a_tiny_vit_trains_on_jpeg_tar_shards_through_trainctl_local(jpeg_shards, tmp_path, capfd):
     hps = {"strategy": "single", "model": "vit", "model_size": "tiny", "max_steps": 10, "micro_batch_size": 9,
            "log_interval": 1, "lr": 0.003, "warmup_steps": 0, "eval_interval": 10, "eval_batches": 1, "seed": 3}
     data = {"train": jpeg_shards / "train", "validation": jpeg_shards / "validation"}
@@ -173,6 +176,10 @@ def test_a_tiny_vit_trains_on_jpeg_tar_shards_through_trainctl_local(jpeg_shards
     assert any("val_loss" in m for m in records)
     config = json.loads((tmp_path / "model" / "config.json").read_text())
     assert config["image_size"] == 16 and config["num_classes"] == 3
+    # auto: JPEG decoding gets worker processes (min(4, CPUs - 1), at least 1).
+    workers = re.search(r"(\d+) loader worker\(s\) per rank \(data_workers=auto\)", capfd.readouterr().out)
+    assert workers and int(workers.group(1)) >= 1
+    assert all("data_wait_ms" in m for m in records if "train_loss" in m)
 
 
 def vit_run(root: Path, shards: Path, **overrides) -> dict:
