@@ -26,6 +26,7 @@ import time
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from contract.errors import ConfigError
 from training import watchdog
 from training.data import GlobalBatchSampler
 from training.tar_images import to_float_images
@@ -63,7 +64,12 @@ class _MicroBatches(Dataset):
 
     def __getitem__(self, key: tuple[int, tuple[int, ...]]):
         epoch, indices = key
-        return ((epoch, *indices), *_read(self.dataset, list(indices), epoch))
+        try:
+            return ((epoch, *indices), *_read(self.dataset, list(indices), epoch))
+        except ConfigError as e:
+            # Sent back as a value: the DataLoader would re-raise it wrapped in the worker's traceback text, and a
+            # user's data mistake is one line (the failure file's), named by the dataset.
+            return (None, e)
 
 
 def _read(dataset, indices: list[int], epoch: int) -> tuple[torch.Tensor, ...]:
@@ -133,6 +139,8 @@ class BatchSource:
             batches = []
             for chunk in chunks:
                 key, *batch = next(self._loader)
+                if key is None:
+                    raise batch[0]
                 if [int(k) for k in key] != [epoch, *chunk]:  # the two copies of the position never drift apart
                     raise RuntimeError(f"the loader delivered epoch and samples {list(key)}, the sampler expected "
                                        f"{[epoch, *chunk]}")

@@ -139,9 +139,21 @@ class TarImageDataset:
 
     def decode(self, i: int, epoch: int) -> np.ndarray:
         """Sample i as uint8 S x S x C: decoded, cropped (random per (seed, epoch, i) when augmenting), resized."""
-        from PIL import Image
+        from PIL import Image, UnidentifiedImageError
 
         shard, offset, size, _ = (int(v) for v in self.index[i])
+        try:
+            return self._decode(i, epoch, shard, offset, size)
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:  # UnidentifiedImageError: OSError
+            # PIL's "cannot identify image file <_io.BytesIO object at 0x...>" names nothing the user has.
+            why = "no image format recognised" if isinstance(e, UnidentifiedImageError) else str(e)[:200]
+            raise ConfigError(f"{self.shards[shard]}: sample {i} ({size} bytes at offset {offset}) is not a "
+                              f"decodable image ({why}): rewrite the shard from its source images "
+                              "(python -m training.prepare_images checks each one)") from None
+
+    def _decode(self, i: int, epoch: int, shard: int, offset: int, size: int) -> np.ndarray:
+        from PIL import Image
+
         size_px = self.shape[0]
         with Image.open(io.BytesIO(self._read(shard, offset, size))) as image:
             mode = "RGB" if self.shape[2] == 3 else "L"

@@ -155,6 +155,24 @@ def test_broken_shards_and_image_folders_are_named_with_the_fix(jpeg_shards, tmp
         tar.addfile(info, io.BytesIO(b"abc"))
     with pytest.raises(ConfigError, match=r"00000.tar: 1 image\(s\) have no .cls label, e.g. a: write a a.cls"):
         TarImageDataset(bad, meta)
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    with tarfile.open(corrupt / "00000.tar", "w") as tar:
+        for name, data in (("a.jpg", b"\xff\xd8\xff not really"), ("a.cls", b"1")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    dataset = TarImageDataset(corrupt, meta)
+    # A sample that fails to decode at run time is one line naming the shard and the sample, from the training
+    # thread and from a worker alike (not the worker's traceback).
+    for workers in (0, 1):
+        source = BatchSource(dataset, GlobalBatchSampler(1, 1, 0, 1, seed=0), 1, torch.device("cpu"), workers)
+        with pytest.raises(ConfigError) as info:
+            source.next()
+        source.close()
+        assert str(info.value).startswith(f"{corrupt / '00000.tar'}: sample 0 (14 bytes at offset 512) is not a "
+                                          "decodable image (no image format recognised): rewrite the shard from its "
+                                          "source images")
     with pytest.raises(ConfigError, match=r"holds label 2, outside 0..1 \(num_classes 2 in"):
         TarImageDataset(jpeg_shards / "train", {**meta, "num_classes": 2})
     (tmp_path / "tree" / "cats").mkdir(parents=True)
