@@ -1,5 +1,5 @@
 """Input pipeline throughput: samples/s the training package's loader delivers for each data format, with 0, 1, 2...
-worker processes, side by side in one run.
+worker processes, side by side in one run (in brackets: samples/s per worker; for 0, the training thread's own).
 
 Formats, generated into a temporary folder at realistic per-sample sizes:
   tokens      uint16 token shards, windows of --seq-len + 1 tokens (memory-mapped slices)
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                 root / "jpeg", args.samples, args.image_size, args.source_size),
         }
         print(f"samples/s delivered by training.loader.BatchSource, micro-batch {args.batch}, {args.steps} timed, "
-              f"{len(__import__('os').sched_getaffinity(0))} CPUs; in brackets: per worker")
+              f"{len(os.sched_getaffinity(0))} CPUs; in brackets: per worker")
         width = max(len(name) for name in formats) + 2
         print("workers".ljust(9) + "".join(name.rjust(width + 12) for name in formats))
         for workers in args.workers:
