@@ -98,6 +98,13 @@ class TrainConfig:
         "auto: the channels when present; synthetic: generated batches", choices=DATA_MODES))
     seq_len: int | None = field(default=None, metadata=_hp(
         "decoder context length (null: the model preset's)", min=1))
+    data_workers: int | None = field(default=None, metadata=_hp(
+        "loader worker processes per rank that read, decode and augment batches ahead of the step (0: on the "
+        "training thread; null: auto, min(4, CPUs per rank - 1) for encoded images (webdataset), 0 for "
+        "memory-mapped tokens and arrays)", min=0))
+    input_bound_share: float = field(default=0.1, metadata=_hp(
+        "the share of a step spent waiting for its batch above which rank 0 logs 'input bound' with the rates",
+        min=0, max=1))
     # Batch: global = micro x grad_accum x world size. Give global and micro, or micro and grad_accum.
     global_batch_size: int | None = field(default=None, metadata=_hp(
         "samples per optimizer step over all ranks (null: micro x grad_accum x world size)", min=1))

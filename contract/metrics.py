@@ -26,6 +26,11 @@ METRIC_NAMES: tuple[str, ...] = (
     "step_time_ms",
     "mfu",
     "loss_scale",
+    # The input pipeline (training.loader): the mean time a step waited for its batch over the log interval
+    # (ranks averaged), and that wait's share of the step time (0..1). On the attempt's last line, the run's
+    # mean. Above input_bound_share the log names the run input bound with the measured rates.
+    "data_wait_ms",
+    "data_wait_share",
     "checkpoint_age_s",  # seconds since the newest complete checkpoint: the work a failure now would cost
     # checkpoint_age_s / the seconds expected between checkpoints by the job's cadence (0 when it has none):
     # dimensionless, so one alarm threshold fits every job whatever its cadence.
@@ -102,6 +107,7 @@ def format_value(name: str, value: float | int) -> str:
         return "inf" if value > 0 else "-inf"
     if name == "lr" or (value != 0 and abs(value) < 1e-3):
         return f"{value:.4g}"
-    if name in ("train_loss", "val_loss", "grad_norm", "mfu", "epoch", "checkpoint_overdue", "slowest_rank_ratio"):
+    if name in ("train_loss", "val_loss", "grad_norm", "mfu", "epoch", "checkpoint_overdue", "slowest_rank_ratio",
+                "data_wait_share"):
         return f"{value:.4f}"
     return f"{value:.1f}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from aws_cdk import Duration
@@ -11,6 +12,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
+from contract.hyperparameters import TrainConfig
 from contract.metrics import METRIC_NAMES, METRIC_NAMESPACE
 from jobs.catalog import lookup
 
@@ -20,6 +22,8 @@ from jobs.catalog import lookup
 GPU_UTILIZATION = "GPUUtilization"
 GPU_MEMORY_UTILIZATION = "GPUMemoryUtilization"
 PERIOD = Duration.minutes(5)
+# The training package's default threshold for its 'input bound' log line, drawn on the data-wait chart.
+INPUT_BOUND_SHARE = next(f.default for f in dataclasses.fields(TrainConfig) if f.name == "input_bound_share")
 
 
 def job_metric(name: str) -> str:
@@ -218,6 +222,21 @@ class LauncherMonitoring(Construct):
                 title="Where each attempt's time went (s: startup, training, checkpoint stalls, evaluation)",
                 left=[_search(job_metric(name), "TrainingJobName", stat="Maximum")
                       for name in ("startup_s", "train_s", "checkpoint_s", "eval_s")],
+                width=12,
+            ),
+        )
+        dashboard.add_widgets(
+            # training.loader: how long each step waited for its batch; above the share the job logs 'input bound'.
+            cloudwatch.GraphWidget(
+                title="Input pipeline: ms each step waited for its batch (ranks' mean)",
+                left=[_search(job_metric("data_wait_ms"), "TrainingJobName", stat="Maximum")],
+                width=12,
+            ),
+            cloudwatch.GraphWidget(
+                title=f"Input pipeline: share of the step spent waiting for data (input bound above "
+                      f"{INPUT_BOUND_SHARE:g}, the default input_bound_share)",
+                left=[_search(job_metric("data_wait_share"), "TrainingJobName", stat="Maximum")],
+                left_annotations=[cloudwatch.HorizontalAnnotation(value=INPUT_BOUND_SHARE, label="input bound")],
                 width=12,
             ),
         )

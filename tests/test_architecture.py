@@ -35,7 +35,8 @@ THIRD_PARTY = {
     "contract": set(),
     "jobs": {"boto3", "botocore"},
     # smdistributed: SMDDP, present only in the SageMaker images that ship it (imported when asked for).
-    "training": {"torch", "numpy", "safetensors", "smdistributed"},
+    # PIL: image decoding in the loader; tokenizers, pyarrow: prepare time only (training.prepare_text).
+    "training": {"torch", "numpy", "safetensors", "smdistributed", "PIL", "tokenizers", "pyarrow"},
 }
 
 

@@ -5,6 +5,10 @@ Formats (written by `training.prepare`, or by hand; each channel directory has a
           A sample is a window of seq_len + 1 tokens inside one shard (windows step by seq_len).
   images: {"format": "images", "num_classes": K, "image_size": S, "channels": C} and pairs of
           `images-NNNNN.npy` (uint8, N x S x S x C) and `labels-NNNNN.npy` (int, N), memory-mapped.
+  webdataset: {"format": "webdataset", "num_classes": K, "image_size": S, "channels": C} and `*.tar` shards of
+          encoded images with `.cls` labels (training.tar_images; `python -m training.prepare_images` converts
+          an ImageFolder tree). Decoded and augmented per (seed, epoch, sample), in the loader's workers.
+Text in JSONL or Parquet becomes token shards at prepare time: `python -m training.prepare_text`.
 
 The sampler shuffles all samples once per epoch with a generator seeded by (seed, epoch), cuts the epoch
 into global batches, and gives rank r the r-th slice of each. Its position (epoch, batch) is global, so
@@ -24,13 +28,15 @@ from contract.errors import ConfigError
 from contract.hyperparameters import TrainConfig
 from training import watchdog
 from training.environment import DataMissing, data_mode
+from training.tar_images import TarImageDataset, to_float_images
 
 SYNTHETIC_SAMPLES = 1 << 20
 
 
 # What each format's meta.json may say about the model's shape: positive integers where given.
 META_SIZES = ("vocab_size", "image_size", "channels", "num_classes")
-FORMATS = ("tokens", "images")
+FORMATS = ("tokens", "images", "webdataset")
+IMAGE_FORMATS = ("images", "webdataset")
 _WRITE_IT = "write the channel with `python -m training.prepare` (tokens) or see training/data.py's formats"
 
 
@@ -58,7 +64,7 @@ def read_meta(directory: str | Path) -> dict:
 
 
 def _expect_format(directory: str | Path, meta: dict, wanted: str, reader: str) -> None:
-    if meta["format"] != wanted:
+    if meta["format"] != wanted and not (wanted == "images" and meta["format"] in IMAGE_FORMATS):
         raise ConfigError(f"{Path(directory) / 'meta.json'} has format {meta['format']!r} but {reader} reads "
                           f"{wanted}: give this channel {wanted} data, or choose a model that reads {meta['format']}")
 
@@ -90,7 +96,7 @@ class TokenDataset:
     def __len__(self) -> int:
         return len(self.index)
 
-    def batch(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def batch(self, indices: list[int], epoch: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         rows = [self.shards[s][o : o + self.seq_len + 1] for s, o in self.index[indices]]
         window = torch.from_numpy(np.stack(rows).astype(np.int64))
         return window[:, :-1], window[:, 1:]
@@ -154,11 +160,16 @@ class ImageDataset:
     def __len__(self) -> int:
         return len(self.index)
 
-    def batch(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def raw_batch(self, indices: list[int], epoch: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """uint8 images as stored and their labels (training.loader converts them on the device)."""
         pairs = self.index[indices]
         x = np.stack([self.images[s][o] for s, o in pairs])
         y = np.array([self.labels[s][o] for s, o in pairs], dtype=np.int64)
-        return _to_float_images(torch.from_numpy(x)), torch.from_numpy(y)
+        return torch.from_numpy(x), torch.from_numpy(y)
+
+    def batch(self, indices: list[int], epoch: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = self.raw_batch(indices, epoch)
+        return to_float_images(x), y
 
 
 def _dims(shape: tuple[int, ...]) -> str:
@@ -193,10 +204,6 @@ def _check_labels(path: Path, images: np.ndarray, labels: np.ndarray, num_classe
                           "meta.json")
 
 
-def _to_float_images(x: torch.Tensor) -> torch.Tensor:
-    return x.permute(0, 3, 1, 2).float().div_(127.5).sub_(1.0)
-
-
 class SyntheticTokens:
     """Arithmetic sequences modulo the vocabulary: learnable, so a smoke test shows the loss fall."""
 
@@ -206,7 +213,7 @@ class SyntheticTokens:
     def __len__(self) -> int:
         return SYNTHETIC_SAMPLES
 
-    def batch(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def batch(self, indices: list[int], epoch: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         rows = []
         for i in indices:
             g = torch.Generator().manual_seed(self.seed * 7919 + int(i))
@@ -226,7 +233,7 @@ class SyntheticImages:
     def __len__(self) -> int:
         return SYNTHETIC_SAMPLES
 
-    def batch(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def batch(self, indices: list[int], epoch: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         xs, ys = [], []
         for i in indices:
             g = torch.Generator().manual_seed(self.seed * 7919 + int(i))
@@ -235,7 +242,7 @@ class SyntheticImages:
             x.view(-1)[label :: self.num_classes] += 127  # a class-dependent stripe pattern
             xs.append(x)
             ys.append(label)
-        return _to_float_images(torch.stack(xs)), torch.tensor(ys)
+        return to_float_images(torch.stack(xs)), torch.tensor(ys)
 
 
 class GlobalBatchSampler:
@@ -318,7 +325,14 @@ def make_datasets(cfg: TrainConfig, kind: str, model, seq_len: int):
         c = getattr(model, "c", None)  # the reference ViT's shape; a bring-your-own model's comes from meta.json
         shape = (c.image_size, c.image_size, c.channels) if hasattr(c, "image_size") and hasattr(c, "channels") \
             else None
-        load = lambda d: ImageDataset(d, shape, getattr(c, "num_classes", None))  # noqa: E731
+        num_classes = getattr(c, "num_classes", None)
+
+        def load(d, train=True):
+            meta = read_meta(d)
+            if meta["format"] == "webdataset":  # augmented on the train channel only
+                return TarImageDataset(d, meta, shape, num_classes, augment=train, seed=cfg.seed)
+            return ImageDataset(d, shape, num_classes)
+        return load(cfg.train_dir), (load(cfg.validation_dir, train=False) if cfg.validation_dir else None)
     else:
         load = lambda d: TokenDataset(d, seq_len)  # noqa: E731
     return load(cfg.train_dir), (load(cfg.validation_dir) if cfg.validation_dir else None)

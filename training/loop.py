@@ -16,11 +16,12 @@ import torch
 from contract.failures import FailureCode
 from contract.hyperparameters import TrainConfig
 from training.checkpoint import CheckpointManager, Owner, current_run_id
-from training.data import GlobalBatchSampler, describe, micro_batches
+from training.data import GlobalBatchSampler, describe
 from training.distributed import Dist, StopFlag
 from training.evaluation import Evaluator
 from training.job import announce, build_job
-from training.meter import AttemptClock, StepMeter, checkpoint_overdue
+from training.loader import BatchSource, resolve_workers
+from training.meter import AttemptClock, StepMeter, checkpoint_overdue, input_bound_line
 from training.metrics import MetricsLogger
 from training.optim import build_optimizer, build_scheduler
 from training.outcome import Result, TrainingFailure, finish
@@ -60,6 +61,12 @@ def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = No
     meter = StepMeter(dist, job.precision, cfg.effective_log_interval, cfg.max_steps, job.global_batch,
                       job.seq_len if job.kind == "tokens" else 1, job.kind, job.flops_per_sample,
                       nonfinite_patience=cfg.nonfinite_patience, count_grad_norm=not scaler.is_enabled())
+    workers = resolve_workers(cfg.data_workers, job.train_set)
+    # Built after the restore: its workers start from the restored position at the first step.
+    source = BatchSource(job.train_set, sampler, cfg.micro_batch_size, dist.device, workers)
+    if dist.is_main:
+        print(f"[data] {describe(job.train_set)}: {len(job.train_set):,} samples, {workers} loader worker(s) per "
+              f"rank{' (data_workers=auto)' if cfg.data_workers is None else ''}", flush=True)
     job.model.train()
     clock.training_starts()
     while state.status == "running":
@@ -70,17 +77,21 @@ def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = No
             break
         if checkpoints.due(state.step, running=True, time_due=time_due):
             _checkpoint(checkpoints, meter, clock, state.step)
-        batches = micro_batches(job.train_set, sampler.next_indices(), cfg.micro_batch_size, dist.device)
+        batches = source.next()
         try:
             meter.add(*train_step(batches))
         except OutOfMemory as e:
             raise TrainingFailure(FailureCode.OUT_OF_MEMORY, _oom_message(cfg, job, dist, state.step + 1, e)) from None
+        meter.waited(source.data_wait_s)
         state.step += 1
         beat(state.step)  # the hang watchdog's progress mark; the straggler exchange every log interval (collective)
         if meter.due(state.step):
             meter.raise_if_nonfinite(state.step)
             record = meter.record(state.step, sampler, scheduler, scaler)
             logger.log({**record, **_checkpoint_age(checkpoints, meter), **clock.metrics(meter.trained_s)})
+            bound = input_bound_line(record, cfg.input_bound_share, job.global_batch, workers)
+            if bound and dist.is_main:
+                print(bound, flush=True)
         logger.progress(state.step)
         if evaluator.due(state.step):
             with clock.evaluating():
@@ -89,6 +100,7 @@ def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = No
         state.finish_if_done(cfg.max_steps)
         if checkpoints.due(state.step, running=state.status == "running"):
             _checkpoint(checkpoints, meter, clock, state.step)
+    source.close()
     logger.close()
     trained_s = meter.trained_s
     nonfinite = meter.raise_if_nonfinite(state.step)  # a diverged run fails; a non-finite last step is not saved
@@ -98,7 +110,8 @@ def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = No
         else:  # finished or early-stopped: a rerun resumes or sees it done
             checkpoints.save_final(state.step, nonfinite)
     if meter.run_steps or meter.timed_steps:  # this attempt trained: its totals, the stop's save included
-        logger.final({"step": state.step, **_checkpoint_age(checkpoints, meter), **clock.metrics(trained_s)})
+        logger.final({"step": state.step, **_checkpoint_age(checkpoints, meter), **clock.metrics(trained_s),
+                      **meter.run_data_wait()})
     return finish(cfg, dist, job.model, job.export_config, state)
 
 

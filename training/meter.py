@@ -23,6 +23,22 @@ from training.outcome import TrainingFailure
 from training.precision import Precision
 
 
+def input_bound_line(record: dict, threshold: float, samples_per_step: int, workers: int) -> str | None:
+    """The log's 'input bound' line when the interval's wait for data exceeds `threshold` of the step time
+    (input_bound_share), with the measured rates: what the run got, and what its steps would take without the
+    wait (the rate the loader must reach before more GPUs, or faster ones, can help)."""
+    share, wait_ms, step_ms = record.get("data_wait_share"), record.get("data_wait_ms"), record.get("step_time_ms")
+    if share is None or not step_ms or share <= threshold:
+        return None
+    got = samples_per_step / (step_ms / 1000)
+    compute_ms = max(step_ms - wait_ms, 1e-6)
+    needed = samples_per_step / (compute_ms / 1000)
+    return (f"[data] input bound at step {record['step']}: waited {wait_ms:.1f} ms of a {step_ms:.1f} ms step "
+            f"({share:.0%} > input_bound_share {threshold:g}) for the next batch; the loader delivers "
+            f"{got:.1f} samples/s, the steps alone would take {needed:.1f} samples/s (data_workers={workers}): "
+            "raise data_workers, give the job more CPUs per GPU, or store the data pre-decoded")
+
+
 def checkpoint_overdue(age_s: float, every_s: float, interval: int, step_s: float | None) -> float:
     """`checkpoint_age_s` over the seconds the job's cadence puts between checkpoints (`checkpoint_overdue`).
 
@@ -120,6 +136,8 @@ class StepMeter:
         self.worst = torch.zeros((), dtype=torch.int32, device=dist.device)
         # Every logged interval's time and steps, for the run's mean step time (the checkpoint cadence in s).
         self.run_seconds, self.run_steps = 0.0, 0
+        # Seconds the loop waited for its next batch: this interval's timed steps, and the run's logged ones.
+        self.run_wait_s = 0.0
         self.restart()
 
     @property
@@ -133,7 +151,19 @@ class StepMeter:
         return self.run_seconds + (time.perf_counter() - self.t0 if self.timed_steps else 0.0)
 
     def restart(self) -> None:
-        self.timed_steps, self.t0 = 0, time.perf_counter()
+        self.timed_steps, self.t0, self.wait_s = 0, time.perf_counter(), 0.0
+
+    def waited(self, seconds: float) -> None:
+        """The step just added waited this long for its batch (training.loader.BatchSource.data_wait_s)."""
+        self.wait_s += seconds
+
+    def run_data_wait(self) -> dict:
+        """The run's mean wait for a batch per logged step and its share of the step time: the summary's
+        values, on the attempt's last metrics line (SageMaker keeps each metric's last value)."""
+        if not self.run_steps:
+            return {}
+        return {"data_wait_ms": self.run_wait_s / self.run_steps * 1000,
+                "data_wait_share": self.run_wait_s / self.run_seconds if self.run_seconds else 0.0}
 
     def add(self, loss: torch.Tensor, grad_norm: torch.Tensor | None) -> None:
         self.loss_sum += loss
@@ -168,17 +198,24 @@ class StepMeter:
 
     def record(self, step: int, sampler: GlobalBatchSampler, scheduler, scaler) -> dict:
         """The interval's metrics (a collective: the loss is averaged over the ranks); starts the next one."""
+        # The loss and the wait for data averaged over the ranks in one all-reduce: a rank whose loader lags
+        # shows in the mean (and by name in training.stragglers).
+        totals = torch.stack([self.loss_sum, torch.tensor(self.wait_s, dtype=self.loss_sum.dtype,
+                                                          device=self.loss_sum.device)])
         if torch_dist.is_initialized():
-            torch_dist.all_reduce(self.loss_sum, op=torch_dist.ReduceOp.AVG)
+            torch_dist.all_reduce(totals, op=torch_dist.ReduceOp.AVG)
+        loss_sum, wait_s = totals.tolist()
         elapsed = time.perf_counter() - self.t0
         per_step = elapsed / self.timed_steps
         self.run_seconds += elapsed
         self.run_steps += self.timed_steps
-        record = {"step": step, "epoch": epoch_fraction(sampler), "train_loss": self.loss_sum.item() / self.loss_steps,
+        self.run_wait_s += wait_s
+        record = {"step": step, "epoch": epoch_fraction(sampler), "train_loss": loss_sum / self.loss_steps,
                   "lr": scheduler.get_last_lr()[0], "step_time_ms": per_step * 1000,
                   "grad_norm": self.grad_norm.item() if self.grad_norm is not None else None,
                   "loss_scale": scaler.get_scale() if scaler.is_enabled() else None,
-                  self.rate_name: self.unit / per_step}
+                  self.rate_name: self.unit / per_step,
+                  "data_wait_ms": wait_s / self.timed_steps * 1000, "data_wait_share": min(1.0, wait_s / elapsed)}
         if self.peak and self.flops_per_sample:
             record["mfu"] = self.flops_per_sample * self.global_batch / per_step / (self.peak * self.dist.world_size)
         self.loss_sum.zero_()

@@ -6,7 +6,7 @@ them. Each rank measures, per step, rank-local times that need no GPU synchroniz
   - its step time (training.watchdog's beats; steps that held a checkpoint save or an evaluation are left out);
   - the time it waited at the step boundary (the loop's one control all-reduce, `Dist.agree`, and this module's
     own exchange): the slow rank arrives last and waits least, so step time minus that wait is its own time;
-  - the time it waited for its batch (`training.data.micro_batches`): a slow data pipeline is named even where
+  - the time it waited for its batch (`training.loader.BatchSource`): a slow data pipeline is named even where
     the step's gradient collectives hide it from the boundary (DDP and FSDP wait for it inside backward).
 A slow GPU shows up as far as its work lies outside the step's own collectives (the optimizer step, and the
 compute after the last gradient bucket); a slow data pipeline or host shows up fully.

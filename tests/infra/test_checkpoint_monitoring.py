@@ -58,6 +58,17 @@ def test_the_dashboard_plots_the_age_and_the_alarm(templates):
     assert alarm_id in body
 
 
+def test_the_dashboard_plots_the_wait_for_data_and_the_input_bound_share(templates):
+    launcher = launcher_stack_template(templates)
+    (dashboard,) = [r for r in launcher["Resources"].values() if r["Type"] == "AWS::CloudWatch::Dashboard"]
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    for metric in ("data_wait_ms", "data_wait_share"):
+        search = f"SEARCH('{{{METRIC_NAMESPACE},TrainingJobName}} MetricName=\\\\\\\"{metric}\\\\\\\"', 'Maximum', 300)"
+        assert search in body, metric
+    assert "input bound above 0.1, the default input_bound_share" in body
+    assert '\\"value\\":0.1,\\"label\\":\\"input bound\\"' in body
+
+
 def test_monitoring_checks_the_overdue_props():
     stack = Stack(App(), "M")
     machine = sfn.StateMachine(stack, "Machine", definition_body=sfn.DefinitionBody.from_chainable(sfn.Pass(stack, "P")))

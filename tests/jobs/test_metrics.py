@@ -10,7 +10,8 @@ from contract.metrics import METRIC_NAMES, metric_definitions, parse_metric_line
 
 def test_names_and_regexes_are_the_contracts():
     assert METRIC_NAMES == ("step", "epoch", "train_loss", "val_loss", "lr", "grad_norm", "tokens_per_sec",
-                            "samples_per_sec", "step_time_ms", "mfu", "loss_scale", "checkpoint_age_s",
+                            "samples_per_sec", "step_time_ms", "mfu", "loss_scale", "data_wait_ms", "data_wait_share",
+                            "checkpoint_age_s",
                             "checkpoint_overdue", "startup_s", "train_s", "checkpoint_s", "checkpoint_saves",
                             "eval_s", "straggler_rank", "slowest_rank_ratio")
     defs = metric_definitions()
@@ -38,7 +39,7 @@ def test_training_package_lines_parse_back():
 
     record = {"step": 120, "epoch": 1.25, "train_loss": 2.31415, "val_loss": 2.5, "lr": 0.0003, "grad_norm": 0.875,
               "tokens_per_sec": 12345.6, "samples_per_sec": 48.2, "step_time_ms": 85.2, "mfu": 0.412,
-              "loss_scale": 65536.0, "checkpoint_age_s": 312.5, "checkpoint_overdue": 1.25, "startup_s": 41.5,
+              "loss_scale": 65536.0, "data_wait_ms": 12.5, "data_wait_share": 0.1471, "checkpoint_age_s": 312.5, "checkpoint_overdue": 1.25, "startup_s": 41.5,
               "train_s": 3600.2, "checkpoint_s": 55.1, "checkpoint_saves": 6, "eval_s": 12.0,
               "straggler_rank": 3, "slowest_rank_ratio": 1.375}
     parsed = parse_metric_line(format_metrics(record))

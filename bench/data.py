@@ -1,0 +1,125 @@
+"""Input pipeline throughput: samples/s the training package's loader delivers for each data format, with 0, 1, 2...
+worker processes, side by side in one run (in brackets: samples/s per worker; for 0, the training thread's own).
+
+Formats, generated into a temporary folder at realistic per-sample sizes:
+  tokens      uint16 token shards, windows of --seq-len + 1 tokens (memory-mapped slices)
+  npy images  uint8 .npy arrays at --image-size (memory-mapped, pre-decoded)
+  jpeg tar    WebDataset tar shards of JPEGs (--source-size px, quality 90) decoded, crop-augmented and resized
+              to --image-size (training.tar_images), the format teams keep photos in
+Each cell times `training.loader.BatchSource` (the loop's own path: the sampler, the workers, the batch on the
+CPU) over --steps micro-batches of --batch after --warmup, so the workers' start is left out. The figure to
+compare with a step: samples/s per rank against the model's samples/s per GPU (a GPU step at 2,000 images/s
+needs a loader above it, or the run is input bound: data_wait_ms in its metrics says by how much).
+
+    python -m bench.data                        # CPU, a few seconds a cell
+    python -m bench.data --workers 0 1 2 4 8 --steps 200 --source-size 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from training.data import GlobalBatchSampler, ImageDataset, TokenDataset
+from training.loader import BatchSource
+from training.prepare_images import write_shards
+from training.tar_images import TarImageDataset
+
+
+def make_tokens(root: Path, samples: int, seq_len: int) -> TokenDataset:
+    root.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    rng.integers(0, 50_000, samples * seq_len + 1, dtype=np.uint16).tofile(root / "shard-00000.bin")
+    (root / "meta.json").write_text(json.dumps({"format": "tokens", "dtype": "uint16", "vocab_size": 50_000}))
+    return TokenDataset(root, seq_len)
+
+
+def make_npy(root: Path, samples: int, size: int) -> ImageDataset:
+    root.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    np.save(root / "images-00000.npy", rng.integers(0, 256, (samples, size, size, 3), dtype=np.uint8))
+    np.save(root / "labels-00000.npy", rng.integers(0, 10, samples))
+    (root / "meta.json").write_text(json.dumps({"format": "images", "num_classes": 10, "image_size": size,
+                                                "channels": 3}))
+    return ImageDataset(root)
+
+
+def make_jpeg_tar(root: Path, samples: int, size: int, source: int) -> TarImageDataset:
+    """Smooth gradients with noise: JPEG compresses them like photos (random noise would be 3x larger)."""
+    from PIL import Image
+
+    files = root / "jpegs"
+    files.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    yy, xx = np.mgrid[0:source, 0:source]
+    items = []
+    for i in range(samples):
+        phase = rng.uniform(0, 6.28, 3)
+        pixels = np.stack([127 + 100 * np.sin(xx / (17 + 5 * c) + yy / 23 + phase[c]) for c in range(3)], -1)
+        pixels += rng.normal(0, 8, pixels.shape)
+        path = files / f"{i:05d}.jpg"
+        Image.fromarray(pixels.clip(0, 255).astype(np.uint8)).save(path, quality=90)
+        items.append((path, i % 10))
+    write_shards(items, root / "shards", shard_samples=256)
+    meta = {"format": "webdataset", "num_classes": 10, "image_size": size, "channels": 3}
+    (root / "shards" / "meta.json").write_text(json.dumps(meta))
+    return TarImageDataset(root / "shards", meta, seed=0)
+
+
+def rate(dataset, workers: int, batch: int, steps: int, warmup: int) -> float:
+    """Samples/s `BatchSource` delivers with this many workers (micro-batch `batch`, one rank)."""
+    sampler = GlobalBatchSampler(len(dataset), batch, 0, 1, seed=0)
+    source = BatchSource(dataset, sampler, batch, torch.device("cpu"), workers)
+    try:
+        for _ in range(warmup):
+            source.next()
+        began = time.perf_counter()
+        for _ in range(steps):
+            source.next()
+        return steps * batch / (time.perf_counter() - began)
+    finally:
+        source.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.data", description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--batch", type=int, default=32, help="samples per micro-batch")
+    parser.add_argument("--steps", type=int, default=30, help="micro-batches timed per cell")
+    parser.add_argument("--warmup", type=int, default=4, help="micro-batches before timing (workers starting)")
+    parser.add_argument("--samples", type=int, default=512, help="samples per generated dataset")
+    parser.add_argument("--seq-len", type=int, default=1024)
+    parser.add_argument("--image-size", type=int, default=224)
+    parser.add_argument("--source-size", type=int, default=320, help="side of the generated JPEGs")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # the loader's own parallelism is the workers
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        formats = {
+            f"tokens ({args.seq_len})": make_tokens(root / "tokens", args.samples, args.seq_len),
+            f"npy images ({args.image_size})": make_npy(root / "npy", args.samples, args.image_size),
+            f"jpeg tar ({args.source_size}->{args.image_size})": make_jpeg_tar(
+                root / "jpeg", args.samples, args.image_size, args.source_size),
+        }
+        print(f"samples/s delivered by training.loader.BatchSource, micro-batch {args.batch}, {args.steps} timed, "
+              f"{len(os.sched_getaffinity(0))} CPUs; in brackets: per worker")
+        width = max(len(name) for name in formats) + 2
+        print("workers".ljust(9) + "".join(name.rjust(width + 12) for name in formats))
+        for workers in args.workers:
+            cells = []
+            for dataset in formats.values():
+                r = rate(dataset, workers, args.batch, args.steps, args.warmup)
+                cells.append(f"{r:,.0f} ({r / max(1, workers):,.0f})".rjust(width + 12))
+            print(str(workers).ljust(9) + "".join(cells), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

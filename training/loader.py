@@ -1,0 +1,155 @@
+"""Batches off the critical path: a torch DataLoader whose worker processes read, decode and augment micro-batches
+ahead of the step, keyed by the exact-resume sampler.
+
+The loop's GlobalBatchSampler stays the one source of the data position (what a checkpoint stores, global, so a
+resume on another world size starts at the same sample). The loader runs a copy of it, taken at the position the
+run starts from (after a restore), ahead by the workers' prefetch; the loop advances its own copy as it takes each
+step's batches and checks that the two agree, so a checkpoint never records batches that were prefetched but not
+trained on. Every key is (epoch, the micro-batch's sample indices) and every worker's output a pure function of
+its key (augmentation is seeded per (seed, epoch, sample): training.tar_images), so which worker decoded a batch,
+and how far ahead, changes nothing: a stop and resume with workers gives the same weights as a straight run.
+
+Why a plain DataLoader and not torchdata's StatefulDataLoader or MosaicML streaming: both bring their own
+position (the loader's, or the stream's) that would have to agree with the sampler's, which already resumes
+exactly on any world size; here the loader needs no state at all. Batches come back pinned when the device is
+CUDA, and the step copies them with non_blocking=True: the copy is queued on the stream while the GPU still runs
+the previous step's kernels. With data_workers=0 the batch is built on the training thread, as before.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import time
+
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from contract.errors import ConfigError
+from training import watchdog
+from training.data import GlobalBatchSampler
+from training.tar_images import to_float_images
+
+# Micro-batches each worker keeps ready (DataLoader's prefetch_factor): at least two steps' worth over all workers.
+MIN_PREFETCH = 2
+AUTO_MAX_WORKERS = 4
+
+
+def resolve_workers(requested: int | None, dataset) -> int:
+    """data_workers: as given, or auto: worker processes for formats that decode (min(4, CPUs per rank - 1)),
+    none for memory-mapped slices, where a worker's inter-process copy costs more than the read."""
+    if requested is not None:
+        return requested
+    if not getattr(dataset, "decode_heavy", False):
+        return 0
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    per_rank = cpus // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    return max(1, min(AUTO_MAX_WORKERS, per_rank - 1))
+
+
+# Fork where the platform has it (Linux: the container, and tests): a worker starts in milliseconds and shares the
+# memory-mapped shards and the sample index copy-on-write, where spawn/forkserver would re-import torch and pickle
+# the dataset (a memory-mapped token set pickles as a full copy). Workers touch no CUDA and no process group, so
+# the parent's threads (gloo's, the watchdog's) are not needed in them. Under mp.spawn (the tests' ranks) the
+# inherited default would be spawn: seconds per worker.
+_CONTEXT = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+
+
+class _MicroBatches(Dataset):
+    """A key (epoch, indices) -> the micro-batch's (inputs, targets), built in a worker."""
+
+    def __init__(self, dataset) -> None:
+        self.dataset = dataset
+
+    def __getitem__(self, key: tuple[int, tuple[int, ...]]):
+        epoch, indices = key
+        try:
+            return ((epoch, *indices), *_read(self.dataset, list(indices), epoch))
+        except ConfigError as e:
+            # Sent back as a value: the DataLoader would re-raise it wrapped in the worker's traceback text, and a
+            # user's data mistake is one line (the failure file's), named by the dataset.
+            return (None, e)
+
+
+def _read(dataset, indices: list[int], epoch: int) -> tuple[torch.Tensor, ...]:
+    """A micro-batch as the loader moves it: images as uint8 where the format has them (`raw_batch`), a quarter
+    of float32's bytes through the workers' shared memory, the pinned buffer and the host-to-device copy."""
+    raw = getattr(dataset, "raw_batch", None)
+    return raw(indices, epoch) if raw is not None else dataset.batch(indices, epoch)
+
+
+def _on_device(batch, device: torch.device) -> tuple[torch.Tensor, ...]:
+    x, *rest = (t.to(device, non_blocking=True) for t in batch)
+    if x.dtype == torch.uint8:  # images from `raw_batch`: converted where they are used (the GPU, in a kernel)
+        x = to_float_images(x)
+    return (x, *rest)
+
+
+class _Keys(Sampler):
+    """The loader's copy of the sampler, run forever: each global batch's rank slice cut into micro-batch keys."""
+
+    def __init__(self, sampler: GlobalBatchSampler, micro: int) -> None:
+        self.sampler, self.micro = sampler, micro
+
+    def __iter__(self):
+        while True:
+            indices = self.sampler.next_indices()
+            for i in range(0, len(indices), self.micro):
+                yield self.sampler.epoch, tuple(indices[i : i + self.micro])
+
+
+def _worker_init(_: int) -> None:
+    # One thread per worker: the workers together are the data pipeline's parallelism; torch's intra-op pool
+    # in each would oversubscribe the cores the training step uses.
+    torch.set_num_threads(1)
+
+
+class BatchSource:
+    """Each step's micro-batches on the device, and how long the loop waited for them (`data_wait_s`)."""
+
+    def __init__(self, dataset, sampler: GlobalBatchSampler, micro: int, device: torch.device, workers: int) -> None:
+        self.dataset, self.sampler, self.micro, self.device = dataset, sampler, micro, device
+        self.workers = workers
+        self.data_wait_s = 0.0
+        self._loader = None
+
+    def _start(self) -> None:
+        ahead = GlobalBatchSampler(self.sampler.num_samples, self.sampler.global_batch, self.sampler.rank,
+                                   self.sampler.world_size, self.sampler.seed)
+        ahead.epoch, ahead.batch = self.sampler.epoch, self.sampler.batch
+        per_step = math.ceil(self.sampler.global_batch // self.sampler.world_size / self.micro)
+        loader = DataLoader(_MicroBatches(self.dataset), sampler=_Keys(ahead, self.micro), batch_size=None,
+                            num_workers=self.workers, pin_memory=self.device.type == "cuda",
+                            prefetch_factor=max(MIN_PREFETCH, math.ceil(2 * per_step / self.workers)),
+                            worker_init_fn=_worker_init, multiprocessing_context=_CONTEXT)
+        self._loader = iter(loader)
+
+    def next(self) -> list[tuple]:
+        """This rank's share of the next global batch as (inputs, targets) micro-batches on the device."""
+        began = time.perf_counter()
+        if self.workers and self._loader is None:
+            self._start()  # after the restore: the loader's copy starts where this step's indices come from
+        indices = self.sampler.next_indices()  # the checkpointed position: advanced only by what is trained on
+        epoch = self.sampler.epoch
+        chunks = [indices[i : i + self.micro] for i in range(0, len(indices), self.micro)]
+        if self.workers == 0:
+            batches = [_read(self.dataset, chunk, epoch) for chunk in chunks]
+        else:
+            batches = []
+            for chunk in chunks:
+                key, *batch = next(self._loader)
+                if key is None:
+                    raise batch[0]
+                if [int(k) for k in key] != [epoch, *chunk]:  # the two copies of the position never drift apart
+                    raise RuntimeError(f"the loader delivered epoch and samples {list(key)}, the sampler expected "
+                                       f"{[epoch, *chunk]}")
+                batches.append(batch)
+        on_device = [_on_device(batch, self.device) for batch in batches]
+        self.data_wait_s = time.perf_counter() - began
+        watchdog.waited_for_data(self.data_wait_s)  # rank-local: what the straggler check compares
+        return on_device
+
+    def close(self) -> None:
+        """Stop the workers: the last reference to the iterator gone, it shuts them down and joins them."""
+        self._loader = None
