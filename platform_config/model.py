@@ -19,7 +19,15 @@ from jobs.platform import ENV_PATTERN, TrainingPlan, image_repositories_problem
 from platform_config.tested_torch import TESTED_TORCH_FILE, TESTED_TORCH_VERSIONS
 from platform_constructs.network import training_subnet_mask
 from platform_constructs.retention import RETENTION_PERIODS as LOG_RETENTION_DAYS
-from platform_constructs.teams import TEAM_SEPARATOR, Team, TeamSpec, team_prefix, team_tags
+from platform_constructs.teams import (
+    MAX_NAME_PREFIX,
+    NAME_PREFIX,
+    TEAM_SEPARATOR,
+    Team,
+    TeamSpec,
+    team_prefix,
+    team_tags,
+)
 
 FSX_DEPLOYMENT_TYPES = ("PERSISTENT_2", "SCRATCH_2")
 EGRESS_MODES = ("internet", "endpoints")
@@ -28,7 +36,7 @@ TRAINING_PLAN_ARN = re.compile(
     r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:training-plan/[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 TRAINING_PLAN_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 INSTANCE_TYPE = re.compile(r"^ml\.[a-z0-9-]+\.[0-9]*x?large$|^ml\.[a-z0-9-]+\.[0-9]+xlarge$")
-NAME_PREFIX = re.compile(r"^[a-z][a-z0-9-]{1,18}[a-z0-9]$")
+MIN_NAME_PREFIX = 3
 AZ_NAME = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
 REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
 EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
@@ -66,9 +74,12 @@ def _cidr(text: str) -> str | None:
 
 
 def _name_prefix(text: str) -> str | None:
-    if not NAME_PREFIX.match(text):
-        return ("must be 3-20 lowercase letters, digits or hyphens, starting with a letter (it starts bucket and "
-                "training job names)")
+    """A launcher's prefix (platform_constructs.teams.NAME_PREFIX) that also starts bucket names: lowercase, a letter
+    first, at least MIN_NAME_PREFIX characters."""
+    if not (NAME_PREFIX.fullmatch(text) and text[:1].isalpha() and text == text.lower()
+            and len(text) >= MIN_NAME_PREFIX):
+        return (f"must be {MIN_NAME_PREFIX}-{MAX_NAME_PREFIX} lowercase letters, digits or hyphens, starting with a "
+                "letter (it starts bucket and training job names)")
     if TEAM_SEPARATOR in text:
         return (f"must not contain {TEAM_SEPARATOR!r}: team prefixes are <name_prefix>{TEAM_SEPARATOR}<team> "
                 "(platform_constructs.teams), and no platform's names may start with another's team prefix")

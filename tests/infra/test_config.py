@@ -133,3 +133,14 @@ def test_teams_get_their_own_prefix_datasets_and_types():
 def test_no_teams_is_one_default_team_with_the_platform_names():
     [default] = load_config(cdk_json_context()).team_specs
     assert (default.name, default.name_prefix, default.dataset_prefix) == (None, "mltrain", "datasets/")
+
+
+def test_a_platform_may_be_named_local():
+    # trainctl local's settings are marked by their type (jobs.platform.LocalPlatformSettings), not by this name:
+    # a deployed platform named local keeps every request check (tests/jobs/test_batch_rules.py).
+    assert load_config({**cdk_json_context(), "name_prefix": "local"}).name_prefix == "local"
+
+
+@pytest.mark.parametrize("prefix", ["ab", "1ab", "ab-", "x" * 21, "Ml-train", "ml_train", "ml train"])
+def test_name_prefix_rule_names_its_limits(prefix):
+    assert any("must be 3-20 lowercase letters" in p for p in problems(name_prefix=prefix))
