@@ -17,7 +17,14 @@ from typing import Any
 from contract.schema import meta
 from jobs.platform import ENV_PATTERN, TrainingPlan, image_repositories_problem
 from platform_config.tested_torch import TESTED_TORCH_FILE, TESTED_TORCH_VERSIONS
-from platform_constructs.network import training_subnet_mask
+from platform_constructs.dataset_fs import (
+    DEPLOYMENT_TYPES,
+    SMALLEST_STORAGE_GIB,
+    STORAGE_STEP_GIB,
+    storage_problem,
+    throughput_problem,
+)
+from platform_constructs.network import EGRESS_MODES, training_subnet_mask
 from platform_constructs.retention import RETENTION_PERIODS as LOG_RETENTION_DAYS
 from platform_constructs.teams import (
     MAX_NAME_PREFIX,
@@ -29,9 +36,8 @@ from platform_constructs.teams import (
     team_tags,
 )
 
-FSX_DEPLOYMENT_TYPES = ("PERSISTENT_2", "SCRATCH_2")
-EGRESS_MODES = ("internet", "endpoints")
-FSX_THROUGHPUT_PER_TIB = (125, 250, 500, 1000)  # PERSISTENT_2, MB/s per TiB
+# The dataset file system's own facts (platform_constructs.dataset_fs): its deployment types by name.
+FSX_DEPLOYMENT_TYPES = tuple(t.name for t in DEPLOYMENT_TYPES)
 TRAINING_PLAN_ARN = re.compile(
     r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:training-plan/[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 TRAINING_PLAN_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
@@ -57,10 +63,6 @@ def _one_of(allowed: tuple[Any, ...], message: str) -> Check:
 
 def _between(lo: int, hi: int, message: str) -> Check:
     return lambda value: None if lo <= value <= hi else message
-
-
-def _storage(gib: int) -> str | None:
-    return None if gib == 1200 or (gib > 0 and gib % 2400 == 0) else "must be 1200 or a multiple of 2400"
 
 
 def _cidr(text: str) -> str | None:
@@ -180,20 +182,19 @@ class PlatformConfig:
     nat_gateways: int = _f(1, "NAT gateways; 0 uses VPC interface endpoints only", min=0, expects=_WHOLE)
     egress: str = _f("internet", "Where training jobs may connect: internet (HTTPS anywhere, through NAT) or "
                      "endpoints (only the VPC endpoints, whose policies admit only the platform's buckets and images)",
-                     expects="a string", check=_one_of(EGRESS_MODES, "must be internet or endpoints"))
+                     expects="a string", check=_one_of(EGRESS_MODES, f"must be {' or '.join(EGRESS_MODES)}"))
     largest_cluster_instances: int = _f(16, "Largest training cluster; sizes the training subnets", min=1, max=256,
                                         expects=_WHOLE)
     flow_log_retention_days: int = _f(90, "VPC flow log retention (days)", check=_RETENTION, expects=_WHOLE)
     log_retention_days: int = _f(365, "Launcher log retention (days)", check=_RETENTION, expects=_WHOLE)
     fsx_enabled: bool = _f(True, "Create the FSx for Lustre dataset file system", expects="true or false")
-    fsx_storage_gib: int = _f(1200, "FSx capacity (GiB): 1200 or a multiple of 2400", check=_storage,
-                              expects=_WHOLE)
+    fsx_storage_gib: int = _f(1200, f"FSx capacity (GiB): {SMALLEST_STORAGE_GIB} or a multiple of "
+                              f"{STORAGE_STEP_GIB}", check=storage_problem, expects=_WHOLE)
     fsx_throughput_per_tib: int = _f(250, "FSx PERSISTENT_2 throughput (MB/s per TiB)", expects=_WHOLE,
-                                     check=_one_of(FSX_THROUGHPUT_PER_TIB, "must be 125, 250, 500 or 1000 "
-                                                   "(MB/s per TiB, PERSISTENT_2)"))
-    fsx_deployment_type: str = _f("PERSISTENT_2", "FSx deployment type (PERSISTENT_2 or SCRATCH_2)",
+                                     check=throughput_problem)
+    fsx_deployment_type: str = _f("PERSISTENT_2", f"FSx deployment type ({' or '.join(FSX_DEPLOYMENT_TYPES)})",
                                   expects="a string", check=_one_of(FSX_DEPLOYMENT_TYPES,
-                                                                    "must be PERSISTENT_2 or SCRATCH_2"))
+                                                                    f"must be {' or '.join(FSX_DEPLOYMENT_TYPES)}"))
     dataset_bucket_name: str | None = _f(None, "An existing dataset bucket; null creates one",
                                          expects="a string or null", check=_optional(_matches(
                                              BUCKET_NAME, "must be an S3 bucket name (3-63 lowercase letters, "

@@ -48,7 +48,7 @@ class JobLauncher(Construct):
         execution_role: iam.IRole,
         settings: PlatformSettings | Mapping[str, Any],
         notification_email: str | None = None,
-        log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
+        log_retention: logs.RetentionDays,
         lambda_reserved_concurrency: int | None = None,
         role_path: str = "/",
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,

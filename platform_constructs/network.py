@@ -51,14 +51,13 @@ class TrainingNetwork(Construct):
 
     The training group allows all traffic in and out to itself: EFA's OS-bypass traffic is not covered by an
     egress rule to 0.0.0.0/0, and without the self rules EFA health checks fail or NCCL hangs. With no NAT
-    gateway the training subnets are isolated and reach AWS through VPC endpoints.
+    gateway the training subnets are isolated and reach AWS through VPC endpoints. The network's props have no
+    defaults here: their defaults are the platform config's (vpc_cidr, az_count, ...).
     """
 
-    def __init__(self, scope: Construct, id: str, *, cidr: str = "10.80.0.0/16", az_count: int = 2,
-                 availability_zones: Sequence[str] = (), nat_gateways: int = 1,
-                 largest_cluster_instances: int = 16,
-                 flow_log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS,
-                 encryption_key: kms.IKey | None = None, egress: str = "internet",
+    def __init__(self, scope: Construct, id: str, *, cidr: str, az_count: int, availability_zones: Sequence[str],
+                 nat_gateways: int, largest_cluster_instances: int, flow_log_retention: logs.RetentionDays,
+                 egress: str, encryption_key: kms.IKey | None = None,
                  removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN) -> None:
         super().__init__(scope, id)
         if egress not in EGRESS_MODES:
