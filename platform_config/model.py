@@ -24,7 +24,7 @@ from platform_constructs.dataset_fs import (
     storage_problem,
     throughput_problem,
 )
-from platform_constructs.network import EGRESS_MODES, training_subnet_mask
+from platform_constructs.network import EGRESS_MODES, MAX_AZ_COUNT, MIN_AZ_COUNT, training_subnet_mask
 from platform_constructs.retention import RETENTION_PERIODS as LOG_RETENTION_DAYS
 from platform_constructs.teams import (
     MAX_NAME_PREFIX,
@@ -177,7 +177,8 @@ class PlatformConfig:
                             check=_optional(_matches(REGION, "must be a region name such as us-east-1, or null for "
                                                      "an environment-agnostic synth")))
     availability_zones: tuple[str, ...] = _f((), "AZ names (needs region); empty lets the CDK pick", expects=_LIST)
-    az_count: int = _f(2, "Availability zones with a training subnet", min=2, max=6, expects=_WHOLE)
+    az_count: int = _f(2, "Availability zones with a training subnet", min=MIN_AZ_COUNT, max=MAX_AZ_COUNT,
+                       expects=_WHOLE)
     vpc_cidr: str = _f("10.80.0.0/16", "The VPC's IPv4 block", expects="a string", check=_cidr)
     nat_gateways: int = _f(1, "NAT gateways; 0 uses VPC interface endpoints only", min=0, expects=_WHOLE)
     egress: str = _f("internet", "Where training jobs may connect: internet (HTTPS anywhere, through NAT) or "
