@@ -114,9 +114,9 @@ class TeamSpec:
     name_prefix: str
     dataset_prefix: str
     allowed_instance_types: tuple[str, ...]
-    engineer_roles: tuple[str, ...] = ()
     # ECR repositories (`<registry>/<repo>` or `<registry>/`) the team's jobs may pull, beyond the AWS images.
-    image_repositories: tuple[str, ...] = ()
+    image_repositories: tuple[str, ...]
+    engineer_roles: tuple[str, ...] = ()
     job_tags: dict[str, str] = field(default_factory=dict)  # team_tags: on every job of the team
     monthly_budget_usd: float | None = None
 

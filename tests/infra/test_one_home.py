@@ -28,7 +28,10 @@ CONFIG_PROPS = {
     "dataset_bucket_name": "dataset_bucket_name", "kms_key_arn": "kms_key_arn", "training_plans": "training_plans",
     "default_warm_pool_minutes": "default_warm_pool_minutes", "environment_patterns": "environment_patterns",
     "notification_email": "notification_email", "allowed_instance_types": "allowed_instance_types", "teams": "teams",
+    "allowed_image_repositories": "image_repositories",
 }
+# removal_policy: the stacks take it from retain_data (required there, tested below); the constructs keep RETAIN, the
+# safe default that aws-cdk-lib's own stateful L2s have, and the stacks always pass the config's.
 # Defaults that are not copies of the config's, each with its reason.
 NOT_COPIES = {
     # The config's own entry schema for `teams` (None: the platform's dataset_prefix + the team's name).
