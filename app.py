@@ -37,10 +37,7 @@ def build_app(app: cdk.App) -> cdk.App:
     removal = cdk.RemovalPolicy.RETAIN if config.retain_data else cdk.RemovalPolicy.DESTROY
     platform = PlatformStack(
         app, f"{config.name_prefix}-platform", name_prefix=config.name_prefix, images=images,
-        network=_network(config), file_system=_file_system(config),
-        jobs=JobDefaults(allowed_instance_types=config.allowed_instance_types, training_plans=config.training_plans,
-                         default_warm_pool_minutes=config.default_warm_pool_minutes,
-                         environment_patterns=config.environment_patterns),
+        network=network_props(config), file_system=file_system_props(config), jobs=job_defaults(config),
         dataset_prefix=config.dataset_prefix, dataset_bucket_name=config.dataset_bucket_name,
         kms_key_arn=config.kms_key_arn, teams=config.team_specs, egress=config.egress, removal_policy=removal,
         env=env)
@@ -54,19 +51,25 @@ def build_app(app: cdk.App) -> cdk.App:
     return app
 
 
-def _network(config: PlatformConfig) -> NetworkProps:
+# The stacks' and constructs' props have no defaults of their own: each default is a PlatformConfig field's.
+def network_props(config: PlatformConfig) -> NetworkProps:
     return NetworkProps(cidr=config.vpc_cidr, az_count=config.az_count,
                         availability_zones=config.availability_zones, nat_gateways=config.nat_gateways,
                         largest_cluster_instances=config.largest_cluster_instances,
                         flow_log_retention=retention(config.flow_log_retention_days))
 
 
-def _file_system(config: PlatformConfig) -> FileSystemProps | None:
+def file_system_props(config: PlatformConfig) -> FileSystemProps | None:
     if not config.fsx_enabled:
         return None
     return FileSystemProps(storage_capacity_gib=config.fsx_storage_gib,
                            deployment_type=getattr(fsx.LustreDeploymentType, config.fsx_deployment_type),
                            throughput_per_tib=config.fsx_throughput_per_tib)
+
+
+def job_defaults(config: PlatformConfig) -> JobDefaults:
+    return JobDefaults(training_plans=config.training_plans, default_warm_pool_minutes=config.default_warm_pool_minutes,
+                       environment_patterns=config.environment_patterns)
 
 
 def main() -> None:

@@ -55,19 +55,19 @@ def load_platform(path: Path | None, aws: Aws) -> Any:
 
 
 def local_platform(framework_version: str | None = None) -> Any:
-    """Settings for rendering a request to run on this machine (`name_prefix` "local" marks them as such).
+    """Settings for rendering a request to run on this machine (their type, LocalPlatformSettings, marks them).
 
     The role, network, key and buckets are placeholders that nothing reads locally; the image is never
     pulled (training runs from this checkout), and `sagemaker_submit_directory` points at the repo's
     training package, so the emulated launcher runs the same entry script SageMaker would.
     """
     from jobs.catalog import instance_types
-    from jobs.platform import PlatformSettings
+    from jobs.platform import LocalPlatformSettings
 
     version = framework_version or "local"
     image = f"trainctl-local/pytorch:{version}"
     devices = {"gpu": image, "cpu": image, "neuron": image}
-    return PlatformSettings(
+    return LocalPlatformSettings(
         name_prefix="local",
         region="us-east-1",
         execution_role_arn="arn:aws:iam::000000000000:role/local-training",

@@ -188,6 +188,20 @@ class PlatformSettings:
         return json.dumps(self.to_dict())
 
 
+class LocalPlatformSettings(PlatformSettings):
+    """The settings `trainctl local` renders with (cli.platform_source.local_platform): placeholders with no AWS
+    behind them, so the rules that stand for AWS (the dataset bucket and its prefix, FSx, image sources, secrets'
+    scope, parallel degrees and batch sizes against the instances) leave the request to `trainctl local`'s own.
+
+    A type, not a value: no settings document reads as one (from_dict builds a PlatformSettings), so a deployed
+    platform is never local, whatever its name_prefix (a platform may be named `local`)."""
+
+    @classmethod
+    def of(cls, settings: PlatformSettings) -> LocalPlatformSettings:
+        """These settings, marked as `trainctl local`'s."""
+        return cls(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)})
+
+
 def _key_under(uri: str, bucket: str, prefix: str | None) -> str | None:
     """The key of `s3://bucket/<prefix><key>` without the prefix (a whole path segment: `datasets/` does not hold
     `datasets-old/`); None for another bucket or outside the prefix. No prefix: the whole key."""

@@ -21,7 +21,7 @@ from jobs.environment_rules import environment_problems, secret_scope_problem
 from jobs.images import image_problem, image_source_problem, starts_through_platform_entry
 from jobs.parallelism import TORCH_NATIVE, request_problems
 from jobs.planner import plan_for_request
-from jobs.platform import PlatformSettings
+from jobs.platform import LocalPlatformSettings, PlatformSettings
 from jobs.request_fields import dataset_kind
 from jobs.request_schema import JobRequest
 
@@ -45,8 +45,8 @@ def validate_for_platform(request: JobRequest, platform: PlatformSettings) -> No
 
 
 def is_local_platform(platform: PlatformSettings) -> bool:
-    """`trainctl local` renders with settings whose name_prefix is `local` (no AWS behind them)."""
-    return platform.name_prefix == "local" or getattr(platform, "local", False)
+    """`trainctl local`'s placeholder settings (their type marks them; a deployed platform named `local` is not)."""
+    return isinstance(platform, LocalPlatformSettings)
 
 
 def _instance_type_problems(request: JobRequest, platform: PlatformSettings) -> list[Problem]:

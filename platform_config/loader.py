@@ -17,7 +17,7 @@ from typing import Any
 from contract.errors import Problem
 from contract.schema import coerce_text, parse_value
 from platform_config.model import AZ_NAME, PlatformConfig
-from platform_constructs.network import IPS_PER_EFA_INSTANCE
+from platform_constructs.network import IPS_PER_EFA_INSTANCE, addresses_needed
 from platform_constructs.teams import MAX_NAME_PREFIX
 
 _FIELDS = {f.name: f for f in dataclasses.fields(PlatformConfig)}
@@ -126,8 +126,7 @@ def relation_problems(c: PlatformConfig) -> list[str]:
     elif c.az_count > 2:
         bad("az_count", "more than 2 AZs needs 'region' and 'availability_zones' listed (synth makes no "
                         "look-ups, and an environment-agnostic stack sees only 2 AZs)")
-    # Each AZ gets one private (training) subnet of private_subnet_mask and one small public one.
-    needed = c.az_count * (2 ** (32 - c.private_subnet_mask) + 2 ** (32 - 26))
+    needed = addresses_needed(c.az_count, c.private_subnet_mask)
     if needed > ipaddress.ip_network(c.vpc_cidr).num_addresses:
         bad("vpc_cidr", f"is too small: {c.az_count} AZs x a /{c.private_subnet_mask} training subnet "
                         f"(largest_cluster_instances={c.largest_cluster_instances} x {IPS_PER_EFA_INSTANCE} "

@@ -17,18 +17,32 @@ from typing import Any
 from contract.schema import meta
 from jobs.platform import ENV_PATTERN, TrainingPlan, image_repositories_problem
 from platform_config.tested_torch import TESTED_TORCH_FILE, TESTED_TORCH_VERSIONS
-from platform_constructs.network import training_subnet_mask
+from platform_constructs.dataset_fs import (
+    DEPLOYMENT_TYPES,
+    SMALLEST_STORAGE_GIB,
+    STORAGE_STEP_GIB,
+    storage_problem,
+    throughput_problem,
+)
+from platform_constructs.network import EGRESS_MODES, MAX_AZ_COUNT, MIN_AZ_COUNT, training_subnet_mask
 from platform_constructs.retention import RETENTION_PERIODS as LOG_RETENTION_DAYS
-from platform_constructs.teams import TEAM_SEPARATOR, Team, TeamSpec, team_prefix, team_tags
+from platform_constructs.teams import (
+    MAX_NAME_PREFIX,
+    NAME_PREFIX,
+    TEAM_SEPARATOR,
+    Team,
+    TeamSpec,
+    team_prefix,
+    team_tags,
+)
 
-FSX_DEPLOYMENT_TYPES = ("PERSISTENT_2", "SCRATCH_2")
-EGRESS_MODES = ("internet", "endpoints")
-FSX_THROUGHPUT_PER_TIB = (125, 250, 500, 1000)  # PERSISTENT_2, MB/s per TiB
+# The dataset file system's own facts (platform_constructs.dataset_fs): its deployment types by name.
+FSX_DEPLOYMENT_TYPES = tuple(t.name for t in DEPLOYMENT_TYPES)
 TRAINING_PLAN_ARN = re.compile(
     r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:training-plan/[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 TRAINING_PLAN_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 INSTANCE_TYPE = re.compile(r"^ml\.[a-z0-9-]+\.[0-9]*x?large$|^ml\.[a-z0-9-]+\.[0-9]+xlarge$")
-NAME_PREFIX = re.compile(r"^[a-z][a-z0-9-]{1,18}[a-z0-9]$")
+MIN_NAME_PREFIX = 3
 AZ_NAME = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
 REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
 EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
@@ -51,10 +65,6 @@ def _between(lo: int, hi: int, message: str) -> Check:
     return lambda value: None if lo <= value <= hi else message
 
 
-def _storage(gib: int) -> str | None:
-    return None if gib == 1200 or (gib > 0 and gib % 2400 == 0) else "must be 1200 or a multiple of 2400"
-
-
 def _cidr(text: str) -> str | None:
     try:
         net = ipaddress.ip_network(text)
@@ -66,9 +76,12 @@ def _cidr(text: str) -> str | None:
 
 
 def _name_prefix(text: str) -> str | None:
-    if not NAME_PREFIX.match(text):
-        return ("must be 3-20 lowercase letters, digits or hyphens, starting with a letter (it starts bucket and "
-                "training job names)")
+    """A launcher's prefix (platform_constructs.teams.NAME_PREFIX) that also starts bucket names: lowercase, a letter
+    first, at least MIN_NAME_PREFIX characters."""
+    if not (NAME_PREFIX.fullmatch(text) and text[:1].isalpha() and text == text.lower()
+            and len(text) >= MIN_NAME_PREFIX):
+        return (f"must be {MIN_NAME_PREFIX}-{MAX_NAME_PREFIX} lowercase letters, digits or hyphens, starting with a "
+                "letter (it starts bucket and training job names)")
     if TEAM_SEPARATOR in text:
         return (f"must not contain {TEAM_SEPARATOR!r}: team prefixes are <name_prefix>{TEAM_SEPARATOR}<team> "
                 "(platform_constructs.teams), and no platform's names may start with another's team prefix")
@@ -164,25 +177,25 @@ class PlatformConfig:
                             check=_optional(_matches(REGION, "must be a region name such as us-east-1, or null for "
                                                      "an environment-agnostic synth")))
     availability_zones: tuple[str, ...] = _f((), "AZ names (needs region); empty lets the CDK pick", expects=_LIST)
-    az_count: int = _f(2, "Availability zones with a training subnet", min=2, max=6, expects=_WHOLE)
+    az_count: int = _f(2, "Availability zones with a training subnet", min=MIN_AZ_COUNT, max=MAX_AZ_COUNT,
+                       expects=_WHOLE)
     vpc_cidr: str = _f("10.80.0.0/16", "The VPC's IPv4 block", expects="a string", check=_cidr)
     nat_gateways: int = _f(1, "NAT gateways; 0 uses VPC interface endpoints only", min=0, expects=_WHOLE)
     egress: str = _f("internet", "Where training jobs may connect: internet (HTTPS anywhere, through NAT) or "
                      "endpoints (only the VPC endpoints, whose policies admit only the platform's buckets and images)",
-                     expects="a string", check=_one_of(EGRESS_MODES, "must be internet or endpoints"))
+                     expects="a string", check=_one_of(EGRESS_MODES, f"must be {' or '.join(EGRESS_MODES)}"))
     largest_cluster_instances: int = _f(16, "Largest training cluster; sizes the training subnets", min=1, max=256,
                                         expects=_WHOLE)
     flow_log_retention_days: int = _f(90, "VPC flow log retention (days)", check=_RETENTION, expects=_WHOLE)
     log_retention_days: int = _f(365, "Launcher log retention (days)", check=_RETENTION, expects=_WHOLE)
     fsx_enabled: bool = _f(True, "Create the FSx for Lustre dataset file system", expects="true or false")
-    fsx_storage_gib: int = _f(1200, "FSx capacity (GiB): 1200 or a multiple of 2400", check=_storage,
-                              expects=_WHOLE)
+    fsx_storage_gib: int = _f(1200, f"FSx capacity (GiB): {SMALLEST_STORAGE_GIB} or a multiple of "
+                              f"{STORAGE_STEP_GIB}", check=storage_problem, expects=_WHOLE)
     fsx_throughput_per_tib: int = _f(250, "FSx PERSISTENT_2 throughput (MB/s per TiB)", expects=_WHOLE,
-                                     check=_one_of(FSX_THROUGHPUT_PER_TIB, "must be 125, 250, 500 or 1000 "
-                                                   "(MB/s per TiB, PERSISTENT_2)"))
-    fsx_deployment_type: str = _f("PERSISTENT_2", "FSx deployment type (PERSISTENT_2 or SCRATCH_2)",
+                                     check=throughput_problem)
+    fsx_deployment_type: str = _f("PERSISTENT_2", f"FSx deployment type ({' or '.join(FSX_DEPLOYMENT_TYPES)})",
                                   expects="a string", check=_one_of(FSX_DEPLOYMENT_TYPES,
-                                                                    "must be PERSISTENT_2 or SCRATCH_2"))
+                                                                    f"must be {' or '.join(FSX_DEPLOYMENT_TYPES)}"))
     dataset_bucket_name: str | None = _f(None, "An existing dataset bucket; null creates one",
                                          expects="a string or null", check=_optional(_matches(
                                              BUCKET_NAME, "must be an S3 bucket name (3-63 lowercase letters, "

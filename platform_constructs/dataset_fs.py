@@ -14,25 +14,52 @@ from constructs import Construct
 LUSTRE_PORTS = (ec2.Port.tcp(988), ec2.Port.tcp_range(1018, 1023))
 LINKED_PATH = "datasets"
 _SYNC_EVENTS = ["NEW", "CHANGED", "DELETED"]
+# The deployment types this construct links to S3 (PERSISTENT_2: a data repository association; SCRATCH_2: its
+# import and export path).
+DEPLOYMENT_TYPES = (fsx.LustreDeploymentType.PERSISTENT_2, fsx.LustreDeploymentType.SCRATCH_2)
+# The LustreFileSystem L2's rules for those types (its validateStorageCapacity and validatePerUnitStorageThroughput;
+# tests/infra/test_constructs.py checks that the L2 agrees): a capacity is the smallest one or whole steps, and
+# PERSISTENT_2 offers these throughputs, MB/s per TiB. The platform config words them for its keys.
+SMALLEST_STORAGE_GIB = 1200
+STORAGE_STEP_GIB = 2400
+PERSISTENT_2_THROUGHPUTS = (125, 250, 500, 1000)
+
+
+def storage_problem(gib: int) -> str | None:
+    """What a storage capacity (GiB) must be, or None when it is one the L2 and FSx take."""
+    if gib == SMALLEST_STORAGE_GIB or (gib > 0 and gib % STORAGE_STEP_GIB == 0):
+        return None
+    return f"must be {SMALLEST_STORAGE_GIB} or a multiple of {STORAGE_STEP_GIB}"
+
+
+def throughput_problem(mb_per_tib: int) -> str | None:
+    """What a PERSISTENT_2 throughput must be, or None when it is one of PERSISTENT_2_THROUGHPUTS."""
+    if mb_per_tib in PERSISTENT_2_THROUGHPUTS:
+        return None
+    *most, last = PERSISTENT_2_THROUGHPUTS
+    return f"must be {', '.join(map(str, most))} or {last} (MB/s per TiB, PERSISTENT_2)"
 
 
 class DatasetFileSystem(Construct):
-    """Lustre with LZ4 compression that the training security group can mount. PERSISTENT_2 (the default)
-    links `dataset_prefix` of the bucket through a data repository association with automatic import and
+    """Lustre with LZ4 compression that the training security group can mount. PERSISTENT_2 links `dataset_prefix` of the bucket through a data repository association with automatic import and
     export, encrypted with `encryption_key`; SCRATCH_2 through its import/export path, with an FSx-managed
-    key. Storage and throughput values are checked by the LustreFileSystem L2."""
+    key. Storage and throughput values are checked against the LustreFileSystem L2's rules (storage_problem,
+    throughput_problem) before the L2 checks them again."""
 
     def __init__(self, scope: Construct, id: str, *, vpc: ec2.IVpc, subnet: ec2.ISubnet,
                  training_security_group: ec2.ISecurityGroup, dataset_bucket: s3.IBucket,
-                 dataset_prefix: str = "datasets/", storage_capacity_gib: int = 1200,
-                 deployment_type: fsx.LustreDeploymentType = fsx.LustreDeploymentType.PERSISTENT_2,
-                 throughput_per_tib: int = 250, encryption_key: kms.IKey | None = None,
+                 dataset_prefix: str, storage_capacity_gib: int, deployment_type: fsx.LustreDeploymentType,
+                 throughput_per_tib: int, encryption_key: kms.IKey | None = None,
                  removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN) -> None:
         super().__init__(scope, id)
         persistent = deployment_type == fsx.LustreDeploymentType.PERSISTENT_2
-        if deployment_type not in (fsx.LustreDeploymentType.PERSISTENT_2, fsx.LustreDeploymentType.SCRATCH_2):
+        if deployment_type not in DEPLOYMENT_TYPES:
             raise ValueError(f"deployment_type {deployment_type}: use PERSISTENT_2 or SCRATCH_2 (the two this "
                              "construct links to S3)")
+        if problem := storage_problem(storage_capacity_gib):
+            raise ValueError(f"storage_capacity_gib={storage_capacity_gib}: {problem}")
+        if persistent and (problem := throughput_problem(throughput_per_tib)):
+            raise ValueError(f"throughput_per_tib={throughput_per_tib}: {problem}")
         self.security_group = ec2.SecurityGroup(
             self, "SecurityGroup", vpc=vpc, allow_all_outbound=False,
             description="FSx for Lustre: Lustre ports from the training instances and between file servers")

@@ -26,9 +26,7 @@ from platform_constructs.launch_task import LaunchTrainingJob
 from platform_constructs.launcher_definition import LauncherDefinition
 from platform_constructs.launcher_functions import INLINE_POLICY_REASON, LauncherFunctions
 from platform_constructs.nag import acknowledge, nag_form
-from platform_constructs.teams import MAX_NAME_PREFIX, run_id_tag_key
-
-NAME_PREFIX = rf"[A-Za-z0-9](-*[A-Za-z0-9]){{0,{MAX_NAME_PREFIX - 1}}}"
+from platform_constructs.teams import MAX_NAME_PREFIX, NAME_PREFIX, run_id_tag_key
 
 
 class JobLauncher(Construct):
@@ -50,7 +48,7 @@ class JobLauncher(Construct):
         execution_role: iam.IRole,
         settings: PlatformSettings | Mapping[str, Any],
         notification_email: str | None = None,
-        log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
+        log_retention: logs.RetentionDays,
         lambda_reserved_concurrency: int | None = None,
         role_path: str = "/",
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,

@@ -47,7 +47,7 @@ class LauncherFunctions(Construct):
 
     def __init__(self, scope: Construct, id: str, *, name_prefix: str, settings_json: str,
                  encryption_key: kms.IKey, training_job_arn_pattern: str,
-                 log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
+                 log_retention: logs.RetentionDays,
                  reserved_concurrency: int | None = None, role_path: str = "/",
                  removal_policy: RemovalPolicy = RemovalPolicy.RETAIN) -> None:
         super().__init__(scope, id)

@@ -35,6 +35,13 @@ PUBLIC_SUBNET_MASK = 26  # a public subnet holds only a NAT gateway
 # AWS does not publish SageMaker's exact per-instance use: this is an upper bound, not a measurement.
 IPS_PER_EFA_INSTANCE = 32
 AWS_RESERVED_IPS_PER_SUBNET = 5
+# Training subnets in at least two AZs; at most six.
+MIN_AZ_COUNT, MAX_AZ_COUNT = 2, 6
+
+
+def addresses_needed(az_count: int, training_subnet_mask: int) -> int:
+    """The VPC addresses the subnets take: each AZ has a training subnet of that mask and a small public one."""
+    return az_count * (2 ** (32 - training_subnet_mask) + 2 ** (32 - PUBLIC_SUBNET_MASK))
 
 
 def training_subnet_mask(largest_cluster_instances: int) -> int:
@@ -51,14 +58,13 @@ class TrainingNetwork(Construct):
 
     The training group allows all traffic in and out to itself: EFA's OS-bypass traffic is not covered by an
     egress rule to 0.0.0.0/0, and without the self rules EFA health checks fail or NCCL hangs. With no NAT
-    gateway the training subnets are isolated and reach AWS through VPC endpoints.
+    gateway the training subnets are isolated and reach AWS through VPC endpoints. The network's props have no
+    defaults here: their defaults are the platform config's (vpc_cidr, az_count, ...).
     """
 
-    def __init__(self, scope: Construct, id: str, *, cidr: str = "10.80.0.0/16", az_count: int = 2,
-                 availability_zones: Sequence[str] = (), nat_gateways: int = 1,
-                 largest_cluster_instances: int = 16,
-                 flow_log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS,
-                 encryption_key: kms.IKey | None = None, egress: str = "internet",
+    def __init__(self, scope: Construct, id: str, *, cidr: str, az_count: int, availability_zones: Sequence[str],
+                 nat_gateways: int, largest_cluster_instances: int, flow_log_retention: logs.RetentionDays,
+                 egress: str, encryption_key: kms.IKey | None = None,
                  removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN) -> None:
         super().__init__(scope, id)
         if egress not in EGRESS_MODES:
@@ -155,15 +161,16 @@ class TrainingNetwork(Construct):
 
 def _validate(cidr: str, az_count: int, zones: Sequence[str], nat_gateways: int, mask: int) -> None:
     """What the VPC L2 would accept but a training network cannot use, each with what to change."""
-    if not 2 <= az_count <= 6:
-        raise ValueError(f"az_count={az_count}: use 2 to 6 (training subnets in at least two AZs)")
+    if not MIN_AZ_COUNT <= az_count <= MAX_AZ_COUNT:
+        raise ValueError(f"az_count={az_count}: use {MIN_AZ_COUNT} to {MAX_AZ_COUNT} (training subnets in at least "
+                         "two AZs)")
     if zones and len(zones) != az_count:
         raise ValueError(f"availability_zones lists {len(zones)} zones: list exactly az_count={az_count}")
     if not 0 <= nat_gateways <= az_count:
         raise ValueError(f"nat_gateways={nat_gateways}: use 0 (VPC endpoints only) to az_count={az_count}")
     if cdk.Token.is_unresolved(cidr):
         return
-    needed = az_count * (2 ** (32 - mask) + 2 ** (32 - PUBLIC_SUBNET_MASK))
+    needed = addresses_needed(az_count, mask)
     if needed > ipaddress.ip_network(cidr).num_addresses:
         raise ValueError(f"cidr {cidr} is too small: {az_count} AZs x a /{mask} training subnet need {needed} "
                          "addresses; use a larger block or a smaller largest_cluster_instances")

@@ -33,8 +33,8 @@ class ExecutionRole(Construct):
     def __init__(self, scope: Construct, id: str, *, name_prefix: str, key: kms.IKey,
                  dataset_bucket: s3.IBucket, dataset_prefix: str, checkpoint_bucket: s3.IBucket,
                  output_bucket: s3.IBucket, image_accounts: dict[str, str], vpc: ec2.IVpc,
-                 subnets: list[ec2.ISubnet], security_groups: list[ec2.ISecurityGroup], role_path: str = "/",
-                 image_repositories: Sequence[str] = ()) -> None:
+                 subnets: list[ec2.ISubnet], security_groups: list[ec2.ISecurityGroup],
+                 image_repositories: Sequence[str], role_path: str = "/") -> None:
         super().__init__(scope, id)
         partition, region, account = cdk.Aws.PARTITION, cdk.Aws.REGION, cdk.Aws.ACCOUNT_ID
         # SageMaker assumes the role for this platform's (or team's) own jobs only: a job of another prefix, or of

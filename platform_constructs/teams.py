@@ -32,6 +32,10 @@ TEAM_SEPARATOR = "--"
 # The longest name prefix a launcher takes (platform_constructs.launcher), a team's included: job names are at most
 # 63 characters and keep the run id's 16 random characters and the attempt's nonce whole (jobs.render.job_name).
 MAX_NAME_PREFIX = 20
+# What may start a launcher's job names (a platform's name_prefix, or a team prefix): SageMaker's job-name characters,
+# letters and digits with inner hyphens, 1 to MAX_NAME_PREFIX of them (fullmatch). A platform's own name_prefix is
+# narrower still (platform_config: lowercase, a letter first, no TEAM_SEPARATOR).
+NAME_PREFIX = re.compile(rf"(?=.{{1,{MAX_NAME_PREFIX}}}\Z)[A-Za-z0-9](-*[A-Za-z0-9])*")
 ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
 # The renderer writes `<name_prefix>:run-id` on every job it renders (jobs.render._tags, jobs.api_limits).
 RUN_ID_TAG = "run-id"
@@ -110,9 +114,9 @@ class TeamSpec:
     name_prefix: str
     dataset_prefix: str
     allowed_instance_types: tuple[str, ...]
-    engineer_roles: tuple[str, ...] = ()
     # ECR repositories (`<registry>/<repo>` or `<registry>/`) the team's jobs may pull, beyond the AWS images.
-    image_repositories: tuple[str, ...] = ()
+    image_repositories: tuple[str, ...]
+    engineer_roles: tuple[str, ...] = ()
     job_tags: dict[str, str] = field(default_factory=dict)  # team_tags: on every job of the team
     monthly_budget_usd: float | None = None
 

@@ -19,12 +19,12 @@ from stacks.resources import PlatformResources, TeamResources
 class LauncherStack(Stack):
     """One launcher per team (the default team's at the stack's top, with the ids it always had): its state
     machine, topic, dashboard, engineers' policy (attached to the team's engineer roles, if any) and the SSM
-    parameter `/<team prefix>/state-machine-arn` that trainctl reads (`trainctl --prefix <team prefix>`)."""
+    parameter `/<team prefix>/state-machine-arn` that trainctl reads (`trainctl --prefix <team prefix>`). Every prop
+    is required: the defaults are the platform config's (app.py)."""
 
     def __init__(self, scope: Construct, id: str, *, resources: PlatformResources,
-                 notification_email: str | None = None,
-                 log_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR,
-                 removal_policy: RemovalPolicy = RemovalPolicy.RETAIN, **kwargs: Any) -> None:
+                 notification_email: str | None, log_retention: logs.RetentionDays, removal_policy: RemovalPolicy,
+                 **kwargs: Any) -> None:
         super().__init__(scope, id, **kwargs)
         self.launchers: dict[str | None, JobLauncher] = {}
         for team in resources.teams:

@@ -28,52 +28,53 @@ from platform_constructs.teams import TeamSpec
 from stacks.resources import PlatformResources, TeamResources
 
 
+# The props carry no defaults: each value's default is its platform_config field's, which app.py passes on (one home
+# per default; tests/infra/test_one_home.py keeps it so).
 @dataclass(frozen=True)
 class NetworkProps:
-    cidr: str = "10.80.0.0/16"
-    az_count: int = 2
-    availability_zones: Sequence[str] = ()
-    nat_gateways: int = 1
-    largest_cluster_instances: int = 16
-    flow_log_retention: logs.RetentionDays = logs.RetentionDays.THREE_MONTHS
+    cidr: str
+    az_count: int
+    availability_zones: Sequence[str]
+    nat_gateways: int
+    largest_cluster_instances: int
+    flow_log_retention: logs.RetentionDays
 
 
 @dataclass(frozen=True)
 class FileSystemProps:
-    storage_capacity_gib: int = 1200
-    deployment_type: fsx.LustreDeploymentType = fsx.LustreDeploymentType.PERSISTENT_2
-    throughput_per_tib: int = 250
+    storage_capacity_gib: int
+    deployment_type: fsx.LustreDeploymentType
+    throughput_per_tib: int
 
 
 @dataclass(frozen=True)
 class JobDefaults:
-    """What jobs may use and get by default: the platform settings' policy part."""
-    allowed_instance_types: Sequence[str] = ("ml.p5.48xlarge",)
-    training_plans: Sequence[TrainingPlan] = ()
-    default_warm_pool_minutes: int = 0
+    """What jobs may use and get by default: the platform settings' policy part (instance types are the teams')."""
+    training_plans: Sequence[TrainingPlan]
+    default_warm_pool_minutes: int
     # Names or PREFIX* patterns a request's environment may set on top of jobs.environment_rules' allow-list.
-    environment_patterns: Sequence[str] = ()
+    environment_patterns: Sequence[str]
 
 
 class PlatformStack(cdk.Stack):
     """`file_system=None` builds no FSx; `dataset_bucket_name` imports a bucket instead of creating one;
     `kms_key_arn` imports a key instead of creating one. `teams`: one execution role, settings document and set of
-    SSM parameters per team (none: the default team, with the names and ids the stack always had). `egress`:
-    `endpoints` (with no NAT) also limits the S3 gateway endpoint to the platform's buckets."""
+    SSM parameters per team (the default team alone, PlatformConfig.team_specs', has the names and ids the stack
+    always had). `egress`: `endpoints` (with no NAT) also limits the S3 gateway endpoint to the platform's buckets.
+    Every prop is required: the defaults are the platform config's (app.py)."""
 
     def __init__(self, scope: Construct, id: str, *, name_prefix: str, images: ImageTable,
-                 network: NetworkProps = NetworkProps(), file_system: FileSystemProps | None = FileSystemProps(),
-                 jobs: JobDefaults = JobDefaults(), dataset_prefix: str = "datasets/",
-                 dataset_bucket_name: str | None = None, kms_key_arn: str | None = None,
-                 teams: Sequence[TeamSpec] = (), egress: str = "internet",
-                 removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN, **kwargs) -> None:
+                 network: NetworkProps, file_system: FileSystemProps | None, jobs: JobDefaults, dataset_prefix: str,
+                 dataset_bucket_name: str | None, kms_key_arn: str | None, teams: Sequence[TeamSpec], egress: str,
+                 removal_policy: cdk.RemovalPolicy, **kwargs) -> None:
         super().__init__(scope, id, description=f"{name_prefix} training platform: network, storage, "
                                                 f"roles, capacity", **kwargs)
         self.name_prefix = name_prefix
         self.dataset_prefix = dataset_prefix
-        # No teams given: the default team, whose names are the platform's own (platform_constructs.teams).
-        teams = tuple(teams) or (TeamSpec(name=None, name_prefix=name_prefix, dataset_prefix=dataset_prefix,
-                                          allowed_instance_types=tuple(jobs.allowed_instance_types)),)
+        teams = tuple(teams)
+        if not teams:
+            raise ValueError("teams is empty: give at least the default team (PlatformConfig.team_specs), whose names "
+                             "are the platform's own (platform_constructs.teams)")
         role_path = key_user_path(name_prefix)
         key = PlatformKey(self, "Key", name_prefix=name_prefix, imported_key_arn=kms_key_arn,
                           user_path=role_path, budgets=any(t.monthly_budget_usd for t in teams),

@@ -133,3 +133,35 @@ def test_teams_get_their_own_prefix_datasets_and_types():
 def test_no_teams_is_one_default_team_with_the_platform_names():
     [default] = load_config(cdk_json_context()).team_specs
     assert (default.name, default.name_prefix, default.dataset_prefix) == (None, "mltrain", "datasets/")
+
+
+def test_a_platform_may_be_named_local():
+    # trainctl local's settings are marked by their type (jobs.platform.LocalPlatformSettings), not by this name:
+    # a deployed platform named local keeps every request check (tests/jobs/test_batch_rules.py).
+    assert load_config({**cdk_json_context(), "name_prefix": "local"}).name_prefix == "local"
+
+
+@pytest.mark.parametrize("prefix", ["ab", "1ab", "ab-", "x" * 21, "Ml-train", "ml_train", "ml train"])
+def test_name_prefix_rule_names_its_limits(prefix):
+    assert any("must be 3-20 lowercase letters" in p for p in problems(name_prefix=prefix))
+
+
+def test_readme_shows_each_default_as_the_config_has_it():
+    """README's configuration table quotes the defaults (docs); PlatformConfig's fields are their home."""
+    import json
+    import re
+    from dataclasses import asdict
+
+    defaults = json.loads(json.dumps(asdict(PlatformConfig())))
+    shown = dict(re.findall(r"^\| `(\w+)` \| `([^`]*)` \|", (ROOT / "README.md").read_text(), re.M))
+    checked = {key: value for key, value in shown.items() if key in defaults}
+    assert len(checked) >= 25, checked
+
+    def read(text: str):
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+
+    wrong = {key: (text, defaults[key]) for key, text in checked.items() if read(text) != defaults[key]}
+    assert not wrong, f"README's defaults that are not PlatformConfig's: {wrong}"

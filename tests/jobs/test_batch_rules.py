@@ -7,6 +7,7 @@ The training package refuses at startup a global batch that micro_batch_size x w
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 
@@ -15,6 +16,7 @@ import pytest
 import training.config as training_config
 from contract.errors import ConfigError, RequestInvalid
 from jobs import catalog
+from jobs.platform import LocalPlatformSettings
 from jobs.platform_rules import batch_problems, request_clusters, validate_for_platform
 from jobs.render import render_create_training_job
 from jobs.request import parse_request
@@ -132,12 +134,24 @@ def test_grad_accum_that_disagrees_is_refused_with_the_value_that_agrees(platfor
 
 
 def test_trainctl_local_is_left_to_its_process_count(platform):
-    import dataclasses
-
-    local = dataclasses.replace(platform, name_prefix="local")
+    local = LocalPlatformSettings.of(platform)
     req = parse_request(doc("ddp", "ml.p4d.24xlarge", 1, global_batch_size=100))
     assert batch_problems(req, local) == []
     assert batch_problems(req, platform)
+
+
+def test_a_deployed_platform_named_local_keeps_every_check(platform):
+    # `local` is a valid name_prefix (platform_config); only trainctl local's own settings type turns checks off.
+    named_local = dataclasses.replace(platform, name_prefix="local")
+    d = doc("tp", "ml.p4d.24xlarge", 1, parallel={"tensor_parallel_degree": 16},
+            global_batch_size=100)
+    d["dataset"] = "./data/tokens/train"
+    d["image"] = "999999999999.dkr.ecr.us-east-1.amazonaws.com/elsewhere/trainer:1"
+    found = problems(named_local, d)
+    assert set(found) == {"dataset", "parallel.tensor_parallel_degree", "hyperparameters.global_batch_size",
+                          "image"}, found
+    assert found == problems(platform, d)
+    assert problems(LocalPlatformSettings.of(named_local), d) == {}
 
 
 def test_a_parallel_degree_a_fallback_type_cannot_hold_is_refused(platform):

@@ -15,7 +15,7 @@ from contract.metrics import MAX_METRIC_DEFINITIONS, METRIC_NAMES, metric_defini
 from jobs import catalog
 from jobs.container_entry import IMAGE_START
 from jobs.environment_rules import credential_problem
-from jobs.platform import PlatformSettings
+from jobs.platform import LocalPlatformSettings, PlatformSettings
 from jobs.render import (
     CREATE_REQUEST_KEYS,
     JOB_NAME_PATTERN,
@@ -70,7 +70,7 @@ def test_examples_render_valid_requests_for_every_attempt(path, platform):
 
 
 def test_local_example_renders_file_channels():
-    local = dataclasses.replace(load_platform(), name_prefix="local")
+    local = LocalPlatformSettings.of(load_platform())
     req = parse_request(json.loads(next(p for p in REQUEST_EXAMPLES if p.name == "local-fsdp.json").read_text()))
     validate_for_platform(req, local)
     create = render_create_training_job(req, local, run_id=new_run_id(req.name), attempt=1)

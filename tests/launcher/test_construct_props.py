@@ -10,8 +10,10 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk.assertions import Match, Template
 
+from platform_config import PlatformConfig
 from platform_constructs.launcher import JobLauncher
 from platform_constructs.monitoring import LauncherMonitoring
+from platform_constructs.retention import retention
 from tests.launcher.inputs import SETTINGS_FILE
 
 
@@ -26,7 +28,7 @@ def launcher_stack(**props) -> tuple[Stack, JobLauncher]:
         key=key,
         execution_role=role,
         settings=settings,
-        **{"name_prefix": "mltrain", **props},
+        **{"name_prefix": "mltrain", "log_retention": retention(PlatformConfig().log_retention_days), **props},
     )
     return stack, launcher
 
