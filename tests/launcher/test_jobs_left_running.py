@@ -7,7 +7,13 @@ InProgress: asserted on the world's own job list, not on what the launcher belie
 
 from __future__ import annotations
 
-from jobs.policy import STOP_RETRIES, STOP_RETRY_MAX_SECONDS, STOP_RETRY_SECONDS, retry_waits
+from jobs.policy import (
+    FUNCTION_RETRIES,
+    STOP_RETRIES,
+    STOP_RETRY_MAX_SECONDS,
+    STOP_RETRY_SECONDS,
+    retry_waits,
+)
 from tests.launcher import sagemaker_sync as sm
 from tests.launcher.inputs import job_request
 from tests.launcher.paths import API_ERROR, FAILURE_TAIL, SUCCESS_TAIL, WATCH
@@ -148,17 +154,19 @@ def test_a_throttled_stop_is_tried_again_until_it_is_taken(harness, monkeypatch)
     import dataclasses
 
     monkeypatch.setattr("jobs.handler.decide", lambda event, context: (_ for _ in ()).throw(KeyError("run")))
-    # The SDK tries 4 times per call: throttled through 9 runs of Summarize, more than any function fault's retries.
-    training = ("Starting", "Downloading", *["Training"] * 40, "Uploading", "Completed")  # a look-up moves it on
-    outcome = dataclasses.replace(sm.created_then_5xx(), throttled_stops=36, secondary=training)
+    # The SDK tries 4 times per call (sleeping between tries: each run takes a few seconds here): throttled through
+    # 5 runs of Summarize, more than a function fault's FUNCTION_RETRIES.
+    training = ("Starting", "Downloading", *["Training"] * 20, "Uploading", "Completed")  # a look-up moves it on
+    outcome = dataclasses.replace(sm.created_then_5xx(), throttled_stops=20, secondary=training)
     result = harness.run(job_request(), [outcome], name="stop-throttled", timeout=90)
     assert result.status == "FAILED" and result.error == "launcher_error"
     (name,) = result.jobs
     ((_, message),) = result.notifications
-    assert "StopCurrentJob" not in result.states_entered and len(result.stop_calls) == 37
-    assert [handler for handler, _ in result.lambda_calls].count("jobs.handler.summarize") == 10
-    # 10 s doubling, at most 5 minutes apart: about 20 minutes of waiting so far, room for 40 in all.
-    assert result.retry_waits[-9:] == retry_waits(STOP_RETRIES, STOP_RETRY_SECONDS, STOP_RETRY_MAX_SECONDS)[:9]
-    assert result.retry_waits[-9:] == [10, 20, 40, 80, 160, 300, 300, 300, 300]
+    assert "StopCurrentJob" not in result.states_entered and len(result.stop_calls) == 21
+    summarize_runs = [handler for handler, _ in result.lambda_calls].count("jobs.handler.summarize")
+    assert summarize_runs == 6 > FUNCTION_RETRIES + 1
+    # 10 s doubling, at most 5 minutes apart (the harness records the waits): room for about 40 minutes in all.
+    assert result.retry_waits[-5:] == retry_waits(STOP_RETRIES, STOP_RETRY_SECONDS, STOP_RETRY_MAX_SECONDS)[:5]
+    assert result.retry_waits[-5:] == [10, 20, 40, 80, 160]
     assert result.jobs[name] in ("Stopping", "Stopped")
     assert f"Stopped as the run ended (still running): {name}" in message
