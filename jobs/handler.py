@@ -4,7 +4,7 @@ Each takes the state object and returns the next one; the platform's settings ar
 environment variable PLATFORM_SETTINGS. Standard library plus boto3 (the Python runtime's own, imported
 only where the handlers call SageMaker), so the function's code is just the `jobs/` folder.
 
-    prepare   {"request", "execution": {"name", "start_time"}} -> {"run", "launch": {"create"}}
+    prepare   {"state_shape", "request", "execution": {"name", "start_time"}} -> {"run", "launch": {"create"}}
               (a request with `resume_run` lists and describes the run's earlier jobs first: jobs.resume)
     decide    {"request", "run", "failure": {"Error", "Cause"?}} -> {"run", "decision", "launch"?}
               (retry: "launch": {"create"}; watch: "launch": the failure again, to look again;
