@@ -20,7 +20,6 @@ from jobs.api_limits import PLATFORM_TAGS
 from jobs.environment_rules import environment_problems, secret_scope_problem
 from jobs.images import image_problem, image_source_problem, starts_through_platform_entry
 from jobs.parallelism import TORCH_NATIVE, request_problems
-from jobs.planner import plan_for_request
 from jobs.platform import LocalPlatformSettings, PlatformSettings
 from jobs.request_fields import dataset_kind
 from jobs.request_schema import JobRequest
@@ -202,25 +201,18 @@ def request_clusters(request: JobRequest) -> list[Cluster]:
             if spec is None or not spec.runnable:
                 continue
             path = "instance.type" if i == 0 else f"instance.fallbacks[{i - 1}]"
-            strategy = _strategy_on(request, instance_type)
+            strategy = request.strategy_on(instance_type).value
             label = f"{count} x {instance_type} with {_per_instance(spec)}"
             clusters.append(Cluster(path, label, _world(strategy, count, spec), strategy))
     elif request.instance_groups:
         groups = [(g, catalog.lookup(g.type)) for g in request.instance_groups]
         training = [(g, spec) for g, spec in groups if spec is not None and spec.accelerated]
         if training and all(spec.runnable for _, spec in training):
-            strategy = _strategy_on(request, None)
+            strategy = request.strategy_on(None).value
             world = 1 if strategy == Strategy.SINGLE else sum(g.count * spec.accelerators for g, spec in training)
             label = " + ".join(f"{g.count} x {g.type} with {_per_instance(spec)}" for g, spec in training)
             clusters.append(Cluster("instance_groups", label, world, strategy))
     return clusters
-
-
-def _strategy_on(request: JobRequest, instance_type: str | None) -> str:
-    """The strategy the job runs on that type: the request's, or for `auto` the planner's (as jobs.render sends)."""
-    if request.strategy is not Strategy.AUTO:
-        return request.strategy.value
-    return plan_for_request(request, instance_type).strategy
 
 
 def _per_instance(spec: catalog.InstanceSpec) -> str:

@@ -240,10 +240,15 @@ class JobRequest:
 
     @property
     def resolved_strategy(self) -> Strategy:
-        """The strategy the training package runs: `auto` asks the planner (jobs.planner)."""
+        """The strategy the training package runs on the request's own instances."""
+        return self.strategy_on(None)
+
+    def strategy_on(self, instance_type: str | None) -> Strategy:
+        """The strategy the training package runs on `instance_type` (None: the request's own instances): the
+        request's, or for `auto` the planner's pick for that type (jobs.planner; jobs.render sends its degrees)."""
         if self.strategy is not Strategy.AUTO:
             return self.strategy
-        return Strategy(plan_for_request(self).strategy)
+        return Strategy(plan_for_request(self, instance_type).strategy)
 
     @property
     def training_instance_type(self) -> str:
