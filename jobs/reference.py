@@ -43,7 +43,8 @@ id is the request's name and 16 random characters (80 bits), drawn once per exec
 carries it in its environment as `TRAINING_RUN_ID`, and a job found under an attempt's name without it is
 another's: never waited on or stopped, and the run retries under a new name. The execution's output
 is a summary: every attempt (job name, instance type, Spot, status, category, reason, times, billable
-seconds, work lost), final metrics, the model artifact URI and the run's record, which the notification
+seconds, work lost), final metrics, whether the run was input bound (its steps' wait for data over
+input_bound_share), the model artifact URI and the run's record, which the notification
 carries too: wall time, step reached, goodput (productive training time over the instance time held) with
 the losses split into startup, checkpoint stalls, evaluation and work redone after an interruption (the age
 of the newest checkpoint when the attempt ended), and the cost, on demand and Spot apart, from the AWS Price

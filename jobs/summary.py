@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+import json
+from dataclasses import asdict, fields
 from typing import Any
 
+from contract.hyperparameters import TrainConfig
 from jobs.classify import Category
 from jobs.resume import resume_command
 from jobs.run import RunState
@@ -39,6 +41,7 @@ def summary(run: RunState, *, job: dict[str, Any] | None, decision: dict[str, An
         "billable_seconds": sum(billable) if billable else None,
         "elapsed_seconds": int(max(now - run.started_epoch, 0)),
         "final_metrics": metrics,
+        "input_bound": input_bound(metrics, job),
         "model_artifacts": ((job or {}).get("ModelArtifacts") or {}).get("S3ModelArtifacts") if succeeded else None,
         "checkpoint_s3_uri": run.checkpoint_s3_uri,
         "stopped_jobs": list(stopped_jobs),
@@ -47,6 +50,21 @@ def summary(run: RunState, *, job: dict[str, Any] | None, decision: dict[str, An
         "record": run_record(attempts, started=run.started_epoch, ended=now, prices=prices),
         "resumed_after": run.resumed_after,
     }
+
+
+# The training package's default for the share of a step spent waiting for data above which a run is input bound.
+INPUT_BOUND_SHARE = next(f.default for f in fields(TrainConfig) if f.name == "input_bound_share")
+
+
+def input_bound(metrics: dict[str, float], job: dict[str, Any] | None) -> dict[str, float] | None:
+    """The last job's wait for data when it was over its input_bound_share (the training package's mean over the
+    attempt, on its last metrics line), else None: the run's GPUs waited on its input pipeline."""
+    share, wait_ms = metrics.get("data_wait_share"), metrics.get("data_wait_ms")
+    given = ((job or {}).get("HyperParameters") or {}).get("input_bound_share")
+    threshold = float(json.loads(given)) if given is not None else INPUT_BOUND_SHARE
+    if share is None or share <= threshold:
+        return None
+    return {"data_wait_share": share, "data_wait_ms": wait_ms, "input_bound_share": threshold}
 
 
 def describe_in_words(s: dict[str, Any]) -> tuple[str, str]:
@@ -76,6 +94,11 @@ def describe_in_words(s: dict[str, Any]) -> tuple[str, str]:
     lines += record_in_words(s["record"], resumed=bool(s.get("resumed_after")))
     if s["status"] != "Succeeded" and resume_command(s["run_id"]) not in s["reason"]:
         lines.append(f"To continue from its newest checkpoint: {resume_command(s['run_id'])}")
+    if bound := s.get("input_bound"):
+        per_step = f"{bound['data_wait_ms']:g} ms a step; " if bound["data_wait_ms"] is not None else ""
+        lines.append(f"Input bound: the steps waited {bound['data_wait_share']:.0%} of their time for data "
+                     f"({per_step}input_bound_share {bound['input_bound_share']:g}): raise hyperparameters.data_workers, "
+                     "use an instance with more CPUs per GPU, or store the data pre-decoded.")
     if s["final_metrics"]:
         lines.append("Final metrics: " + ", ".join(f"{k}={v:g}" for k, v in sorted(s["final_metrics"].items())))
     if s["model_artifacts"]:

@@ -117,3 +117,22 @@ def test_the_next_attempts_cadence_plans_with_the_save_time_measured(three_attem
     assert round(measured.interval_min, 1) != round(modelled.interval_min, 1)
     assert json.loads(first["checkpoint_minutes"]) == round(
         attempt_cadence(request, three_attempts.create_calls[0]["ResourceConfig"]["InstanceType"], True).interval_min, 1)
+
+
+@pytest.mark.parametrize(("share", "given", "bound"), [(0.3, None, True), (0.05, None, False), (0.3, 0.5, False)])
+def test_an_input_bound_run_is_named_in_its_summary(harness, share, given, bound):
+    """The training package's mean wait for data over the attempt (its last metrics line) against the job's
+    input_bound_share (the request's, else the package's default): over it, the summary and the notification say
+    the run was input bound, with the figures and the fixes."""
+    hyperparameters = {"input_bound_share": given} if given is not None else {}
+    request = job_request(hyperparameters={"lr": 0.0003, **hyperparameters})
+    result = harness.run(request, [sm.completed(train_loss=2.0, data_wait_share=share, data_wait_ms=41.5)],
+                         name=f"input-bound-{share}-{given}")
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    ((_, message),) = result.notifications
+    if bound:
+        assert result.output["input_bound"] == {"data_wait_share": share, "data_wait_ms": 41.5,
+                                                "input_bound_share": 0.1}
+        assert "Input bound: the steps waited 30% of their time for data (41.5 ms a step" in message
+    else:
+        assert result.output["input_bound"] is None and "Input bound" not in message
