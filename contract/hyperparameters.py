@@ -83,6 +83,11 @@ def _hp(doc: str, set_by: str = "user", **rules: Any) -> dict[str, Any]:
     return meta(doc, set_by=set_by, **rules)
 
 
+# The share of a step spent waiting for data above which a run is input bound, unless a request sets
+# input_bound_share: the training package logs it, the run's summary says it, the dashboard draws it.
+INPUT_BOUND_SHARE = 0.1
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     # What to train and how to parallelize it (always sent by the launcher).
@@ -102,7 +107,7 @@ class TrainConfig:
         "loader worker processes per rank that read, decode and augment batches ahead of the step (0: on the "
         "training thread; null: auto, min(4, CPUs per rank - 1) for encoded images (webdataset), 0 for "
         "memory-mapped tokens and arrays)", min=0))
-    input_bound_share: float = field(default=0.1, metadata=_hp(
+    input_bound_share: float = field(default=INPUT_BOUND_SHARE, metadata=_hp(
         "the share of a step spent waiting for its batch above which rank 0 logs 'input bound' with the rates",
         min=0, max=1))
     # Batch: global = micro x grad_accum x world size. Give global and micro, or micro and grad_accum.

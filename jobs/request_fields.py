@@ -7,7 +7,7 @@ import difflib
 import re
 
 from jobs import catalog
-from jobs.api_limits import MAX_IMAGE_URI, MAX_METRIC_NAME, MAX_S3_URI
+from jobs.api_limits import MAX_IMAGE_URI, MAX_METRIC_NAME, MAX_S3_URI, MAX_TAG_KEY, MAX_TAG_VALUE
 from jobs.command_line import text_problem
 
 NAME_MAX = 40  # leaves room for "<prefix>-" and "-<hash>-a<N>" inside SageMaker's 63 characters
@@ -137,10 +137,10 @@ def check_tags(tags: dict[str, str]) -> list[tuple[str, str]]:
     for key, value in tags.items():
         if key.lower().startswith("aws:"):
             found.append((key, "keys starting with 'aws:' are reserved by AWS"))
-        elif not 1 <= len(key) <= 128 or not _tag_text(key):
-            found.append((key, "keys are 1-128 letters, digits, spaces and _ . : / = + - @"))
-        elif len(value) > 256 or not _tag_text(value):
-            found.append((key, "values are at most 256 letters, digits, spaces and _ . : / = + - @"))
+        elif not 1 <= len(key) <= MAX_TAG_KEY or not _tag_text(key):
+            found.append((key, f"keys are 1-{MAX_TAG_KEY} letters, digits, spaces and _ . : / = + - @"))
+        elif len(value) > MAX_TAG_VALUE or not _tag_text(value):
+            found.append((key, f"values are at most {MAX_TAG_VALUE} letters, digits, spaces and _ . : / = + - @"))
     return found
 
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from typing import Any
 
-from contract.hyperparameters import TrainConfig
+from contract.hyperparameters import INPUT_BOUND_SHARE
 from jobs.classify import Category
 from jobs.resume import resume_command
 from jobs.run import RunState
@@ -50,10 +50,6 @@ def summary(run: RunState, *, job: dict[str, Any] | None, decision: dict[str, An
         "record": run_record(attempts, started=run.started_epoch, ended=now, prices=prices),
         "resumed_after": run.resumed_after,
     }
-
-
-# The training package's default for the share of a step spent waiting for data above which a run is input bound.
-INPUT_BOUND_SHARE = next(f.default for f in fields(TrainConfig) if f.name == "input_bound_share")
 
 
 def input_bound(metrics: dict[str, float], job: dict[str, Any] | None) -> dict[str, float] | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 from aws_cdk import Duration
@@ -12,7 +11,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from contract.hyperparameters import TrainConfig
+from contract.hyperparameters import INPUT_BOUND_SHARE
 from contract.metrics import METRIC_NAMES, METRIC_NAMESPACE
 from jobs.catalog import lookup
 
@@ -22,8 +21,6 @@ from jobs.catalog import lookup
 GPU_UTILIZATION = "GPUUtilization"
 GPU_MEMORY_UTILIZATION = "GPUMemoryUtilization"
 PERIOD = Duration.minutes(5)
-# The training package's default threshold for its 'input bound' log line, drawn on the data-wait chart.
-INPUT_BOUND_SHARE = next(f.default for f in dataclasses.fields(TrainConfig) if f.name == "input_bound_share")
 
 
 def job_metric(name: str) -> str:
@@ -189,24 +186,24 @@ class LauncherMonitoring(Construct):
         dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title="Training throughput (tokens/s, from the [metrics] log lines)",
-                left=[_search(job_metric("tokens_per_sec"), "TrainingJobName")],
+                left=_per_job("tokens_per_sec", stat="Average"),
                 width=12,
             ),
             cloudwatch.GraphWidget(
                 title="Training loss",
-                left=[_search(job_metric("train_loss"), "TrainingJobName")],
+                left=_per_job("train_loss", stat="Average"),
                 width=12,
             ),
         )
         dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title="Checkpoint age per job (s since its newest complete checkpoint)",
-                left=[_search(job_metric("checkpoint_age_s"), "TrainingJobName", stat="Maximum")],
+                left=_per_job("checkpoint_age_s"),
                 width=12,
             ),
             cloudwatch.GraphWidget(
                 title=f"Checkpoint age per job in its cadences (alarm above {self.overdue_factor:g})",
-                left=[_search(job_metric("checkpoint_overdue"), "TrainingJobName", stat="Maximum")],
+                left=_per_job("checkpoint_overdue"),
                 left_annotations=[cloudwatch.HorizontalAnnotation(value=self.overdue_factor, label="alarm threshold")],
                 width=12,
             ),
@@ -215,13 +212,12 @@ class LauncherMonitoring(Construct):
             # training.stragglers: each log interval, the slowest rank's own delays against the median rank's.
             cloudwatch.GraphWidget(
                 title="Slowest rank per job, its time over the median rank's (1 = even)",
-                left=[_search(job_metric("slowest_rank_ratio"), "TrainingJobName", stat="Maximum")],
+                left=_per_job("slowest_rank_ratio"),
                 width=12,
             ),
             cloudwatch.GraphWidget(
                 title="Where each attempt's time went (s: startup, training, checkpoint stalls, evaluation)",
-                left=[_search(job_metric(name), "TrainingJobName", stat="Maximum")
-                      for name in ("startup_s", "train_s", "checkpoint_s", "eval_s")],
+                left=_per_job("startup_s", "train_s", "checkpoint_s", "eval_s"),
                 width=12,
             ),
         )
@@ -229,18 +225,23 @@ class LauncherMonitoring(Construct):
             # training.loader: how long each step waited for its batch; above the share the job logs 'input bound'.
             cloudwatch.GraphWidget(
                 title="Input pipeline: ms each step waited for its batch (ranks' mean)",
-                left=[_search(job_metric("data_wait_ms"), "TrainingJobName", stat="Maximum")],
+                left=_per_job("data_wait_ms"),
                 width=12,
             ),
             cloudwatch.GraphWidget(
                 title=f"Input pipeline: share of the step spent waiting for data (input bound above "
                       f"{INPUT_BOUND_SHARE:g}, the default input_bound_share)",
-                left=[_search(job_metric("data_wait_share"), "TrainingJobName", stat="Maximum")],
+                left=_per_job("data_wait_share"),
                 left_annotations=[cloudwatch.HorizontalAnnotation(value=INPUT_BOUND_SHARE, label="input bound")],
                 width=12,
             ),
         )
         return dashboard
+
+
+def _per_job(*names: str, stat: str = "Maximum") -> list[cloudwatch.MathExpression]:
+    """One line per training job for each of the training package's metrics `names`."""
+    return [_search(job_metric(name), "TrainingJobName", stat=stat) for name in names]
 
 
 def _search(metric: str, dimension: str, stat: str = "Average") -> cloudwatch.MathExpression:

@@ -19,21 +19,27 @@ import pytest
 from contract.errors import RequestInvalid
 from contract.metrics import MAX_METRIC_DEFINITIONS, MAX_REGEX_LENGTH, METRIC_NAMES
 from jobs import handler, state_size
-from jobs.api_limits import MAX_ENVIRONMENT, MAX_ENVIRONMENT_TEXT, MAX_METRIC_NAME, MAX_STATE_BYTES
+from jobs.api_limits import (
+    MAX_ENVIRONMENT,
+    MAX_ENVIRONMENT_TEXT,
+    MAX_METRIC_NAME,
+    MAX_STATE_BYTES,
+    MAX_TAG_KEY,
+    MAX_TAG_VALUE,
+)
 from jobs.request_schema import JobRequest, RetryPolicy
 from jobs.state_size import largest_state_bytes
 from tests.launcher import sagemaker_sync as sm
 from tests.launcher.inputs import job_request
 from tests.launcher.paths import RETRY, SUCCESS_TAIL
 
-MAX_ATTEMPTS = next(f.metadata["max"] for f in RetryPolicy.__dataclass_fields__.values() if f.name == "max_attempts")
-MAX_TAGS = next(f.metadata["max"] for f in JobRequest.__dataclass_fields__.values() if f.name == "tags")
+MAX_ATTEMPTS = RetryPolicy.__dataclass_fields__["max_attempts"].metadata["max"]
+MAX_TAGS = JobRequest.__dataclass_fields__["tags"].metadata["max"]
 MAX_METRICS = MAX_METRIC_DEFINITIONS - len(METRIC_NAMES)
-TAG_KEY, TAG_VALUE = 128, 256  # jobs.request_fields.check_tags
 
 
 def largest_request(*, variables=MAX_ENVIRONMENT, name_length=MAX_ENVIRONMENT_TEXT, value_length=MAX_ENVIRONMENT_TEXT,
-                    tags=MAX_TAGS, tag_key=TAG_KEY, tag_value=TAG_VALUE, metrics=MAX_METRICS,
+                    tags=MAX_TAGS, tag_key=MAX_TAG_KEY, tag_value=MAX_TAG_VALUE, metrics=MAX_METRICS,
                     metric_name=MAX_METRIC_NAME, regex_length=MAX_REGEX_LENGTH, attempts=MAX_ATTEMPTS) -> dict:
     """Every large field at what the request rules allow (one more of any is refused: tested below); Spot
     interruptions retried at once, on Spot, as often as the attempts allow."""
@@ -64,8 +70,8 @@ def settings(monkeypatch, platform_settings):
 def test_the_largest_request_is_the_largest_the_rules_accept(settings):
     assert not refused(largest_request())
     one_more = {"variables": MAX_ENVIRONMENT + 1, "name_length": MAX_ENVIRONMENT_TEXT + 1,
-                "value_length": MAX_ENVIRONMENT_TEXT + 1, "tags": MAX_TAGS + 1, "tag_key": TAG_KEY + 1,
-                "tag_value": TAG_VALUE + 1, "metrics": MAX_METRICS + 1, "metric_name": MAX_METRIC_NAME + 1,
+                "value_length": MAX_ENVIRONMENT_TEXT + 1, "tags": MAX_TAGS + 1, "tag_key": MAX_TAG_KEY + 1,
+                "tag_value": MAX_TAG_VALUE + 1, "metrics": MAX_METRICS + 1, "metric_name": MAX_METRIC_NAME + 1,
                 "regex_length": MAX_REGEX_LENGTH + 1, "attempts": MAX_ATTEMPTS + 1}
     accepted = [name for name, value in one_more.items() if not refused(largest_request(**{name: value}))]
     assert accepted == [], f"one more of these is still accepted, so the test's request is not the largest: {accepted}"
