@@ -84,6 +84,11 @@ def plan_command(
     chart: Annotated[Path | None, typer.Option(
         "--chart", metavar="FILE.png", help="Draw hours and cost against GPU count (needs matplotlib).")] = None,
     prices: PricesOpt = "auto",
+    runs: Annotated[str, typer.Option(
+        "--runs", metavar="cache|none|FILE.json",
+        help="The platform's finished runs that correct the step times: cache reads what `trainctl runs`/`show` "
+             "kept in ~/.cache/trainctl; FILE.json holds a list of run records' measured sections; none uses the "
+             "published rows only.")] = "cache",
 ) -> None:
     """Validate a request, show what would run, and size it: memory per GPU, step time, hours, cost.
 
@@ -91,7 +96,7 @@ def plan_command(
     credentials are found).
     """
     render.show_plan(request, platform, Aws(region=region, prefix=prefix), as_json=as_json, chart=chart,
-                     prices=prices)
+                     prices=prices, runs=runs)
 
 
 @app.command("render", rich_help_panel=OFFLINE)

@@ -220,14 +220,15 @@ def print_plan(console: Console, request: Any, platform: Any, create: dict[str, 
 # ---- sizing: the planner's candidates (jobs.planning) -------------------------------------------------------
 
 
-def sizing_result(request: Any, platform: Any, prices: Any = None) -> Any:
+def sizing_result(request: Any, platform: Any, prices: Any = None, runs: Any = ()) -> Any:
     """The planner's result; an input it cannot use is a UserError naming the field. `prices`: instance type ->
-    on-demand training USD per hour (cli.prices.PriceTable.prices); None: no prices (every cost unknown)."""
+    on-demand training USD per hour (cli.prices.PriceTable.prices); None: no prices (every cost unknown). `runs`:
+    the platform's run records' measured sections (cli.run_cache) that correct the step times."""
     from cli.errors import UserError
     from jobs.planning import PlanInputError, plan_request
 
     try:
-        return plan_request(request, platform, prices=prices)
+        return plan_request(request, platform, prices=prices, runs=runs)
     except PlanInputError as exc:
         raise UserError(f"cannot size {request.name}: {exc}") from None
 
@@ -307,6 +308,12 @@ def sizing_table(result: Any) -> Table:
 def calibration_line(candidate: Any) -> str:
     """How far the step time has been off on the candidate's GPU generation (its JSON error_band)."""
     d = candidate.to_dict()
+    if runs := d.get("measured_runs"):
+        band = f"; they spread {d['error_band']:.0%} around it" if runs["spread"] is not None else \
+            "; one run: no spread, the published band stays" + (f" ({d['error_band']:.0%})" if d["error_band"] else "")
+        return (f"corrected by {runs['count']} run{'s' if runs['count'] != 1 else ''} of the platform ("
+                f"{runs['matched_on']}): measured step time {runs['measured_over_predicted']:.2f}x the model's "
+                f"(median){band} (--json: measured_runs, calibrated_from)")
     if d["error_band"] is None:
         return ("no published run on this GPU generation: its matmul efficiency is borrowed from another "
                 "(--json: calibrated_from)")
@@ -314,7 +321,7 @@ def calibration_line(candidate: Any) -> str:
             "generation (--json: error_band, calibrated_from)")
 
 
-def print_sizing(console: Console, result: Any, prices: Any = None) -> None:
+def print_sizing(console: Console, result: Any, prices: Any = None, runs: Any = None) -> None:
     """The table, the recommendation, where the prices come from, and the warnings (the planner's, then the
     prices')."""
     if result.recommendation is None:
@@ -323,6 +330,8 @@ def print_sizing(console: Console, result: Any, prices: Any = None) -> None:
         console.print(sizing_table(result))
         console.print(f"[bold]recommendation[/] (*): {escape(result.reason)}")
         console.print(f"[bold]time model[/]: {escape(calibration_line(result.recommendation))}")
+        if runs is not None:
+            console.print(f"[bold]run records[/]: {escape(runs.describe(result.runs[1]))}")
         console.print(f"[bold]prices[/]: {escape(prices_line(result, prices))}")
     for w in result.warnings:
         console.print(f"[yellow]{w.code}[/]: {escape(w.message)}")
@@ -330,8 +339,12 @@ def print_sizing(console: Console, result: Any, prices: Any = None) -> None:
         console.print(f"[yellow]{code}[/]: {escape(message)}")
 
 
-def plan_json(result: Any, prices: Any = None) -> str:
-    return json.dumps(result.to_dict() | {"prices": prices_document(result, prices)}, indent=2)
+def plan_json(result: Any, prices: Any = None, runs: Any = None) -> str:
+    doc = result.to_dict() | {"prices": prices_document(result, prices)}
+    if runs is not None:
+        doc["measured_runs"] |= {"source": runs.source, "path": runs.path,
+                                 "description": runs.describe(result.runs[1])}
+    return json.dumps(doc, indent=2)
 
 
 def draw_chart(result: Any, path: Any, prices: Any = None) -> None:

@@ -88,11 +88,12 @@ def _loaded_for_platform(request: Path, platform: Path | None, aws: Aws) -> tupl
 
 
 def show_plan(request: Path, platform: Path | None, aws: Aws, *, as_json: bool = False,
-              chart: Path | None = None, prices: str = "auto") -> None:
+              chart: Path | None = None, prices: str = "auto", runs: str = "cache") -> None:
     """`trainctl plan`: validate, render the first attempt, print what would run and how it is sized, its costs
     from the prices `--prices` names (cli.prices)."""
     from cli.plan_view import draw_chart, plan_json, print_plan, print_sizing, sizing_result
     from cli.prices import resolve_prices
+    from cli.run_cache import load_runs
 
     if chart is not None:
         from cli.charts import check_chart_option
@@ -102,14 +103,15 @@ def show_plan(request: Path, platform: Path | None, aws: Aws, *, as_json: bool =
     create = render_for_platform(loaded, settings, attempt=1, run_id=None,
                                  instance_type=None, on_demand=False)
     table = resolve_prices(prices, getattr(settings, "region", None), aws)
-    result = sizing_result(loaded.request, settings, table.prices)
+    records = load_runs(runs)
+    result = sizing_result(loaded.request, settings, table.prices, records.sections)
     if chart is not None:
         draw_chart(result, chart, table)
     if as_json:
-        typer.echo(plan_json(result, table))  # plain: a document for other programs
+        typer.echo(plan_json(result, table, records))  # plain: a document for other programs
         return
     print_plan(out(), loaded.request, settings, create)
-    print_sizing(out(), result, table)
+    print_sizing(out(), result, table, records)
 
 
 def print_rendered(request: Path, platform: Path | None, aws: Aws, *, attempt: int, run_id: str | None,

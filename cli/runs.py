@@ -48,6 +48,8 @@ class RunView:
     started: float
     executions: list[ExecutionOfRun] = field(default_factory=list)  # oldest first
     attempts: list[Attempt] = field(default_factory=list)  # every execution's, oldest first
+    # Each ended execution's `measured` section (its last job against the planner: jobs.planning.measured).
+    measured: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def status(self) -> str:
@@ -104,6 +106,9 @@ def collect_runs(aws: Aws, machine: str, limit: int = DEFAULT_LIMIT) -> list[Run
                                                    run.started_epoch))
         attempts = [Attempt(**a) for a in summary["attempts"]] if summary else run.attempts
         view.attempts.extend(attempts)
+        measured = ((summary or {}).get("record") or {}).get("measured")
+        if isinstance(measured, dict):
+            view.measured.append(measured)
         view.executions.append(ExecutionOfRun(item["name"], item["status"], item.get("startDate"),
                                               item.get("stopDate"), (summary or {}).get("status", ""),
                                               document if isinstance(document, dict) else None))
@@ -122,6 +127,16 @@ def find_run(aws: Aws, machine: str, run_id: str, limit: int) -> RunView:
                     "check the id (`trainctl runs` lists them), or look further back with --limit")
 
 
+def keep_measured(views: list[RunView]) -> None:
+    """The runs' `measured` sections into trainctl plan's cache (cli.run_cache); a cache that cannot be written
+    is said on stderr."""
+    from cli.errors import stderr
+    from cli.run_cache import remember
+
+    if note := remember(m for view in views for m in view.measured):
+        stderr.print(f"[yellow]run cache[/]: {escape(note)}")
+
+
 def _prices(option: str, aws: Aws):
     from cli.prices import resolve_prices
 
@@ -133,6 +148,7 @@ def _prices(option: str, aws: Aws):
 
 def list_runs(aws: Aws, state_machine: str | None, *, limit: int, prices: str, as_json: bool) -> None:
     views = collect_runs(aws, aws.state_machine_arn(state_machine), limit)
+    keep_measured(views)
     table = _prices(prices, aws)
     rows = [(view, view.record(table.prices)) for view in views]
     if as_json:
@@ -164,7 +180,7 @@ def _as_dict(view: RunView, record: dict[str, Any]) -> dict[str, Any]:
 
     return {"run_id": view.run_id, "request_name": view.request_name, "status": view.status,
             "checkpoint_s3_uri": view.checkpoint_s3_uri, "executions": [asdict(e) for e in view.executions],
-            "attempts": [asdict(a) for a in view.attempts], "record": record}
+            "attempts": [asdict(a) for a in view.attempts], "record": record, "measured": view.measured}
 
 
 # ---- trainctl show RUN --------------------------------------------------------------------------------
@@ -177,6 +193,7 @@ def show_run(aws: Aws, run_id: str, state_machine: str | None, *, limit: int, pr
     if chart is not None:
         check_chart_option(chart)
     view = find_run(aws, aws.state_machine_arn(state_machine), run_id, limit)
+    keep_measured([view])
     table = _prices(prices, aws)
     record = view.record(table.prices)
     if as_json:
@@ -206,6 +223,7 @@ def print_run(view: RunView, record: dict[str, Any], prices: str) -> None:
                           f", waiting between attempts {duration(record['between_attempts_seconds'])})"),
             ("goodput", _goodput(record) + (f" (attempts {record['unmeasured_attempts']} did not measure their time)"
                                             if record["unmeasured_attempts"] else ""))]
+    rows += [("measured", measured_text(m)) for m in view.measured]
     if view.status == "ended":
         rows.append(("resume", resume_command(view.run_id) + " REQUEST"))
     for name, value in rows:
@@ -218,6 +236,18 @@ def print_run(view: RunView, record: dict[str, Any], prices: str) -> None:
     console.print(f"[bold]cost[/] {money(cost['total_usd'])}: on demand {money(cost['on_demand_usd'])}, Spot "
                   f"{money(cost['spot_usd'])} (saved {money(cost['spot_savings_usd'])} against on demand){unpriced}")
     console.print(f"prices: {escape(prices)}")
+
+
+def measured_text(m: dict[str, Any]) -> str:
+    """One execution's last job: its measured step time and MFU against the planner's for the same layout."""
+    mfu = f", MFU {m['mfu']:.1%}" if isinstance(m.get("mfu"), int | float) else ""
+    text = f"{m.get('strategy')} on {m.get('instance_count')} x {m.get('instance_type')}: {m.get('step_time_s')} s/step{mfu}"
+    if m.get("predicted_step_time_s"):
+        text += (f"; the planner: {m['predicted_step_time_s']:.4g} s (measured {m.get('measured_over_predicted')}x"
+                 " its figure)")
+    elif m.get("not_predicted"):
+        text += f"; no planner figure: {m['not_predicted']}"
+    return text
 
 
 def _attempts_table(view: RunView) -> Table:

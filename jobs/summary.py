@@ -8,6 +8,7 @@ from typing import Any
 
 from contract.hyperparameters import INPUT_BOUND_SHARE
 from jobs.classify import Category
+from jobs.planning.measured import measured_section
 from jobs.resume import resume_command
 from jobs.run import RunState
 from jobs.run_record import run_record
@@ -47,7 +48,9 @@ def summary(run: RunState, *, job: dict[str, Any] | None, decision: dict[str, An
         "stopped_jobs": list(stopped_jobs),
         "jobs_left_running": list(jobs_left_running),
         # This execution's attempts only: a resumed run's earlier ones are in their executions (trainctl show).
-        "record": run_record(attempts, started=run.started_epoch, ended=now, prices=prices),
+        # + what its last job measured against the planner's figure for that layout (trainctl plan reads it).
+        "record": run_record(attempts, started=run.started_epoch, ended=now, prices=prices)
+        | {"measured": measured_section(job, run.run_id)},
         "resumed_after": run.resumed_after,
     }
 

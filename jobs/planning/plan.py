@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +12,7 @@ from jobs import catalog
 from jobs.planning.auto import AutoScope, auto_scope
 from jobs.planning.candidates import Candidate, best, evaluate, layouts
 from jobs.planning.layout import AUTO_STRATEGIES, Numerics, numerics
+from jobs.planning.measured import calibration_for, corrected, usable
 from jobs.planning.shape import ModelFacts, PlanInputError, model_facts
 from jobs.planning.warnings import PlanWarning, add_warnings
 
@@ -19,6 +20,7 @@ from jobs.planning.warnings import PlanWarning, add_warnings
 COMPARED_TYPES = ("ml.p4d.24xlarge", "ml.p4de.24xlarge", "ml.p5.48xlarge", "ml.p5en.48xlarge",
                   "ml.g5.48xlarge", "ml.g6e.48xlarge")
 COMPARED_NODES = (1, 2, 4, 8, 16, 32)
+Correction = Callable[[Candidate], Candidate]
 
 
 @dataclass
@@ -30,9 +32,12 @@ class PlanResult:
     model: ModelFacts | None = None
     reason: str = ""
     scope: AutoScope | None = None  # what `strategy: auto` may run here
+    runs: tuple[int, int] = (0, 0)  # the platform's run records given, and those usable (jobs.planning.measured)
 
     def to_dict(self) -> dict[str, Any]:
         return {"recommendation": self.recommendation.to_dict() if self.recommendation else None,
+                "measured_runs": {"given": self.runs[0], "usable": self.runs[1],
+                                  "corrected": sum(1 for c in self.candidates if getattr(c, "runs", None))},
                 "auto_strategy": self.auto.layout.strategy if self.auto else None, "reason": self.reason,
                 "candidates": [c.to_dict() for c in self.candidates],
                 "warnings": [{"code": w.code, "message": w.message} for w in self.warnings]}
@@ -64,19 +69,21 @@ def _spec(instance_type: str) -> catalog.InstanceSpec:
 
 def shape_candidates(m: ModelFacts, n: Numerics, spec: catalog.InstanceSpec, nodes: int, per_node: int,
                      sizing: Any, spot: bool, pp_micro: int | None,
-                     price_usd_hour: float | None = None) -> list[Candidate]:
+                     price_usd_hour: float | None = None, correct: Correction | None = None) -> list[Candidate]:
     # Each layout gets the micro-batch that splits global_batch_size evenly over its ranks (the training package
     # divides by the world size); a layout with more ranks than samples per step is left out (it would refuse it).
     out = []
     for lay in layouts(m, nodes, per_node, pp_micro):
         fitted = n.fitted(lay.gpus)
         if fitted is not None:
-            out.append(evaluate(m, fitted, spec, lay, sizing, spot, price_usd_hour))
+            sized = evaluate(m, fitted, spec, lay, sizing, spot, price_usd_hour)
+            out.append(correct(sized) if correct else sized)
     return out
 
 
 def other_shapes(m: ModelFacts, n: Numerics, request_type: str, sizing: Any, spot: bool,
-                 taken: tuple[str, int, int], prices: Mapping[str, float] | None = None) -> list[Candidate]:
+                 taken: tuple[str, int, int], prices: Mapping[str, float] | None = None,
+                 correct: Correction | None = None) -> list[Candidate]:
     max_gpus = getattr(sizing, "max_gpus", None) or 10 ** 6
     out = []
     for instance_type in dict.fromkeys((request_type, *COMPARED_TYPES)):
@@ -86,7 +93,7 @@ def other_shapes(m: ModelFacts, n: Numerics, request_type: str, sizing: Any, spo
             if nodes * per_node > max_gpus or (instance_type, nodes, per_node) == taken:
                 continue
             pick = best(shape_candidates(m, n, spec, nodes, per_node, sizing, spot, None,
-                                         (prices or {}).get(instance_type)))
+                                         (prices or {}).get(instance_type), correct))
             if pick is not None:
                 out.append(pick)
     return out
@@ -104,13 +111,23 @@ def price_table(prices: Mapping[str, float] | None) -> Mapping[str, float]:
     return prices
 
 
+def run_correction(request: Any, runs: list[Any]) -> Correction:
+    """Each candidate corrected by the platform's runs of its instance type and the request's model (see
+    jobs.planning.measured); unchanged where none match."""
+    return lambda c: corrected(c, calibration_for(c, request.model, request.model_size, runs))
+
+
 def plan_request(request: Any, platform: Any = None, now: dt.datetime | None = None,
-                 prices: Mapping[str, float] | None = None) -> PlanResult:
+                 prices: Mapping[str, float] | None = None, runs: Iterable[Any] = ()) -> PlanResult:
     """Size a parsed JobRequest. Raises PlanInputError for inputs the planner cannot use.
 
     `prices`: on-demand training USD per instance-hour by instance type ("ml.p4d.24xlarge"); a type missing from it
-    has no cost ("price unknown"). None: no prices (see price_table)."""
+    has no cost ("price unknown"). None: no prices (see price_table). `runs`: the platform's run records' `measured`
+    sections (jobs.planning.measured), which correct the candidates they match; one it cannot use is left out."""
     prices = price_table(prices)
+    runs = list(runs)
+    usable_runs = [r for r in runs if usable(r)]
+    correct = run_correction(request, usable_runs) if usable_runs else None
     spec = _spec(request.training_instance_type)
     if spec.kind != "gpu":
         return PlanResult(None, None, [], [PlanWarning("not_sized", f"{spec.instance_type} has no GPU: the planner "
@@ -126,14 +143,17 @@ def plan_request(request: Any, platform: Any = None, now: dt.datetime | None = N
     spot = bool(request.spot) and (sizing.allow_spot if sizing else True)
     nodes, per_node = requested_shape(spec, count, sizing)
     pp_micro = request.parallel.pipeline_microbatches if request.parallel else None
-    mine = shape_candidates(m, n, spec, nodes, per_node, sizing, spot, pp_micro, prices.get(spec.instance_type))
+    mine = shape_candidates(m, n, spec, nodes, per_node, sizing, spot, pp_micro, prices.get(spec.instance_type),
+                            correct)
     least = min(mine, key=lambda c: c.memory_gib)
     rec = best(mine) or least
     whole = request.instance is not None and (nodes, per_node) == (count, spec.accelerators)
     scope = auto_scope(request.model, m, n, whole, request.parallel)
     auto = scope.pick(mine)
-    others = other_shapes(m, n, spec.instance_type, sizing, spot, (spec.instance_type, nodes, per_node), prices)
-    result = PlanResult(rec, auto, mine + others, model=m, reason=_reason(rec, auto), scope=scope)
+    others = other_shapes(m, n, spec.instance_type, sizing, spot, (spec.instance_type, nodes, per_node), prices,
+                          correct)
+    result = PlanResult(rec, auto, mine + others, model=m, reason=_reason(rec, auto), scope=scope,
+                        runs=(len(runs), len(usable_runs)))
     add_warnings(result, request, platform, now or dt.datetime.now(dt.UTC))
     return result
 
