@@ -22,7 +22,7 @@ import json
 import math
 import statistics
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from contract.hyperparameters import TrainConfig
@@ -179,7 +179,8 @@ def calibration_for(candidate: Candidate, model: str, model_size: str | None,
 class CorrectedCandidate(Candidate):
     """A candidate whose step time, throughput, hours and cost were scaled by the platform's runs."""
 
-    runs: RunCalibration | None = None
+    # Not compared: candidates are hashed (the plan's shortlist), and the runs are their source, not their identity.
+    runs: RunCalibration | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()
