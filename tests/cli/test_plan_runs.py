@@ -17,6 +17,12 @@ REQUEST = {"name": "gpt-1b-fsdp", "strategy": "fsdp", "model": "gpt", "model_siz
            "instance": {"type": P5, "count": 2}, "hyperparameters": HPS}
 
 
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache folder of this test's own: the session's (tests/conftest.py) is shared with `trainctl runs` tests."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+
 @pytest.fixture
 def request_file(tmp_path: Path) -> Path:
     path = tmp_path / "request.json"
@@ -91,7 +97,7 @@ def test_a_runs_file_that_is_not_a_list_of_records_is_a_user_error(request_file,
 
 
 def test_the_cache_that_runs_and_show_fill_is_what_plan_reads(request_file, platform_file):
-    assert not cache_path().exists()  # tests/conftest.py points XDG_CACHE_HOME at an empty folder
+    assert not cache_path().exists()  # own_cache: an empty folder
     assert "none yet" in plan(request_file, platform_file).stdout
     first, second = slow_runs(1.25, 2)
     assert remember([first, None, {"no": "job name"}]) is None

@@ -136,3 +136,36 @@ def test_an_input_bound_run_is_named_in_its_summary(harness, share, given, bound
         assert "Input bound: the steps waited 30% of their time for data (41.5 ms a step" in message
     else:
         assert result.output["input_bound"] is None and "Input bound" not in message
+
+
+def test_the_record_keeps_what_the_run_measured_against_the_planner(harness):
+    """A run that fell back to p5 after a capacity shortage: its record's `measured` section is the last job's
+    (instance type, count, strategy and degrees as sent, its step time and MFU) beside the planner's figure for that
+    very layout, sized here independently from the request."""
+    from contract.metrics import MFU, STEP_TIME_MS
+    from jobs.catalog import lookup
+    from jobs.planning.layout import Layout, numerics
+    from jobs.planning.shape import model_facts
+    from jobs.planning.timing import step_time
+
+    request = job_request(hyperparameters={"lr": 0.0003, "global_batch_size": 256, "micro_batch_size": 4})
+    result = harness.run(request, [sm.capacity_error(), sm.completed(**{STEP_TIME_MS: 812.5, MFU: 0.38})],
+                         name="record-measured")
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    measured = result.output["record"]["measured"]
+    last = result.create_calls[-1]
+    count = last["ResourceConfig"]["InstanceCount"]
+    assert (measured["instance_type"], measured["instance_count"]) == ("ml.p5.48xlarge", count)
+    assert (measured["strategy"], measured["model"], measured["model_size"]) == ("fsdp", "gpt", "125m")
+    assert measured["job_name"] == last["TrainingJobName"] and measured["run_id"] == result.output["run_id"]
+    assert measured["degrees"] == {"replicate": 1, "shard": 8 * count, "tensor": 1, "pipeline": 1}
+    assert (measured["step_time_s"], measured["mfu"], measured["micro_batch_size"]) == (0.8125, 0.38, 4)
+    n = numerics(request["hyperparameters"])
+    predicted = step_time(model_facts("gpt", "125m", None, n.seq_len), n, lookup("ml.p5.48xlarge"),
+                          Layout("fsdp", count, 8, shard=8 * count)).total
+    assert measured["predicted_step_time_s"] == pytest.approx(predicted, rel=1e-5)
+    assert measured["measured_over_predicted"] == pytest.approx(0.8125 / predicted, abs=1e-4)
+
+
+def test_a_run_whose_job_measured_no_step_time_has_no_measured_section(three_attempts):
+    assert three_attempts.output["record"]["measured"] is None
