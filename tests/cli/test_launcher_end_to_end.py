@@ -214,3 +214,44 @@ def test_resume_refuses_a_run_waiting_between_attempts(launcher, tmp_path):
             assert "trainctl stop waiting" in refused.stderr
     finally:
         sfn.stop_execution(executionArn=arn)
+
+
+def test_runs_keep_what_a_run_measured_and_plan_is_corrected_by_it(launcher, tmp_path, monkeypatch):
+    """A run whose job printed its step time, found by `trainctl runs`: its measured section is kept in trainctl's
+    cache, `show` says it, and `trainctl plan` of the same model on the same instance type corrects its figures
+    by the run's measured/predicted ratio."""
+    from contract.metrics import MFU, STEP_TIME_MS
+    from jobs.planning.measured import measured_section
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    request = job_request(instance={"type": "ml.p4d.24xlarge", "count": 2},
+                          hyperparameters={"global_batch_size": 256, "micro_batch_size": 4})
+    probe = {"ResourceConfig": {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 2},
+             "HyperParameters": {k: json.dumps(v) for k, v in
+                                 {"strategy": "fsdp", "model": "gpt", "model_size": "125m",
+                                  **request["hyperparameters"]}.items()},
+             "FinalMetricDataList": [{"MetricName": STEP_TIME_MS, "Value": 1.0}]}
+    predicted_ms = measured_section(probe)["predicted_step_time_s"] * 1e3
+    done = _submit(launcher, tmp_path, request, [sm.completed(**{STEP_TIME_MS: 1.5 * predicted_ms, MFU: 0.2})],
+                   "measured-run")
+    assert done.exit_code == 0, done.output
+
+    view = _run_of("measured-run")
+    (measured,) = view["measured"]
+    assert measured["measured_over_predicted"] == pytest.approx(1.5, abs=1e-3)
+    cached = json.loads((tmp_path / "cache" / "trainctl" / "measured-runs.json").read_text())
+    assert [m["job_name"] for m in cached] == [measured["job_name"]]
+    shown = run("show", view["run_id"], "--prices", "none", "--region", REGION, env={"COLUMNS": "250"})
+    assert "measured" in shown.stdout and "1.5x its figure" in shown.stdout
+
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(request))
+    plain = json.loads(run("plan", path, "--platform", SETTINGS_FILE, "--prices", "none", "--runs", "none",
+                           "--json").stdout)
+    fixed = json.loads(run("plan", path, "--platform", SETTINGS_FILE, "--prices", "none", "--json").stdout)
+    pick = {c["strategy"]: c for c in fixed["candidates"] if (c["instance_type"], c["instance_count"])
+            == ("ml.p4d.24xlarge", 2)}
+    before = {c["strategy"]: c for c in plain["candidates"] if (c["instance_type"], c["instance_count"])
+              == ("ml.p4d.24xlarge", 2)}
+    assert pick["fsdp"]["measured_runs"]["count"] == 1
+    assert pick["fsdp"]["throughput"] == pytest.approx(before["fsdp"]["throughput"] / 1.5, rel=1e-3)
