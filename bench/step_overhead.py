@@ -30,7 +30,7 @@ from training.metrics import peak_flops
 from training.models import build_model, count_params, materialize
 from training.optim import build_optimizer, build_scheduler
 from training.precision import grad_scaler, resolve_precision
-from training.speedups import apply_compile
+from training.speedups import apply_activation_checkpointing, apply_compile
 from training.step import TrainStep
 from training.strategies import apply_strategy
 
@@ -40,6 +40,8 @@ DEFAULT_SIZE = {"gpt": "small", "vit": "tiny"}
 def build(cfg: TrainConfig, device: torch.device):
     model = build_model(cfg, {})
     materialize(model, device, cfg.seed)
+    if cfg.activation_checkpointing:  # as training.job does: before compile and the strategy
+        apply_activation_checkpointing(model)
     if cfg.compile:
         apply_compile(model)
     return model

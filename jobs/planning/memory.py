@@ -33,7 +33,8 @@ CONTEXT_GIB = 1.5  # CUDA context, cuBLAS workspace and NCCL buffers: outside Py
 
 # (model, size, micro-batch, activation checkpointing) -> measured peak allocated GiB on one H100 80GB,
 # torch 2.11, bf16 autocast, fp32 weights, fused AdamW (the brief of issue 11; vit base once read 21.5 GiB
-# in an older run, we fit to the newer 17.70).
+# in an older run, we fit to the newer 17.70). `python -m bench.peak_memory` re-measures them (its docstring has the
+# command); tests/jobs/test_planner_memory.py holds the model to each within 10%.
 CALIBRATION = {
     ("gpt", "1b", 8, False): 40.53,
     ("gpt", "1b", 8, True): 23.01,

@@ -36,14 +36,28 @@ def test_state_bytes_equal_what_pytorch_allocates(model, size, optimizer):
 
 
 @pytest.mark.parametrize(("key", "measured_gib"), CALIBRATION.items())
-def test_peak_memory_within_15_percent_of_the_h100_runs(key, measured_gib):
-    # Model against measured (GiB): 40.11/40.53, 24.29/23.01 (checkpointed), 27.32/28.10, 17.65/17.70, 25.94/25.52.
+def test_peak_memory_within_10_percent_of_the_h100_runs(key, measured_gib):
+    """Issue 19's bar: the planner's peak within 10% of each H100 calibration row (bench.peak_memory measures them).
+    Model against measured (GiB): 40.11/40.53 (-1.0%), 24.29/23.01 (checkpointed, +5.6%), 27.32/28.10 (-2.8%),
+    17.65/17.70 (-0.3%), 25.94/25.52 (+1.6%)."""
     model, size, micro, checkpointing = key
     n = numerics({"micro_batch_size": micro, "activation_checkpointing": checkpointing, "precision": "bf16"})
     mem = memory_per_gpu(model_facts(model, size), n, Layout("single", 1, 1))
+    assert mem.allocated / GIB == pytest.approx(measured_gib, rel=0.10)
+    # The activations alone (the peak less the state, which equals PyTorch's bytes: the test above) are looser: the
+    # checkpointed gpt 1b's 11.05 GiB against 9.77 implied is +13.1%, the others within 3.4%.
     state = (mem.allocated - mem.activations) / GIB
     assert mem.activations / GIB == pytest.approx(measured_gib - state, rel=0.15)
-    assert mem.allocated / GIB == pytest.approx(measured_gib, rel=0.15)
+
+
+def test_the_bench_command_re_measures_exactly_the_calibration_rows():
+    """bench.peak_memory's documented command is how CALIBRATION's figures are measured again on a GPU: it must name
+    every row and no other (a row added to CALIBRATION without its measurement fails here)."""
+    import bench.peak_memory as bench
+
+    (command,) = [line.split() for line in bench.__doc__.splitlines() if line.startswith("    python -m bench.peak_memory ")]
+    rows = [bench.Row.parse(text).key() for text in command[3:]]
+    assert sorted(rows) == sorted(CALIBRATION) and len(rows) == len(CALIBRATION)
 
 
 @pytest.mark.parametrize(("model", "size", "micro", "flags", "measured_ms"), [
