@@ -240,7 +240,9 @@ def print_run(view: RunView, record: dict[str, Any], prices: str) -> None:
 
 def measured_text(m: dict[str, Any]) -> str:
     """One execution's last job: its measured step time and MFU against the planner's for the same layout."""
-    mfu = f", MFU {m['mfu']:.1%}" if isinstance(m.get("mfu"), int | float) else ""
+    from contract.metrics import MFU
+
+    mfu = f", MFU {m[MFU]:.1%}" if isinstance(m.get(MFU), int | float) else ""
     text = f"{m.get('strategy')} on {m.get('instance_count')} x {m.get('instance_type')}: {m.get('step_time_s')} s/step{mfu}"
     if m.get("predicted_step_time_s"):
         text += (f"; the planner: {m['predicted_step_time_s']:.4g} s (measured {m.get('measured_over_predicted')}x"

@@ -84,18 +84,20 @@ def measured_section(job: Mapping[str, Any] | None, run_id: str = "") -> dict[st
         "instance_type": instance_type, "instance_count": count, "strategy": hps.get("strategy", defaults.strategy),
         "model": hps.get("model", defaults.model), "model_size": hps.get("model_size", defaults.model_size),
         "micro_batch_size": hps.get("micro_batch_size", defaults.micro_batch_size), "seq_len": hps.get("seq_len"),
-        "step_time_s": step_ms / 1e3, "mfu": metrics.get(MFU),
+        # The measured figures under the metrics' own names' units: seconds, and MFU by its metric's name.
+        "step_time_s": step_ms / 1e3, MFU: metrics.get(MFU),
     }
     predicted, why = _prediction(section, hps)
-    section |= {"degrees": predicted.pop("degrees", None), "predicted_step_time_s": predicted.get("step_time_s"),
-                "predicted_mfu": predicted.get("mfu"), "not_predicted": why}
+    section |= {"degrees": predicted.get("degrees"), "predicted_step_time_s": predicted.get("predicted_step_time_s"),
+                "predicted_mfu": predicted.get("predicted_mfu"), "not_predicted": why}
     ratio = (section["step_time_s"] / section["predicted_step_time_s"]) if section["predicted_step_time_s"] else None
     section["measured_over_predicted"] = None if ratio is None else round(ratio, 4)
     return section
 
 
 def _prediction(section: dict[str, Any], hps: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
-    """({degrees, step_time_s, mfu} the planner gives the section's layout, ""), or ({}, why it gives none)."""
+    """({degrees, predicted_step_time_s, predicted_mfu} the planner gives the section's layout, ""), or (what it
+    has, why it gives no figure)."""
     spec = catalog.lookup(section["instance_type"])
     if spec is None or not spec.accelerators or spec.gpu is None:
         return {}, f"{section['instance_type']} is not a GPU type of the catalog"
@@ -114,7 +116,8 @@ def _prediction(section: dict[str, Any], hps: Mapping[str, Any]) -> tuple[dict[s
     samples = n.step_samples(layout.gpus)
     # The MFU metric's own formula (training.meter): FLOPs of the step's samples over the GPUs' peak.
     mfu = m.flops_per_sample * samples / seconds / (spec.gpu.peak_tflops * 1e12 * layout.gpus)
-    return {"degrees": layout.degrees(), "step_time_s": round(seconds, 6), "mfu": round(mfu, 4)}, ""
+    return {"degrees": layout.degrees(), "predicted_step_time_s": round(seconds, 6),
+            "predicted_mfu": round(mfu, 4)}, ""
 
 
 def _positive(value: Any) -> bool:
