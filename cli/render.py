@@ -102,7 +102,7 @@ def show_plan(request: Path, platform: Path | None, aws: Aws, *, as_json: bool =
     create = render_for_platform(loaded, settings, attempt=1, run_id=None,
                                  instance_type=None, on_demand=False)
     table = resolve_prices(prices, getattr(settings, "region", None), aws)
-    result = sizing_result(loaded.request, settings, table.prices)
+    result = sizing_result(loaded.request, settings, table.prices, aws=None if platform is not None else aws)
     if chart is not None:
         draw_chart(result, chart, table)
     if as_json:

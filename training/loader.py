@@ -26,6 +26,7 @@ import time
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from contract.data_formats import auto_workers
 from contract.errors import ConfigError
 from training import watchdog
 from training.data import GlobalBatchSampler
@@ -33,19 +34,17 @@ from training.tar_images import to_float_images
 
 # Micro-batches each worker keeps ready (DataLoader's prefetch_factor): at least two steps' worth over all workers.
 MIN_PREFETCH = 2
-AUTO_MAX_WORKERS = 4
 
 
 def resolve_workers(requested: int | None, dataset) -> int:
-    """data_workers: as given, or auto: worker processes for formats that decode (min(4, CPUs per rank - 1)),
-    none for memory-mapped slices, where a worker's inter-process copy costs more than the read."""
+    """data_workers: as given, or auto (contract.data_formats.auto_workers, the rule the planner's input check
+    assumes): worker processes for formats that decode, none for memory-mapped slices, where a worker's
+    inter-process copy costs more than the read. Generated data has no format: no workers."""
     if requested is not None:
         return requested
-    if not getattr(dataset, "decode_heavy", False):
-        return 0
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     per_rank = cpus // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    return max(1, min(AUTO_MAX_WORKERS, per_rank - 1))
+    return auto_workers(getattr(dataset, "data_format", ""), per_rank)
 
 
 # Fork where the platform has it (Linux: the container, and tests): a worker starts in milliseconds and shares the

@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs import catalog
+from jobs.planning import input_check
 from jobs.planning.auto import AutoScope, auto_scope
 from jobs.planning.candidates import Candidate, best, evaluate, layouts
+from jobs.planning.input_check import InputCheck
 from jobs.planning.layout import AUTO_STRATEGIES, Numerics, numerics
 from jobs.planning.shape import ModelFacts, PlanInputError, model_facts
 from jobs.planning.warnings import PlanWarning, add_warnings
@@ -30,12 +32,14 @@ class PlanResult:
     model: ModelFacts | None = None
     reason: str = ""
     scope: AutoScope | None = None  # what `strategy: auto` may run here
+    input: InputCheck | None = None  # the loader's rate against the GPUs' need (jobs.planning.input_check)
 
     def to_dict(self) -> dict[str, Any]:
         return {"recommendation": self.recommendation.to_dict() if self.recommendation else None,
                 "auto_strategy": self.auto.layout.strategy if self.auto else None, "reason": self.reason,
                 "candidates": [c.to_dict() for c in self.candidates],
-                "warnings": [{"code": w.code, "message": w.message} for w in self.warnings]}
+                "warnings": [{"code": w.code, "message": w.message} for w in self.warnings],
+                "input": self.input.to_dict() if self.input else None}
 
 
 def requested_shape(spec: catalog.InstanceSpec, count: int, sizing: Any) -> tuple[int, int]:
@@ -105,11 +109,13 @@ def price_table(prices: Mapping[str, float] | None) -> Mapping[str, float]:
 
 
 def plan_request(request: Any, platform: Any = None, now: dt.datetime | None = None,
-                 prices: Mapping[str, float] | None = None) -> PlanResult:
+                 prices: Mapping[str, float] | None = None,
+                 dataset_meta: Mapping[str, Any] | str | None = None) -> PlanResult:
     """Size a parsed JobRequest. Raises PlanInputError for inputs the planner cannot use.
 
     `prices`: on-demand training USD per instance-hour by instance type ("ml.p4d.24xlarge"); a type missing from it
-    has no cost ("price unknown"). None: no prices (see price_table)."""
+    has no cost ("price unknown"). None: no prices (see price_table). `dataset_meta`: the dataset's meta.json (its format
+    feeds the input check), or why the caller could not read it (cli.dataset_meta), or None."""
     prices = price_table(prices)
     spec = _spec(request.training_instance_type)
     if spec.kind != "gpu":
@@ -133,7 +139,8 @@ def plan_request(request: Any, platform: Any = None, now: dt.datetime | None = N
     scope = auto_scope(request.model, m, n, whole, request.parallel)
     auto = scope.pick(mine)
     others = other_shapes(m, n, spec.instance_type, sizing, spot, (spec.instance_type, nodes, per_node), prices)
-    result = PlanResult(rec, auto, mine + others, model=m, reason=_reason(rec, auto), scope=scope)
+    result = PlanResult(rec, auto, mine + others, model=m, reason=_reason(rec, auto), scope=scope,
+                        input=input_check.check(rec, m, spec, request, dataset_meta))
     add_warnings(result, request, platform, now or dt.datetime.now(dt.UTC))
     return result
 
