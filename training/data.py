@@ -18,7 +18,6 @@ a checkpoint taken on N ranks resumes on M ranks at the same sample.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +26,6 @@ import torch
 from contract.data_formats import FORMATS, IMAGE_FORMATS, IMAGES, TOKENS, WEBDATASET
 from contract.errors import ConfigError
 from contract.hyperparameters import TrainConfig
-from training import watchdog
 from training.environment import DataMissing, data_mode
 from training.tar_images import TarImageDataset, to_float_images
 
@@ -340,11 +338,3 @@ def make_datasets(cfg: TrainConfig, kind: str, model, seq_len: int):
         load = lambda d: TokenDataset(d, seq_len)  # noqa: E731
     return load(cfg.train_dir), (load(cfg.validation_dir) if cfg.validation_dir else None)
 
-
-def micro_batches(dataset, indices: list[int], micro: int, device: torch.device) -> list[tuple]:
-    """This rank's share of a global batch as (inputs, targets) micro-batches on the device."""
-    began = time.perf_counter()
-    batches = [tuple(t.to(device, non_blocking=True) for t in dataset.batch(indices[i : i + micro]))
-               for i in range(0, len(indices), micro)]
-    watchdog.waited_for_data(time.perf_counter() - began)  # rank-local: what the straggler check compares
-    return batches
