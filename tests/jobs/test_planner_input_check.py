@@ -151,3 +151,12 @@ def test_load_rate_is_each_measured_row_and_grows_slower_with_work_between_them(
         middle = load_rate(fmt, (a.work + b.work) / 2, worker=True)
         assert min(a.worker, b.worker) < middle < max(a.worker, b.worker)
         assert load_rate(fmt, 0, worker=True) <= 10 * rows[0].worker  # the floor below the first row
+
+
+def test_the_catalogs_vcpus_for_gpu_types_are_the_ec2_figures_the_check_divides():
+    """[ec2] vCPUs of the GPU types people train on (the input check's supply is per vCPU)."""
+    expected = {"ml.p4d.24xlarge": 96, "ml.p4de.24xlarge": 96, "ml.p5.48xlarge": 192, "ml.p5en.48xlarge": 192,
+                "ml.g5.xlarge": 4, "ml.g5.2xlarge": 8, "ml.g5.4xlarge": 16, "ml.g5.8xlarge": 32,
+                "ml.g5.12xlarge": 48, "ml.g5.16xlarge": 64, "ml.g5.24xlarge": 96, "ml.g5.48xlarge": 192,
+                "ml.g6e.xlarge": 4, "ml.g6e.48xlarge": 192, "ml.p3.16xlarge": 64}
+    assert {t: lookup(t).vcpus for t in expected} == expected
