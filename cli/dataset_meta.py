@@ -1,16 +1,15 @@
 """The dataset's meta.json for `trainctl plan`'s input check (jobs.planning.input_check): its `format` says what
 the loader decodes. The prepare tools in training/ write it beside the shards.
 
-Read from a local folder, or from S3 when the plan already talks to AWS (the deployed platform's settings: no
-`--platform FILE`, which promises no AWS call). An FSx path cannot be read from here. Where it cannot be read
-the plan goes on and says why (the request's sizing.data_format is the way to tell it then): a plan never
-fails for want of its input check.
+Read from S3 when the plan already talks to AWS (the deployed platform's settings: not with `--platform FILE`,
+which promises no AWS call). An FSx path cannot be read from here, and a local folder is never planned (`trainctl
+plan` refuses a local dataset: it runs only under `trainctl local`). Where it cannot be read the plan goes on and
+says why (the request's sizing.data_format is the way to tell it then): a plan never fails for want of its input
+check.
 """
-
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -22,18 +21,9 @@ MAX_META_BYTES = 1 << 16  # the prepare tools write a few hundred bytes; a large
 
 
 def dataset_meta(dataset: str, aws: Any | None) -> dict[str, Any] | str | None:
-    """The meta.json as a dict; a str saying why it could not be read; None where nothing was tried (FSx, or S3
-    without `aws`)."""
-    kind = dataset_kind(dataset)
-    if kind == "local":
-        path = Path(dataset.removeprefix("file://")).expanduser() / META
-        if not path.is_file():
-            return f"{path} does not exist"
-        try:
-            return _parsed(path.read_bytes()[:MAX_META_BYTES], str(path))
-        except OSError as exc:
-            return f"cannot read {path}: {exc.strerror}"
-    if kind == "s3" and aws is not None:
+    """The meta.json as a dict; a str saying why it could not be read; None where nothing was tried (FSx, a local
+    folder, or S3 without `aws`)."""
+    if dataset_kind(dataset) == "s3" and aws is not None:
         bucket, _, prefix = dataset.removeprefix("s3://").partition("/")
         key = f"{prefix.rstrip('/')}/{META}" if prefix.strip("/") else META
         where = f"s3://{bucket}/{key}"

@@ -46,5 +46,5 @@ class Sizing:
     data_format: str | None = field(default=None, metadata=meta(
         "the dataset's format, for the input check (loader rate against the GPUs' consumption): tokens, images "
         "(.npy arrays) or webdataset (encoded images in tar shards); null: the dataset's meta.json says (`trainctl "
-        "plan` reads a local folder's, or an S3 prefix's with the deployed platform), a decoder reads tokens, else "
+        "plan` reads an S3 prefix's when it reads the deployed platform), a decoder reads tokens, else "
         "the check is not made", choices=FORMATS))

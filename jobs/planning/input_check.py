@@ -3,11 +3,12 @@ samples/s the time model says the GPUs consume: the plan's input check (`trainct
 it, jobs.planning.warnings turns a shortfall into `io_bound`).
 
 Which format the dataset is in, in this order:
-  1. `sizing.data_format` in the request: the planner's view, like `model_shape` (the dataset may be on S3 or FSx,
-     where `trainctl plan` reads nothing: the plan needs no credentials and no network, and is the same for
-     everyone who plans the request);
-  2. the dataset's meta.json, when the dataset is a local folder (`trainctl plan` reads it and passes it in;
-     the prepare tools write it); a meta.json that contradicts sizing.data_format is an error naming both;
+  1. `sizing.data_format` in the request: the planner's view, like `model_shape`, and the one that always works
+     (on FSx, or offline with `--platform FILE`, the plan reads nothing: it then needs no credentials and no
+     network, and is the same for everyone who plans the request);
+  2. the dataset's meta.json, which the prepare tools write: `trainctl plan` reads an S3 dataset's when it talks
+     to AWS anyway (cli.dataset_meta) and passes it in; one that contradicts sizing.data_format is an error
+     naming both;
   3. a decoder reads token shards (the training package's only format for one);
   4. otherwise unknown: the check says it cannot be made, and why (never a guess that would raise a false alarm).
 

@@ -8,6 +8,7 @@ import json
 import boto3
 import pytest
 
+from cli.aws import Aws
 from cli.dataset_meta import dataset_meta
 from tests.cli.conftest import REGION, run
 
@@ -62,12 +63,18 @@ def test_plan_with_a_platform_file_reads_no_s3(platform_file, vit_request, monke
            "offline): set sizing.data_format" in result.stdout
 
 
-def test_a_local_folders_meta_json_and_what_goes_wrong_reading_it(tmp_path):
-    assert dataset_meta(str(tmp_path), None) == f"{tmp_path / 'meta.json'} does not exist"
-    (tmp_path / "meta.json").write_text("{not json")
-    assert dataset_meta(str(tmp_path), None) == f"{tmp_path / 'meta.json'} is not JSON"
-    (tmp_path / "meta.json").write_text("[1]")
-    assert "holds a JSON list, not an object" in dataset_meta(f"file://{tmp_path}", None)
-    (tmp_path / "meta.json").write_text('{"format": "images"}')
-    assert dataset_meta(str(tmp_path), None) == {"format": "images"}
-    assert dataset_meta("fsx:/datasets/x", None) is None and dataset_meta("s3://bucket/x/", None) is None
+@pytest.mark.parametrize(("data", "said"), [
+    (b"{not json", "is not JSON"),
+    (b"[1]", "holds a JSON list, not an object"),
+    (b'{"format": "images"}', {"format": "images"}),
+])
+def test_what_a_meta_json_holds_and_where_nothing_is_read(aws, data, said):
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.create_bucket(Bucket=BUCKET)
+    s3.put_object(Bucket=BUCKET, Key="x/meta.json", Body=data)
+    s3.put_object(Bucket=BUCKET, Key="meta.json", Body=data)  # a dataset at the bucket's root
+    session = Aws(region=REGION)
+    for uri, where in ((f"s3://{BUCKET}/x/", f"s3://{BUCKET}/x/meta.json"), (f"s3://{BUCKET}", f"s3://{BUCKET}/meta.json")):
+        assert dataset_meta(uri, session) == (said if isinstance(said, dict) else f"{where} {said}")
+    for elsewhere, client in (("fsx:/datasets/x", session), ("./data/x", session), (f"s3://{BUCKET}/x/", None)):
+        assert dataset_meta(elsewhere, client) is None
