@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobs.planning.cadence import PLAN_RECLAIM_HOURS
+from jobs.planning.candidates import STARTUP_HOURS
 from jobs.planning.input_check import fixes
 
 POOR_EFFICIENCY = 0.5  # below this, more than half of the GPU-hours wait on communication
@@ -113,7 +114,8 @@ def _io(result: Any, request: Any, w: list) -> None:
         short.append(f"the loader supplies {check.supply:,.0f} samples/s per instance ({check.processes} processes "
                      f"at ~{check.rate_per_process:,.0f} each, {check.data_format}), the GPUs consume "
                      f"{check.need:,.0f}: {check.wait_share:.0%} of each step waits for data, over input_bound_share "
-                     f"{check.limit:g} (fix: {fixes(check, rec.instance_type)})")
+                     f"{check.limit:g}, and the run takes ~{_fed_hours(rec.hours, check.wait_share):,.2f} h, not "
+                     f"{rec.hours:,.2f} (fix: {fixes(check, rec.instance_type)})")
     # An unknown format is read as the model's raw sample (a ViT's: pixels as .npy arrays, the largest).
     sample_bytes = check.bytes_per_sample if check.checked else m.sample_bytes
     if sample_bytes is not None:
@@ -129,6 +131,12 @@ def _io(result: Any, request: Any, w: list) -> None:
                          f"gives about {supply / 1e6:,.0f} MB/s (fix: {fix}, or fewer GPUs)")
     if short:
         w.append(PlanWarning("io_bound", "the GPUs will wait for input: " + "; and ".join(short) + "."))
+
+
+def _fed_hours(hours: float, wait_share: float) -> float:
+    """The run's hours when each step also waits `wait_share` of its time for data: its steps (not the startup)
+    take 1 / (1 - share) as long."""
+    return STARTUP_HOURS + (hours - STARTUP_HOURS) / (1 - wait_share)
 
 
 def _training_plan(result: Any, request: Any, platform: Any, now: dt.datetime, w: list) -> None:

@@ -20,6 +20,7 @@ from contract.data_formats import (
 )
 from jobs.catalog import lookup
 from jobs.planning import PlanInputError, plan_request
+from jobs.planning.candidates import STARTUP_HOURS
 from jobs.request import parse_request
 
 
@@ -50,6 +51,9 @@ def test_a_vit_on_jpeg_shards_on_eight_h100s_with_auto_workers_is_io_bound_with_
     for figure in (check.supply, check.need, check.rate_per_process):
         assert f"{figure:,.0f}" in message
     assert f"{check.processes} processes" in message and f"{check.wait_share:.0%}" in message
+    # The GPUs run at supply / need of their speed: the steps' hours (not the startup's) grow by need / supply.
+    slower = STARTUP_HOURS + (rec.hours - STARTUP_HOURS) * check.need / check.supply
+    assert f"the run takes ~{slower:,.2f} h, not {rec.hours:,.2f}" in message
     assert f"data_workers={check.workers_that_feed}" in message  # the fix, with its number
     assert "store the images at the training side" in message  # decode grows with the source's pixels
 
