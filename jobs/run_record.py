@@ -45,6 +45,7 @@ from contract.metrics import (
     TRAIN_S,
 )
 from jobs.classify import to_epoch
+from jobs.prices import priced
 
 # The held-time split, in the order a chart stacks it.
 BUCKETS = ("startup", "productive", "checkpoint", "eval", "redone", "other")
@@ -155,13 +156,13 @@ def run_cost(attempts: Iterable[Any], prices: Mapping[str, float] | None) -> dic
         if not billable and not held:
             continue  # never held instances: nothing billed
         cluster = cluster_types(attempt.instance_type, attempt.instance_count)
-        missing = {kind for _, kind in cluster if kind not in prices}
+        missing = {kind for _, kind in cluster if priced(prices, kind) is None}
         keys = ("spot_usd", "spot_savings_usd") if attempt.spot else ("on_demand_usd",)
         if missing:
             unpriced |= missing
             sums.update(dict.fromkeys(keys))
             continue
-        rate = sum(count * prices[kind] for count, kind in cluster) / 3600
+        rate = sum(count * priced(prices, kind) for count, kind in cluster) / 3600
         amounts = (billable * rate, max(held - billable, 0) * rate) if attempt.spot else (billable * rate,)
         for key, amount in zip(keys, amounts, strict=True):
             if sums[key] is not None:
