@@ -129,7 +129,8 @@ class AttemptClock:
             self.held_s[metric] += time.perf_counter() - began
 
     def metrics(self, train_s: float) -> dict:
-        return {STARTUP_S: self.startup_s, TRAIN_S: train_s, **self.held_s, CHECKPOINT_SAVES: self.saves}
+        return {STARTUP_S: self.startup_s, TRAIN_S: train_s, CHECKPOINT_S: self.held_s[CHECKPOINT_S],
+                CHECKPOINT_SAVES: self.saves, EVAL_S: self.held_s[EVAL_S]}
 
 
 class StepMeter:
