@@ -28,9 +28,9 @@ The AWS Price List API, as this module reads it (sources, read 2026):
     "USE1-TrainingPlanUpfrontFee:<type>" product with unit "Quantity" and no component: a fee, not an hourly
     rate). An attribute AWS renames shows here as "no training products" for the region, never as a wrong price.
 So a price is taken only from a product whose component is Training, in the run's region, for a type of the
-catalog, from an OnDemand dimension whose unit is "Hrs" and whose USD price is a price (`usd_per_hour`). Several such products
-for one type (usage types) that agree give that price; if they disagree, the type is left unknown and the plan
-says so (price_conflict), rather than guess which one a training job is billed.
+catalog, from an OnDemand dimension whose unit is "Hrs" and whose USD figure is a price (`usd_per_hour`). Several
+such products for one type (usage types) that agree give that price; if they disagree, the type is left unknown
+and the plan says so (price_conflict), rather than guess which one a training job is billed.
 """
 
 from __future__ import annotations
