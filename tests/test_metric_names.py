@@ -5,6 +5,7 @@ as a string, and a child process that renames every metric in that file alone an
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 import subprocess
@@ -57,6 +58,7 @@ def metric_literals(path: Path) -> list[tuple[int, str]]:
     return found
 
 
+@functools.cache  # one scan of the tree for both tests below
 def _production_literals() -> dict[tuple[str, str], list[int]]:
     """(file, metric name) -> the lines where production code outside contract/metrics.py writes the name."""
     found: dict[tuple[str, str], list[int]] = {}
