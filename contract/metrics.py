@@ -5,8 +5,8 @@ The training package prints one line per log interval,
 CreateTrainingJob's MetricDefinitions (one regex per name, `metric_definitions`) turn each `name=value`
 into a CloudWatch metric of the job in METRIC_NAMESPACE; trainctl's progress view and the demo read the
 same lines with `parse_metric_line`; the launcher's dashboard plots them by name.
-To add or rename a metric, change METRIC_NAMES here: the training package, the job definition, the
-dashboard and trainctl all follow.
+To rename a metric, change its constant's string here; to add one, add a constant and put it in METRIC_NAMES:
+the training package, the job definition, the dashboard and trainctl all follow (they name metrics by constant).
 """
 
 from __future__ import annotations
@@ -14,40 +14,51 @@ from __future__ import annotations
 import math
 import re
 
+# Each metric's name, defined here once: code names a metric by its constant (`TRAIN_LOSS`), never by its string,
+# so renaming one is this file's change alone (tests/test_metric_names.py renames them all and checks the line,
+# the MetricDefinitions, the dashboard, the summary, the chart and trainctl follow).
+STEP = "step"
+EPOCH = "epoch"
+TRAIN_LOSS = "train_loss"
+VAL_LOSS = "val_loss"
+LR = "lr"
+GRAD_NORM = "grad_norm"
+TOKENS_PER_SEC = "tokens_per_sec"
+SAMPLES_PER_SEC = "samples_per_sec"
+STEP_TIME_MS = "step_time_ms"
+MFU = "mfu"
+LOSS_SCALE = "loss_scale"
+# The input pipeline (training.loader): the mean time a step waited for its batch over the log interval
+# (ranks averaged), and that wait's share of the step time (0..1). On the attempt's last line, the run's
+# mean. Above input_bound_share the log names the run input bound with the measured rates.
+DATA_WAIT_MS = "data_wait_ms"
+DATA_WAIT_SHARE = "data_wait_share"
+CHECKPOINT_AGE_S = "checkpoint_age_s"  # seconds since the newest complete checkpoint: the work a failure now would cost
+# checkpoint_age_s / the seconds expected between checkpoints by the job's cadence (0 when it has none):
+# dimensionless, so one alarm threshold fits every job whatever its cadence.
+CHECKPOINT_OVERDUE = "checkpoint_overdue"
+# Where this attempt's seconds went so far (training.meter.AttemptClock), cumulative, so the last value
+# SageMaker keeps of each (FinalMetricDataList) is the attempt's total: the launcher's run record
+# (jobs.run_record) reads them to split the attempt's billed time into goodput and its losses.
+STARTUP_S = "startup_s"  # from the training process's start to its first step (imports, model build, restore)
+TRAIN_S = "train_s"  # in training steps
+CHECKPOINT_S = "checkpoint_s"  # the step loop blocked by checkpoint saves (the stall, not an async save's tail)
+CHECKPOINT_SAVES = "checkpoint_saves"  # saves on the cadence (their mean stall: the save time the next attempt plans with)
+EVAL_S = "eval_s"  # in evaluation
+# Stragglers (training.stragglers), each log interval: the rank named as persistently slow (-1: none), and the
+# slowest rank's own time against the median rank's (1.0: even). The last value is the run's verdict.
+STRAGGLER_RANK = "straggler_rank"
+SLOWEST_RANK_RATIO = "slowest_rank_ratio"
+
+# Every metric, in the order a line carries them (and trainctl shows them).
 METRIC_NAMES: tuple[str, ...] = (
-    "step",
-    "epoch",
-    "train_loss",
-    "val_loss",
-    "lr",
-    "grad_norm",
-    "tokens_per_sec",
-    "samples_per_sec",
-    "step_time_ms",
-    "mfu",
-    "loss_scale",
-    # The input pipeline (training.loader): the mean time a step waited for its batch over the log interval
-    # (ranks averaged), and that wait's share of the step time (0..1). On the attempt's last line, the run's
-    # mean. Above input_bound_share the log names the run input bound with the measured rates.
-    "data_wait_ms",
-    "data_wait_share",
-    "checkpoint_age_s",  # seconds since the newest complete checkpoint: the work a failure now would cost
-    # checkpoint_age_s / the seconds expected between checkpoints by the job's cadence (0 when it has none):
-    # dimensionless, so one alarm threshold fits every job whatever its cadence.
-    "checkpoint_overdue",
-    # Where this attempt's seconds went so far (training.meter.AttemptClock), cumulative, so the last value
-    # SageMaker keeps of each (FinalMetricDataList) is the attempt's total: the launcher's run record
-    # (jobs.run_record) reads them to split the attempt's billed time into goodput and its losses.
-    "startup_s",  # from the training process's start to its first step (imports, model build, restore)
-    "train_s",  # in training steps
-    "checkpoint_s",  # the step loop blocked by checkpoint saves (the stall, not an async save's tail)
-    "checkpoint_saves",  # saves on the cadence (their mean stall: the save time the next attempt plans with)
-    "eval_s",  # in evaluation
-    # Stragglers (training.stragglers), each log interval: the rank named as persistently slow (-1: none), and the
-    # slowest rank's own time against the median rank's (1.0: even). The last value is the run's verdict.
-    "straggler_rank",
-    "slowest_rank_ratio",
+    STEP, EPOCH, TRAIN_LOSS, VAL_LOSS, LR, GRAD_NORM, TOKENS_PER_SEC, SAMPLES_PER_SEC, STEP_TIME_MS, MFU, LOSS_SCALE,
+    DATA_WAIT_MS, DATA_WAIT_SHARE, CHECKPOINT_AGE_S, CHECKPOINT_OVERDUE, STARTUP_S, TRAIN_S, CHECKPOINT_S,
+    CHECKPOINT_SAVES, EVAL_S, STRAGGLER_RANK, SLOWEST_RANK_RATIO,
 )
+# Values a line carries to 4 decimals (losses, ratios, shares); the others to 1, small ones to 4 significant digits.
+FOUR_DECIMALS = frozenset({TRAIN_LOSS, VAL_LOSS, GRAD_NORM, MFU, EPOCH, CHECKPOINT_OVERDUE, SLOWEST_RANK_RATIO,
+                           DATA_WAIT_SHARE})
 
 LINE_PREFIX = "[metrics]"
 
@@ -105,9 +116,8 @@ def format_value(name: str, value: float | int) -> str:
         return "nan"
     if math.isinf(value):
         return "inf" if value > 0 else "-inf"
-    if name == "lr" or (value != 0 and abs(value) < 1e-3):
+    if name == LR or (value != 0 and abs(value) < 1e-3):
         return f"{value:.4g}"
-    if name in ("train_loss", "val_loss", "grad_norm", "mfu", "epoch", "checkpoint_overdue", "slowest_rank_ratio",
-                "data_wait_share"):
+    if name in FOUR_DECIMALS:
         return f"{value:.4f}"
     return f"{value:.1f}"

@@ -9,6 +9,7 @@ import torch.distributed as torch_dist
 
 from contract.errors import ConfigError
 from contract.hyperparameters import TrainConfig
+from contract.metrics import STEP, VAL_LOSS
 from training import watchdog
 from training.data import describe, validation_indices
 from training.distributed import Dist
@@ -42,7 +43,7 @@ class Evaluator:
     def run(self, state: LoopState, logger: MetricsLogger) -> None:
         """Evaluate, log val_loss, and stop the run early when it has not improved for `patience` evaluations."""
         val_loss = self.evaluate()
-        logger.log({"step": state.step, "val_loss": val_loss})
+        logger.log({STEP: state.step, VAL_LOSS: val_loss})
         if val_loss < state.best_val_loss:
             state.best_val_loss, state.bad_evals = val_loss, 0
             return
@@ -50,7 +51,7 @@ class Evaluator:
         if self.patience and state.bad_evals >= self.patience:
             state.status = "early_stopped"
             if self.dist.is_main:
-                print(f"[train] early stopping at step {state.step}: val_loss has not improved on "
+                print(f"[train] early stopping at step {state.step}: {VAL_LOSS} has not improved on "
                       f"{state.best_val_loss:.4f} for {state.bad_evals} evaluations", flush=True)
 
     def evaluate(self) -> float:

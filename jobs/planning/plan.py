@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +15,7 @@ from jobs.planning.input_check import InputCheck
 from jobs.planning.layout import AUTO_STRATEGIES, Numerics, numerics
 from jobs.planning.shape import ModelFacts, PlanInputError, model_facts
 from jobs.planning.warnings import PlanWarning, add_warnings
+from jobs.prices import PRICE_RULE, usd_per_hour
 
 # Shapes compared against the request's: the training families' largest sizes (8 GPUs, EFA).
 COMPARED_TYPES = ("ml.p4d.24xlarge", "ml.p4de.24xlarge", "ml.p5.48xlarge", "ml.p5en.48xlarge",
@@ -103,8 +103,8 @@ def price_table(prices: Mapping[str, float] | None) -> Mapping[str, float]:
     if prices is None:
         return {}
     for instance_type, price in prices.items():
-        if isinstance(price, bool) or not isinstance(price, int | float) or not math.isfinite(price) or price <= 0:
-            raise PlanInputError(f"prices[{instance_type!r}]", price, "must be a positive number of USD per hour")
+        if usd_per_hour(price) is None:
+            raise PlanInputError(f"prices[{instance_type!r}]", price, PRICE_RULE)
     return prices
 
 
