@@ -6,6 +6,8 @@ Formats, generated into a temporary folder at realistic per-sample sizes:
   npy images  uint8 .npy arrays at --image-size (memory-mapped, pre-decoded)
   jpeg tar    WebDataset tar shards of JPEGs (--source-size px, quality 90) decoded, crop-augmented and resized
               to --image-size (training.tar_images), the format teams keep photos in
+The last row, `planner`, is what the plan's input check reads for these sizes (contract.data_formats: measured
+once, on a stated machine): a fresh run here shows how far this machine, or today, is from it.
 Each cell times `training.loader.BatchSource` (the loop's own path: the sampler, the workers, the batch on the
 CPU) over --steps micro-batches of --batch after --warmup, so the workers' start is left out. The figure to
 compare with a step: samples/s per rank against the model's samples/s per GPU (a GPU step at 2,000 images/s
@@ -27,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from contract.data_formats import GPU_HOST_VCPU_RATIO, IMAGES, TOKENS, WEBDATASET, load_rate
 from training.data import GlobalBatchSampler, ImageDataset, TokenDataset
 from training.loader import BatchSource
 from training.prepare_images import write_shards
@@ -73,6 +76,16 @@ def make_jpeg_tar(root: Path, samples: int, size: int, source: int) -> TarImageD
     return TarImageDataset(root / "shards", meta, seed=0)
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux), the machine the figures are stated for."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return "CPU model unknown"
+    field = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in lines[:30])}
+    return f"{field.get('model name', 'unknown')}, family {field.get('cpu family', '?')} model {field.get('model', '?')}"
+
+
 def rate(dataset, workers: int, batch: int, steps: int, warmup: int) -> float:
     """Samples/s `BatchSource` delivers with this many workers (micro-batch `batch`, one rank)."""
     sampler = GlobalBatchSampler(len(dataset), batch, 0, 1, seed=0)
@@ -102,22 +115,33 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)  # the loader's own parallelism is the workers
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        formats = {
-            f"tokens ({args.seq_len})": make_tokens(root / "tokens", args.samples, args.seq_len),
-            f"npy images ({args.image_size})": make_npy(root / "npy", args.samples, args.image_size),
-            f"jpeg tar ({args.source_size}->{args.image_size})": make_jpeg_tar(
-                root / "jpeg", args.samples, args.image_size, args.source_size),
+        formats = {  # heading -> (dataset, the format and work contract.data_formats keys its rates by)
+            f"tokens ({args.seq_len})": (make_tokens(root / "tokens", args.samples, args.seq_len),
+                                         TOKENS, args.seq_len),
+            f"npy images ({args.image_size})": (make_npy(root / "npy", args.samples, args.image_size),
+                                                IMAGES, args.image_size ** 2),
+            f"jpeg tar ({args.source_size}->{args.image_size})": (
+                make_jpeg_tar(root / "jpeg", args.samples, args.image_size, args.source_size),
+                WEBDATASET, args.source_size ** 2),
         }
         print(f"samples/s delivered by training.loader.BatchSource, micro-batch {args.batch}, {args.steps} timed, "
-              f"{len(os.sched_getaffinity(0))} CPUs; in brackets: per worker")
-        width = max(len(name) for name in formats) + 2
-        print("workers".ljust(9) + "".join(name.rjust(width + 12) for name in formats))
+              f"{len(os.sched_getaffinity(0))} CPUs ({cpu_model()}), load average {os.getloadavg()[0]:.2f}; "
+              "in brackets: per worker")
+        width = max(len(name) for name in formats) + 14
+        print("workers".ljust(9) + "".join(name.rjust(width) for name in formats))
         for workers in args.workers:
             cells = []
-            for dataset in formats.values():
+            for dataset, _, _ in formats.values():
                 r = rate(dataset, workers, args.batch, args.steps, args.warmup)
-                cells.append(f"{r:,.0f} ({r / max(1, workers):,.0f})".rjust(width + 12))
+                cells.append(f"{r:,.0f} ({r / max(1, workers):,.0f})".rjust(width))
             print(str(workers).ljust(9) + "".join(cells), flush=True)
+        # What the planner's input check reads for these sizes (before GPU_HOST_VCPU_RATIO), to compare with the
+        # rows above: the training thread's rate | one worker's.
+        print("planner".ljust(9) + "".join(
+            f"{load_rate(fmt, work, False):,.0f} | {load_rate(fmt, work, True):,.0f}".rjust(width)
+            for _, fmt, work in formats.values()))
+        print("(planner: contract.data_formats' measured rates at these sizes, workers 0 | per worker; a GPU "
+              f"instance's vCPU is taken at {GPU_HOST_VCPU_RATIO:g}x them)")
     return 0
 
 

@@ -17,12 +17,12 @@ from typing import Any
 
 from cli.errors import UserError
 from contract.container import METRICS_FILE
-from contract.metrics import METRIC_NAMES
+from contract.metrics import METRIC_NAMES, SAMPLES_PER_SEC, STEP, TOKENS_PER_SEC, TRAIN_LOSS, VAL_LOSS
 
 CHART_SUFFIXES = (".png", ".svg", ".pdf")
 INSTALL_HINT = "pip install 'sagemaker-training-platform[chart]' (or: pip install matplotlib)"
 # Throughput: tokens for language models, samples for the others (the training package prints one or both).
-THROUGHPUT = (("tokens_per_sec", "tokens/s"), ("samples_per_sec", "samples/s"))
+THROUGHPUT = ((TOKENS_PER_SEC, "tokens/s"), (SAMPLES_PER_SEC, "samples/s"))
 
 
 @dataclass
@@ -39,8 +39,8 @@ def series(run: RunMetrics, name: str) -> tuple[list[float], list[float]]:
     steps, values = [], []
     for record in run.records:
         value = record.get(name)
-        if "step" in record and value is not None and math.isfinite(value):
-            steps.append(record["step"])
+        if STEP in record and value is not None and math.isfinite(value):
+            steps.append(record[STEP])
             values.append(value)
     return steps, values
 
@@ -108,9 +108,9 @@ def render(runs: list[RunMetrics], title: str) -> Any:
     loss, speed = figure.subplots(2, 1, sharex=True, height_ratios=(3, 2))
     colors = _colors(len(runs))
     for run, color in zip(runs, colors, strict=True):
-        steps, values = series(run, "train_loss")
+        steps, values = series(run, TRAIN_LOSS)
         loss.plot(steps, values, color=color, linewidth=1.6, label=f"{run.label} train")
-        steps, values = series(run, "val_loss")
+        steps, values = series(run, VAL_LOSS)
         if steps:
             loss.plot(steps, values, color=color, linestyle="--", marker="o", markersize=4,
                       label=f"{run.label} validation")
@@ -125,7 +125,7 @@ def render(runs: list[RunMetrics], title: str) -> Any:
     loss.legend(fontsize=8, loc="upper right")
     speed.set_ylabel(throughput[1] if throughput else "throughput (not logged)")
     speed.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
-    speed.set_xlabel("step")
+    speed.set_xlabel(STEP)
     for axes in (loss, speed):
         axes.grid(True, alpha=0.3)
     return figure
@@ -139,7 +139,7 @@ def _colors(count: int) -> list[str]:
 def _mark_restarts(runs: list[RunMetrics], axes: tuple[Any, ...]) -> None:
     """A dotted line where each attempt after the first logged its first step: where it resumed."""
     for run in runs[1:]:
-        steps = [r["step"] for r in run.records if "step" in r]
+        steps = [r[STEP] for r in run.records if STEP in r]
         if steps:
             for one in axes:
                 one.axvline(steps[0], color="#888888", linestyle=":", linewidth=1)
@@ -147,7 +147,7 @@ def _mark_restarts(runs: list[RunMetrics], axes: tuple[Any, ...]) -> None:
 
 def write_chart(runs: list[RunMetrics], path: Path, title: str) -> bool:
     """Draw and save; False (nothing written) when no run logged a step yet."""
-    runs = [run for run in runs if any("step" in r for r in run.records)]
+    runs = [run for run in runs if any(STEP in r for r in run.records)]
     if not runs:
         return False
     save_figure(render(runs, title), path, dpi=110)
@@ -195,8 +195,8 @@ def split_runs(records: list[dict[str, float]], started: float | None = None) ->
 def _restarted(previous: dict[str, float], record: dict[str, float]) -> bool:
     """The step went back, or a step's training record came twice. (An evaluation's record shares the
     step of the training record before it: that is the same run.)"""
-    step, before = record.get("step", math.inf), previous.get("step", -math.inf)
-    return step < before or (step == before and "train_loss" in record and "train_loss" in previous)
+    step, before = record.get(STEP, math.inf), previous.get(STEP, -math.inf)
+    return step < before or (step == before and TRAIN_LOSS in record and TRAIN_LOSS in previous)
 
 
 def local_runs(workdir: Path, started: float | None = None) -> list[RunMetrics]:

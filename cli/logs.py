@@ -62,11 +62,11 @@ def metric_records(aws: Aws, job_name: str) -> list[dict[str, float]]:
     """The job's `[metrics]` records in the order they were logged, read from its log lines as its
     MetricDefinitions read them (contract.metrics). The lines carry the step; CloudWatch's metric series
     would carry only the time, at one-minute resolution. Only rank 0 prints them, so no host repeats one."""
-    from contract.metrics import LINE_PREFIX, parse_metric_line
+    from contract.metrics import LINE_PREFIX, STEP, parse_metric_line
 
     events = [e for e in _events(aws, job_streams(aws, job_name), None) if LINE_PREFIX in e["message"]]
     records = (parse_metric_line(e["message"]) for e in sorted(events, key=lambda e: e["timestamp"]))
-    return [values for values in records if "step" in values]
+    return [values for values in records if STEP in values]
 
 
 def format_event(job_name: str, event: dict[str, Any]) -> str:

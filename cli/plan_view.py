@@ -220,15 +220,18 @@ def print_plan(console: Console, request: Any, platform: Any, create: dict[str, 
 # ---- sizing: the planner's candidates (jobs.planning) -------------------------------------------------------
 
 
-def sizing_result(request: Any, platform: Any, prices: Any = None, runs: Any = ()) -> Any:
+def sizing_result(request: Any, platform: Any, prices: Any = None, aws: Any = None, runs: Any = ()) -> Any:
     """The planner's result; an input it cannot use is a UserError naming the field. `prices`: instance type ->
-    on-demand training USD per hour (cli.prices.PriceTable.prices); None: no prices (every cost unknown). `runs`:
-    the platform's run records' measured sections (cli.run_cache) that correct the step times."""
+    on-demand training USD per hour (cli.prices.PriceTable.prices); None: no prices (every cost unknown). `aws`:
+    where the plan may read an S3 dataset's meta.json (cli.dataset_meta); None: it reads no S3. `runs`: the
+    platform's run records' measured sections (cli.run_cache) that correct the step times."""
+    from cli.dataset_meta import dataset_meta
     from cli.errors import UserError
     from jobs.planning import PlanInputError, plan_request
 
     try:
-        return plan_request(request, platform, prices=prices, runs=runs)
+        return plan_request(request, platform, prices=prices, dataset_meta=dataset_meta(request.dataset, aws),
+                            runs=runs)
     except PlanInputError as exc:
         raise UserError(f"cannot size {request.name}: {exc}") from None
 
@@ -333,6 +336,8 @@ def print_sizing(console: Console, result: Any, prices: Any = None, runs: Any = 
         if runs is not None:
             console.print(f"[bold]run records[/]: {escape(runs.describe(result.runs[1]))}")
         console.print(f"[bold]prices[/]: {escape(prices_line(result, prices))}")
+        if result.input is not None:
+            console.print(f"[bold]input[/]: {escape(result.input.text())}")
     for w in result.warnings:
         console.print(f"[yellow]{w.code}[/]: {escape(w.message)}")
     for code, message in prices.warnings() if prices is not None else []:

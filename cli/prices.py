@@ -20,7 +20,6 @@ import dataclasses
 import datetime as dt
 import difflib
 import json
-import math
 import os
 import re
 from collections.abc import Iterable
@@ -29,7 +28,16 @@ from pathlib import Path
 from typing import Any
 
 from cli.errors import UserError
-from jobs.prices import API_REGION, COMPONENT, PAGE_SIZE, SERVICE_CODE, api_filters, products_to_prices
+from jobs.prices import (
+    API_REGION,
+    COMPONENT,
+    PAGE_SIZE,
+    PRICE_RULE,
+    SERVICE_CODE,
+    api_filters,
+    products_to_prices,
+    usd_per_hour,
+)
 
 CACHE_DAYS = 7
 CHOICES = ("auto", "aws", "none")
@@ -228,7 +236,7 @@ def read_cache(region: str, now: dt.datetime) -> PriceTable | None:
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
         fetched = dt.datetime.fromisoformat(doc["fetched"].replace("Z", "+00:00"))
-        prices = {str(k): float(v) for k, v in doc["usd_per_hour"].items()}
+        prices = {str(k): usd_per_hour(v) for k, v in doc["usd_per_hour"].items()}
         unresolved = {str(k): str(v) for k, v in doc.get("unresolved", {}).items()}
         if doc.get("region") != region or doc.get("service_code") != SERVICE_CODE or fetched.tzinfo is None:
             return None
@@ -236,7 +244,7 @@ def read_cache(region: str, now: dt.datetime) -> PriceTable | None:
         return None
     if not dt.timedelta(0) <= now - fetched <= dt.timedelta(days=CACHE_DAYS):
         return None
-    if not all(math.isfinite(p) and p > 0 for p in prices.values()):
+    if None in prices.values():  # a file edited by hand or cut short: ask the API again
         return None
     return PriceTable("aws", prices, region=region, date=fetched, path=str(path), cached=True, unresolved=unresolved)
 
@@ -280,10 +288,10 @@ def load_price_file(path: Path, option: str | None = None) -> PriceTable:
                             + (f"; did you mean {close[0]!r}?" if close else ""),
                             "keys are SageMaker instance types such as ml.p4d.24xlarge (trainctl schema lists them "
                             "under instance.type)")
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-            raise UserError(f"--prices {path}: {key}: must be a positive number of USD per hour, got "
-                            f"{json.dumps(value)}", f"e.g. {FILE_EXAMPLE}")
-        prices[key] = float(value)
+        price = usd_per_hour(value)
+        if price is None:
+            raise UserError(f"--prices {path}: {key}: {PRICE_RULE}, got {json.dumps(value)}", f"e.g. {FILE_EXAMPLE}")
+        prices[key] = price
     modified = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.UTC)
     return PriceTable("file", prices, date=modified, path=str(path))
 

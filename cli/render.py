@@ -104,7 +104,8 @@ def show_plan(request: Path, platform: Path | None, aws: Aws, *, as_json: bool =
                                  instance_type=None, on_demand=False)
     table = resolve_prices(prices, getattr(settings, "region", None), aws)
     records = load_runs(runs)
-    result = sizing_result(loaded.request, settings, table.prices, records.sections)
+    result = sizing_result(loaded.request, settings, table.prices, aws=None if platform is not None else aws,
+                           runs=records.sections)
     if chart is not None:
         draw_chart(result, chart, table)
     if as_json:

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from contract.data_formats import AUTO_MAX_WORKERS
 from contract.errors import ConfigError
 from contract.models import FACTORY_PATTERN, REFERENCE_MODELS
 from contract.schema import meta
@@ -105,8 +106,8 @@ class TrainConfig:
         "decoder context length (null: the model preset's)", min=1))
     data_workers: int | None = field(default=None, metadata=_hp(
         "loader worker processes per rank that read, decode and augment batches ahead of the step (0: on the "
-        "training thread; null: auto, min(4, CPUs per rank - 1) for encoded images (webdataset), 0 for "
-        "memory-mapped tokens and arrays)", min=0))
+        f"training thread; null: auto, min({AUTO_MAX_WORKERS}, CPUs per rank - 1) for encoded images (webdataset), "
+        "0 for memory-mapped tokens and arrays)", min=0))
     input_bound_share: float = field(default=INPUT_BOUND_SHARE, metadata=_hp(
         "the share of a step spent waiting for its batch above which rank 0 logs 'input bound' with the rates",
         min=0, max=1))

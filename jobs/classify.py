@@ -159,8 +159,6 @@ RULES: tuple[Rule, ...] = (
          Category.USER_ERROR, "the request was rejected: {short}"),
     Rule(r"States\.Timeout|States\.HeartbeatTimeout", API_ERROR, Category.UNKNOWN, "the task timed out: {short}"),
 )
-# API errors after which no job exists to describe: CreateTrainingJob refused the request.
-_NO_JOB = (Category.QUOTA, Category.THROTTLING, Category.USER_ERROR)
 
 
 def first_rule(evidence: dict[Source, str]) -> Rule | None:
@@ -254,25 +252,6 @@ def classify_api_error(error: str, message: str) -> Failure:
     return _failure(rule, short, evidence, False)
 
 
-def classify_failure(failure: dict[str, Any], describe=None) -> tuple[Failure, dict[str, Any] | None]:
-    """Classify a Catch's `{"Error", "Cause"}`; returns the failure and the job description if known.
-
-    `describe` is a callable returning DescribeTrainingJob output (or None when there is no such job);
-    it is used only when the Cause is not a description but the error says the job itself failed.
-    """
-    error = str(failure.get("Error") or "")
-    cause = failure.get("Cause")
-    job = parse_cause(cause)
-    if job is None and isinstance(cause, str):
-        job = _embedded_description(cause)
-    message = _message_of(cause)
-    if job is None and describe is not None and _job_may_exist(error, message):
-        job = describe()
-    if _ended(job):
-        return classify_description(job), job
-    return classify_api_error(error, message), job
-
-
 # TrainingJobStatus values of a job that has ended (jobs.run.RUNNING: of one that runs).
 ENDED = ("Completed", "Failed", "Stopped")
 
@@ -297,13 +276,6 @@ def classify_launch(failure: dict[str, Any], job: dict[str, Any] | None) -> Fail
     if _ended(job):
         return classify_description(job)
     return classify_api_error(str(failure.get("Error") or ""), _message_of(failure.get("Cause")))
-
-
-def _job_may_exist(error: str, message: str) -> bool:
-    # An API error at create (quota, throttling, a rejected request) left no job; anything else
-    # (States.TaskFailed with a plain message) may be a failed job whose description did not come along.
-    rule = first_rule({Source.ERROR_CODE: error, Source.ERROR_MESSAGE: message})
-    return rule is None or rule.category not in _NO_JOB
 
 
 def _embedded_description(cause: str) -> dict[str, Any] | None:

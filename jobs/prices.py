@@ -28,16 +28,16 @@ The AWS Price List API, as this module reads it (sources, read 2026):
     "USE1-TrainingPlanUpfrontFee:<type>" product with unit "Quantity" and no component: a fee, not an hourly
     rate). An attribute AWS renames shows here as "no training products" for the region, never as a wrong price.
 So a price is taken only from a product whose component is Training, in the run's region, for a type of the
-catalog, from an OnDemand dimension whose unit is "Hrs" and whose USD price is positive. Several such products
-for one type (usage types) that agree give that price; if they disagree, the type is left unknown and the plan
-says so (price_conflict), rather than guess which one a training job is billed.
+catalog, from an OnDemand dimension whose unit is "Hrs" and whose USD figure is a price (`usd_per_hour`). Several
+such products for one type (usage types) that agree give that price; if they disagree, the type is left unknown
+and the plan says so (price_conflict), rather than guess which one a training job is billed.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 SERVICE_CODE = "AmazonSageMaker"
@@ -45,6 +45,23 @@ COMPONENT = "Training"
 HOURLY_UNIT = "Hrs"
 API_REGION = "us-east-1"  # the Price List API's endpoint; the region priced is the regionCode filter
 PAGE_SIZE = 100
+# What a price is, wherever one is read (the API's answer, a --prices file, trainctl's cache, the planner's table,
+# the run record's cost): a positive, finite number of USD per instance-hour. A free-tier 0.00, a negative or NaN
+# figure is no price: the type's cost is unknown, never zero or a guess.
+PRICE_RULE = "must be a positive number of USD per hour"  # NaN and infinity are no numbers here
+
+
+def usd_per_hour(value: Any) -> float | None:
+    """`value` as a price when it is one (a number that PRICE_RULE allows), else None. Booleans and strings are no
+    numbers here (JSON's true, a "3.5" in a file); the API's decimal strings are parsed by `_api_usd` first."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        return None
+    return float(value)
+
+
+def priced(prices: Mapping[str, Any] | None, instance_type: str) -> float | None:
+    """The type's price from a table; None when the table has none for it, or holds something that is no price."""
+    return usd_per_hour((prices or {}).get(instance_type))
 
 
 def instance_filters(region: str, instance_type: str) -> list[dict[str, str]]:
@@ -78,7 +95,7 @@ def products_to_prices(entries: Iterable[Any], region: str) -> tuple[dict[str, f
         usage = str(attributes.get("usagetype") or product.get("sku") or "?")
         for term in ((doc.get("terms") or {}).get("OnDemand") or {}).values():
             for dimension in (term.get("priceDimensions") or {}).values():
-                usd = _usd((dimension.get("pricePerUnit") or {}).get("USD"))
+                usd = _api_usd((dimension.get("pricePerUnit") or {}).get("USD"))
                 if str(dimension.get("unit", "")).lower() == HOURLY_UNIT.lower() and usd is not None:
                     offers.setdefault(name, {}).setdefault(usd, set()).add(usage)
     prices: dict[str, float] = {}
@@ -93,10 +110,10 @@ def products_to_prices(entries: Iterable[Any], region: str) -> tuple[dict[str, f
     return prices, unresolved, skipped
 
 
-def _usd(value: Any) -> float | None:
-    """A positive, finite price from the API's decimal string; anything else (a free-tier 0.00) is no price."""
+def _api_usd(value: Any) -> float | None:
+    """A price from the API's decimal string ("32.7726"); anything else (a free-tier "0.0000000000") is no price."""
     try:
-        usd = float(value)
-    except (TypeError, ValueError):
+        usd = float(value) if isinstance(value, str) else value
+    except ValueError:
         return None
-    return usd if math.isfinite(usd) and usd > 0 else None
+    return usd_per_hour(usd)

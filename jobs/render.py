@@ -193,7 +193,19 @@ def render_create_training_job(
         "InfraCheckConfig": {"EnableInfraCheck": request.infra_check if infra_check is None else infra_check},
         "Tags": _tags(request, platform, run_id, attempt, strategy_and_degrees(request, primary)[0]),
     }
-    assert tuple(create) == CREATE_REQUEST_KEYS, "CREATE_REQUEST_KEYS and the renderer disagree"
+    return _with_the_mapped_keys(create)
+
+
+def _with_the_mapped_keys(create: dict[str, Any]) -> dict[str, Any]:
+    """`create`, when its keys are CREATE_REQUEST_KEYS in order: the state machine's Launch maps exactly those, so a
+    key rendered but not mapped would never reach SageMaker, and one mapped but not rendered fails every launch.
+    A raise, not an assert: `python -O` drops asserts, and this must hold in every interpreter that renders."""
+    if tuple(create) != CREATE_REQUEST_KEYS:
+        rendered, mapped = set(create), set(CREATE_REQUEST_KEYS)
+        raise RuntimeError(
+            f"the rendered CreateTrainingJob keys {tuple(create)} are not jobs.render.CREATE_REQUEST_KEYS "
+            f"{CREATE_REQUEST_KEYS} (rendered only: {sorted(rendered - mapped)}, mapped only: "
+            f"{sorted(mapped - rendered)}): change CREATE_REQUEST_KEYS with render_create_training_job")
     return create
 
 

@@ -35,7 +35,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from contract.metrics import (
+    CHECKPOINT_AGE_S,
+    CHECKPOINT_S,
+    CHECKPOINT_SAVES,
+    EVAL_S,
+    STARTUP_S,
+    STEP,
+    TRAIN_S,
+)
 from jobs.classify import to_epoch
+from jobs.prices import priced
 
 # The held-time split, in the order a chart stacks it.
 BUCKETS = ("startup", "productive", "checkpoint", "eval", "redone", "other")
@@ -51,17 +61,17 @@ def job_figures(job: Mapping[str, Any]) -> dict[str, Any]:
     metrics = {m.get("MetricName"): m.get("Value") for m in job.get("FinalMetricDataList") or []}
     queued = started - created if created and started else (ended - created if created and ended else None)
     startup = None
-    if metrics.get("startup_s") is not None:
-        startup = metrics["startup_s"] + _phase_start(job, "Training", after=started)
+    if metrics.get(STARTUP_S) is not None:
+        startup = metrics[STARTUP_S] + _phase_start(job, "Training", after=started)
     return {
         "queued_seconds": _whole(queued),
         "startup_seconds": _whole(startup),
-        "train_seconds": _whole(metrics.get("train_s")),
-        "checkpoint_seconds": _whole(metrics.get("checkpoint_s")),
-        "eval_seconds": _whole(metrics.get("eval_s")),
-        "checkpoint_age_seconds": _whole(metrics.get("checkpoint_age_s")),
-        "step": _whole(metrics.get("step")),
-        "checkpoint_saves": _whole(metrics.get("checkpoint_saves")),
+        "train_seconds": _whole(metrics.get(TRAIN_S)),
+        "checkpoint_seconds": _whole(metrics.get(CHECKPOINT_S)),
+        "eval_seconds": _whole(metrics.get(EVAL_S)),
+        "checkpoint_age_seconds": _whole(metrics.get(CHECKPOINT_AGE_S)),
+        "step": _whole(metrics.get(STEP)),
+        "checkpoint_saves": _whole(metrics.get(CHECKPOINT_SAVES)),
     }
 
 
@@ -146,13 +156,13 @@ def run_cost(attempts: Iterable[Any], prices: Mapping[str, float] | None) -> dic
         if not billable and not held:
             continue  # never held instances: nothing billed
         cluster = cluster_types(attempt.instance_type, attempt.instance_count)
-        missing = {kind for _, kind in cluster if kind not in prices}
+        missing = {kind for _, kind in cluster if priced(prices, kind) is None}
         keys = ("spot_usd", "spot_savings_usd") if attempt.spot else ("on_demand_usd",)
         if missing:
             unpriced |= missing
             sums.update(dict.fromkeys(keys))
             continue
-        rate = sum(count * prices[kind] for count, kind in cluster) / 3600
+        rate = sum(count * priced(prices, kind) for count, kind in cluster) / 3600
         amounts = (billable * rate, max(held - billable, 0) * rate) if attempt.spot else (billable * rate,)
         for key, amount in zip(keys, amounts, strict=True):
             if sums[key] is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from contract.data_formats import FORMATS
 from contract.schema import meta
 
 
@@ -42,3 +43,8 @@ class Sizing:
     budget_usd: float | None = field(default=None, metadata=meta("most the run may cost, USD", min=0.01))
     max_gpus: int | None = field(default=None, metadata=meta("most GPUs to consider (1: one GPU)", min=1))
     allow_spot: bool = field(default=True, metadata=meta("consider Spot capacity when the deadline allows"))
+    data_format: str | None = field(default=None, metadata=meta(
+        "the dataset's format, for the input check (loader rate against the GPUs' consumption): tokens, images "
+        "(.npy arrays) or webdataset (encoded images in tar shards); null: the dataset's meta.json says (`trainctl "
+        "plan` reads an S3 prefix's when it reads the deployed platform), a decoder reads tokens, else "
+        "the check is not made", choices=FORMATS))

@@ -7,6 +7,7 @@ from dataclasses import asdict
 from typing import Any
 
 from contract.hyperparameters import INPUT_BOUND_SHARE
+from contract.metrics import DATA_WAIT_MS, DATA_WAIT_SHARE
 from jobs.classify import Category
 from jobs.planning.measured import measured_section
 from jobs.resume import resume_command
@@ -58,12 +59,12 @@ def summary(run: RunState, *, job: dict[str, Any] | None, decision: dict[str, An
 def input_bound(metrics: dict[str, float], job: dict[str, Any] | None) -> dict[str, float] | None:
     """The last job's wait for data when it was over its input_bound_share (the training package's mean over the
     attempt, on its last metrics line), else None: the run's GPUs waited on its input pipeline."""
-    share, wait_ms = metrics.get("data_wait_share"), metrics.get("data_wait_ms")
+    share, wait_ms = metrics.get(DATA_WAIT_SHARE), metrics.get(DATA_WAIT_MS)
     given = ((job or {}).get("HyperParameters") or {}).get("input_bound_share")
     threshold = float(json.loads(given)) if given is not None else INPUT_BOUND_SHARE
     if share is None or share <= threshold:
         return None
-    return {"data_wait_share": share, "data_wait_ms": wait_ms, "input_bound_share": threshold}
+    return {DATA_WAIT_SHARE: share, DATA_WAIT_MS: wait_ms, "input_bound_share": threshold}
 
 
 def describe_in_words(s: dict[str, Any]) -> tuple[str, str]:
@@ -94,8 +95,8 @@ def describe_in_words(s: dict[str, Any]) -> tuple[str, str]:
     if s["status"] != "Succeeded" and resume_command(s["run_id"]) not in s["reason"]:
         lines.append(f"To continue from its newest checkpoint: {resume_command(s['run_id'])}")
     if bound := s.get("input_bound"):
-        per_step = f"{bound['data_wait_ms']:g} ms a step; " if bound["data_wait_ms"] is not None else ""
-        lines.append(f"Input bound: the steps waited {bound['data_wait_share']:.0%} of their time for data "
+        per_step = f"{bound[DATA_WAIT_MS]:g} ms a step; " if bound[DATA_WAIT_MS] is not None else ""
+        lines.append(f"Input bound: the steps waited {bound[DATA_WAIT_SHARE]:.0%} of their time for data "
                      f"({per_step}input_bound_share {bound['input_bound_share']:g}): raise hyperparameters.data_workers, "
                      "use an instance with more CPUs per GPU, or store the data pre-decoded.")
     if s["final_metrics"]:

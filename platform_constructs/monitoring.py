@@ -12,7 +12,21 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from contract.hyperparameters import INPUT_BOUND_SHARE
-from contract.metrics import METRIC_NAMES, METRIC_NAMESPACE
+from contract.metrics import (
+    CHECKPOINT_AGE_S,
+    CHECKPOINT_OVERDUE,
+    CHECKPOINT_S,
+    DATA_WAIT_MS,
+    DATA_WAIT_SHARE,
+    EVAL_S,
+    METRIC_NAMES,
+    METRIC_NAMESPACE,
+    SLOWEST_RANK_RATIO,
+    STARTUP_S,
+    TOKENS_PER_SEC,
+    TRAIN_LOSS,
+    TRAIN_S,
+)
 from jobs.catalog import lookup
 
 # SageMaker publishes training instance metrics per host ("<job name>/algo-N") in METRIC_NAMESPACE, and the
@@ -124,7 +138,7 @@ class LauncherMonitoring(Construct):
 
     def _checkpoint_overdue_alarm(self, name_prefix: str, minutes: int) -> cloudwatch.Alarm:
         most_overdue_job = cloudwatch.MathExpression(
-            expression=(f'SELECT MAX({job_metric("checkpoint_overdue")}) '
+            expression=(f'SELECT MAX({job_metric(CHECKPOINT_OVERDUE)}) '
                         f'FROM SCHEMA("{METRIC_NAMESPACE}", TrainingJobName)'),
             label="Checkpoint age of the most overdue job, in its cadences",
             period=PERIOD,
@@ -132,7 +146,7 @@ class LauncherMonitoring(Construct):
         return self._sustained_alarm(
             "CheckpointOverdue", f"{name_prefix}-training-checkpoint-overdue",
             f"A training job's newest complete checkpoint stayed older than {self.overdue_factor:g} times its "
-            f"checkpoint cadence for {minutes} minutes (metric checkpoint_overdue): its saves fail, hang or "
+            f"checkpoint cadence for {minutes} minutes (metric {CHECKPOINT_OVERDUE}): its saves fail, hang or "
             "take longer than the cadence allows, so a failure now would lose more work than planned. Read "
             "the job's [checkpoint] log lines.",
             most_overdue_job, self.overdue_factor, minutes, cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD)
@@ -186,24 +200,24 @@ class LauncherMonitoring(Construct):
         dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title="Training throughput (tokens/s, from the [metrics] log lines)",
-                left=_per_job("tokens_per_sec", stat="Average"),
+                left=_per_job(TOKENS_PER_SEC, stat="Average"),
                 width=12,
             ),
             cloudwatch.GraphWidget(
                 title="Training loss",
-                left=_per_job("train_loss", stat="Average"),
+                left=_per_job(TRAIN_LOSS, stat="Average"),
                 width=12,
             ),
         )
         dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title="Checkpoint age per job (s since its newest complete checkpoint)",
-                left=_per_job("checkpoint_age_s"),
+                left=_per_job(CHECKPOINT_AGE_S),
                 width=12,
             ),
             cloudwatch.GraphWidget(
                 title=f"Checkpoint age per job in its cadences (alarm above {self.overdue_factor:g})",
-                left=_per_job("checkpoint_overdue"),
+                left=_per_job(CHECKPOINT_OVERDUE),
                 left_annotations=[cloudwatch.HorizontalAnnotation(value=self.overdue_factor, label="alarm threshold")],
                 width=12,
             ),
@@ -212,12 +226,12 @@ class LauncherMonitoring(Construct):
             # training.stragglers: each log interval, the slowest rank's own delays against the median rank's.
             cloudwatch.GraphWidget(
                 title="Slowest rank per job, its time over the median rank's (1 = even)",
-                left=_per_job("slowest_rank_ratio"),
+                left=_per_job(SLOWEST_RANK_RATIO),
                 width=12,
             ),
             cloudwatch.GraphWidget(
                 title="Where each attempt's time went (s: startup, training, checkpoint stalls, evaluation)",
-                left=_per_job("startup_s", "train_s", "checkpoint_s", "eval_s"),
+                left=_per_job(STARTUP_S, TRAIN_S, CHECKPOINT_S, EVAL_S),
                 width=12,
             ),
         )
@@ -225,13 +239,13 @@ class LauncherMonitoring(Construct):
             # training.loader: how long each step waited for its batch; above the share the job logs 'input bound'.
             cloudwatch.GraphWidget(
                 title="Input pipeline: ms each step waited for its batch (ranks' mean)",
-                left=_per_job("data_wait_ms"),
+                left=_per_job(DATA_WAIT_MS),
                 width=12,
             ),
             cloudwatch.GraphWidget(
                 title=f"Input pipeline: share of the step spent waiting for data (input bound above "
                       f"{INPUT_BOUND_SHARE:g}, the default input_bound_share)",
-                left=_per_job("data_wait_share"),
+                left=_per_job(DATA_WAIT_SHARE),
                 left_annotations=[cloudwatch.HorizontalAnnotation(value=INPUT_BOUND_SHARE, label="input bound")],
                 width=12,
             ),

@@ -31,7 +31,8 @@ def nag_form(scope: IConstruct, value: str) -> str:
     resolved = cdk.Stack.of(scope).resolve(value)
     if isinstance(resolved, dict) and "Fn::Join" in resolved:
         separator, parts = resolved["Fn::Join"]
-        assert separator == "", f"cannot name {resolved} the way cdk-nag does"
+        if separator != "":  # a real check: `python -O` drops asserts, and a wrong id would suppress nothing
+            raise ValueError(f"cannot name {resolved} the way cdk-nag does (a join with separator {separator!r})")
     else:
         parts = [resolved]
     out = []

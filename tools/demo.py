@@ -21,7 +21,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from contract.metrics import parse_metric_line
+from contract.metrics import DATA_WAIT_MS, STEP, TOKENS_PER_SEC, TRAIN_LOSS, VAL_LOSS, parse_metric_line
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUEST = ROOT / "examples" / "local-fsdp.json"
@@ -52,8 +52,8 @@ def run(console: Console, label: str, interrupt_at: int | None, *extra: str, req
         values = parse_metric_line(line)
         if values:
             records.append(values)
-            if interrupt_at is not None and not sent and values.get("step", 0) >= interrupt_at:
-                console.print(f"[yellow]demo: sending SIGTERM at step {int(values['step'])}, as a Spot "
+            if interrupt_at is not None and not sent and values.get(STEP, 0) >= interrupt_at:
+                console.print(f"[yellow]demo: sending SIGTERM at step {int(values[STEP])}, as a Spot "
                               f"reclaim would[/yellow]")
                 proc.send_signal(signal.SIGTERM)
                 sent = True
@@ -77,19 +77,19 @@ def main() -> int:
 
     table = Table(title="FSDP, GPT tiny, 2 processes (gloo), byte tokens of Python's standard library",
                   title_justify="left")
-    for column in ("run", "step", "train_loss", "val_loss", "tokens/s"):
+    for column in ("run", STEP, TRAIN_LOSS, VAL_LOSS, "tokens/s"):
         table.add_column(column, justify="right")
     for label, records in (("1", first), ("2", second)):
         # The loss and throughput lines only: the straggler check's and the attempt's closing line carry times.
         for r in (r for r in records if SHOWN & r.keys()):
-            table.add_row(label, f"{int(r['step'])}", _fmt(r.get("train_loss")), _fmt(r.get("val_loss")),
-                          _fmt(r.get("tokens_per_sec"), "{:,.0f}"))
+            table.add_row(label, f"{int(r[STEP])}", _fmt(r.get(TRAIN_LOSS)), _fmt(r.get(VAL_LOSS)),
+                          _fmt(r.get(TOKENS_PER_SEC), "{:,.0f}"))
     console.print(table)
-    losses = [r["train_loss"] for r in first + second if "train_loss" in r]
-    resumed_at = next((int(r["step"]) for r in second if "train_loss" in r), None)
+    losses = [r[TRAIN_LOSS] for r in first + second if TRAIN_LOSS in r]
+    resumed_at = next((int(r[STEP]) for r in second if TRAIN_LOSS in r), None)
     console.print(f"checkpoints after the interruption: {', '.join(checkpoints) or 'none'}; "
                   f"run 2 logged first at step {resumed_at}")
-    console.print(f"train_loss {losses[0]:.3f} -> {losses[-1]:.3f}; wall time {t1:.0f} s + {t2:.0f} s; "
+    console.print(f"{TRAIN_LOSS} {losses[0]:.3f} -> {losses[-1]:.3f}; wall time {t1:.0f} s + {t2:.0f} s; "
                   f"model: {WORKDIR / 'model' / 'model.safetensors'}")
     console.print(f"chart of both runs (loss, validation loss, tokens/s by step): {CHART.relative_to(ROOT)}",
                   soft_wrap=True)  # one line, whatever the width: a path to click or copy
@@ -122,14 +122,14 @@ def vit_on_jpegs(console: Console) -> int:
     if code != 0:
         console.print(f"[red]demo failed: the ViT run exited {code}[/red]")
         return 1
-    losses = [r["train_loss"] for r in records if "train_loss" in r]
-    waits = [r["data_wait_ms"] for r in records if "train_loss" in r and "data_wait_ms" in r]
-    console.print(f"ViT on JPEGs: train_loss {losses[0]:.3f} -> {losses[-1]:.3f}, data_wait_ms "
+    losses = [r[TRAIN_LOSS] for r in records if TRAIN_LOSS in r]
+    waits = [r[DATA_WAIT_MS] for r in records if TRAIN_LOSS in r and DATA_WAIT_MS in r]
+    console.print(f"ViT on JPEGs: {TRAIN_LOSS} {losses[0]:.3f} -> {losses[-1]:.3f}, {DATA_WAIT_MS} "
                   f"{min(waits):.1f}..{max(waits):.1f} a step, wall time {seconds:.0f} s")
     return 0
 
 
-SHOWN = {"train_loss", "val_loss", "tokens_per_sec"}
+SHOWN = {TRAIN_LOSS, VAL_LOSS, TOKENS_PER_SEC}
 
 
 def _fmt(value: float | None, pattern: str = "{:.3f}") -> str:

@@ -18,15 +18,14 @@ a checkpoint taken on N ranks resumes on M ranks at the same sample.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from contract.data_formats import FORMATS, IMAGE_FORMATS, IMAGES, TOKENS, WEBDATASET
 from contract.errors import ConfigError
 from contract.hyperparameters import TrainConfig
-from training import watchdog
 from training.environment import DataMissing, data_mode
 from training.tar_images import TarImageDataset, to_float_images
 
@@ -35,8 +34,6 @@ SYNTHETIC_SAMPLES = 1 << 20
 
 # What each format's meta.json may say about the model's shape: positive integers where given.
 META_SIZES = ("vocab_size", "image_size", "channels", "num_classes")
-FORMATS = ("tokens", "images", "webdataset")
-IMAGE_FORMATS = ("images", "webdataset")
 _WRITE_IT = "write the channel with `python -m training.prepare` (tokens) or see training/data.py's formats"
 
 
@@ -64,15 +61,17 @@ def read_meta(directory: str | Path) -> dict:
 
 
 def _expect_format(directory: str | Path, meta: dict, wanted: str, reader: str) -> None:
-    if meta["format"] != wanted and not (wanted == "images" and meta["format"] in IMAGE_FORMATS):
+    if meta["format"] != wanted and not (wanted == IMAGES and meta["format"] in IMAGE_FORMATS):
         raise ConfigError(f"{Path(directory) / 'meta.json'} has format {meta['format']!r} but {reader} reads "
                           f"{wanted}: give this channel {wanted} data, or choose a model that reads {meta['format']}")
 
 
 class TokenDataset:
+    data_format = TOKENS
+
     def __init__(self, directory: str | Path, seq_len: int) -> None:
         meta = read_meta(directory)
-        _expect_format(directory, meta, "tokens", "the decoder")
+        _expect_format(directory, meta, TOKENS, "the decoder")
         self.directory = Path(directory)
         dtype = _token_dtype(self.directory / "meta.json", meta.get("dtype", "uint16"))
         shards = sorted(self.directory.glob("*.bin"))
@@ -129,10 +128,12 @@ def _check_shard(path: Path, dtype: np.dtype, shards: list[Path]) -> None:
 class ImageDataset:
     """`shape` (S, S, C) and `num_classes` are what the model takes; each defaults to the channel's meta.json."""
 
+    data_format = IMAGES
+
     def __init__(self, directory: str | Path, shape: tuple[int, int, int] | None = None,
                  num_classes: int | None = None) -> None:
         meta = read_meta(directory)
-        _expect_format(directory, meta, "images", "the ViT")
+        _expect_format(directory, meta, IMAGES, "the ViT")
         self.directory = Path(directory)
         meta_path = self.directory / "meta.json"
         said = (int(meta["image_size"]), int(meta["image_size"]), int(meta["channels"])) \
@@ -329,7 +330,7 @@ def make_datasets(cfg: TrainConfig, kind: str, model, seq_len: int):
 
         def load(d, train=True):
             meta = read_meta(d)
-            if meta["format"] == "webdataset":  # augmented on the train channel only
+            if meta["format"] == WEBDATASET:  # augmented on the train channel only
                 return TarImageDataset(d, meta, shape, num_classes, augment=train, seed=cfg.seed)
             return ImageDataset(d, shape, num_classes)
         return load(cfg.train_dir), (load(cfg.validation_dir, train=False) if cfg.validation_dir else None)
@@ -337,11 +338,3 @@ def make_datasets(cfg: TrainConfig, kind: str, model, seq_len: int):
         load = lambda d: TokenDataset(d, seq_len)  # noqa: E731
     return load(cfg.train_dir), (load(cfg.validation_dir) if cfg.validation_dir else None)
 
-
-def micro_batches(dataset, indices: list[int], micro: int, device: torch.device) -> list[tuple]:
-    """This rank's share of a global batch as (inputs, targets) micro-batches on the device."""
-    began = time.perf_counter()
-    batches = [tuple(t.to(device, non_blocking=True) for t in dataset.batch(indices[i : i + micro]))
-               for i in range(0, len(indices), micro)]
-    watchdog.waited_for_data(time.perf_counter() - began)  # rank-local: what the straggler check compares
-    return batches

@@ -9,9 +9,11 @@ import torch.distributed as torch_dist
 
 from contract.errors import ConfigError
 from contract.hyperparameters import TrainConfig
+from contract.metrics import STEP, VAL_LOSS
 from training import watchdog
 from training.data import describe, validation_indices
 from training.distributed import Dist
+from training.loader import eval_batches, resolve_workers
 from training.metrics import MetricsLogger
 from training.state import LoopState
 from training.step import TrainStep
@@ -22,6 +24,8 @@ class Evaluator:
         self.step, self.val_set, self.dist, self.global_batch = step, val_set, dist, global_batch
         self.interval, self.batches, self.micro = cfg.eval_interval, cfg.eval_batches, cfg.micro_batch_size
         self.patience = cfg.early_stopping_patience
+        # The training loader's rule: data_workers, or auto's choice for the validation channel's format.
+        self.workers = resolve_workers(cfg.data_workers, val_set) if val_set is not None else 0
         if self.interval and val_set is None and dist.is_main:
             print("[train] no validation channel: evaluation and early stopping are off", flush=True)
         if self.interval and self.batches and val_set is not None and len(val_set) < global_batch:
@@ -39,7 +43,7 @@ class Evaluator:
     def run(self, state: LoopState, logger: MetricsLogger) -> None:
         """Evaluate, log val_loss, and stop the run early when it has not improved for `patience` evaluations."""
         val_loss = self.evaluate()
-        logger.log({"step": state.step, "val_loss": val_loss})
+        logger.log({STEP: state.step, VAL_LOSS: val_loss})
         if val_loss < state.best_val_loss:
             state.best_val_loss, state.bad_evals = val_loss, 0
             return
@@ -47,7 +51,7 @@ class Evaluator:
         if self.patience and state.bad_evals >= self.patience:
             state.status = "early_stopped"
             if self.dist.is_main:
-                print(f"[train] early stopping at step {state.step}: val_loss has not improved on "
+                print(f"[train] early stopping at step {state.step}: {VAL_LOSS} has not improved on "
                       f"{state.best_val_loss:.4f} for {state.bad_evals} evaluations", flush=True)
 
     def evaluate(self) -> float:
@@ -55,15 +59,16 @@ class Evaluator:
         dist, model = self.dist, self.step.model
         model.eval()
         total = torch.zeros(2, device=dist.device)
+        keys = [(0, idx[i : i + self.micro])  # validation reads epoch 0 always: no augmentation, same samples
+                for idx in validation_indices(len(self.val_set), self.global_batch, dist.rank, dist.world_size,
+                                              self.batches)
+                for i in range(0, len(idx), self.micro)]
         with torch.no_grad():
-            for idx in validation_indices(len(self.val_set), self.global_batch, dist.rank, dist.world_size,
-                                          self.batches):
-                for i in range(0, len(idx), self.micro):
-                    x, y = (t.to(dist.device) for t in self.val_set.batch(idx[i : i + self.micro]))
-                    # Tensor/pipeline ranks pool their samples and all get the pooled loss: summed over
-                    # the world, each pool counts as often in the loss as in the count.
-                    loss, n = self.step.eval_loss(x, y)
-                    total += torch.stack([loss.float() * n, torch.tensor(float(n), device=dist.device)])
+            for x, y in eval_batches(self.val_set, keys, dist.device, self.workers):
+                # Tensor/pipeline ranks pool their samples and all get the pooled loss: summed over
+                # the world, each pool counts as often in the loss as in the count.
+                loss, n = self.step.eval_loss(x, y)
+                total += torch.stack([loss.float() * n, torch.tensor(float(n), device=dist.device)])
         if torch_dist.is_initialized():
             torch_dist.all_reduce(total)
         model.train()

@@ -11,9 +11,18 @@ and how far ahead, changes nothing: a stop and resume with workers gives the sam
 
 Why a plain DataLoader and not torchdata's StatefulDataLoader or MosaicML streaming: both bring their own
 position (the loader's, or the stream's) that would have to agree with the sampler's, which already resumes
-exactly on any world size; here the loader needs no state at all. Batches come back pinned when the device is
-CUDA, and the step copies them with non_blocking=True: the copy is queued on the stream while the GPU still runs
-the previous step's kernels. With data_workers=0 the batch is built on the training thread, as before.
+exactly on any world size; here the loader needs no state at all.
+
+On the device (with workers): batches come back pinned (the DataLoader's pin thread, on CUDA only), and each step
+hands out the batches it copied one step ahead: as it returns step N's, it queues step N+1's host-to-device copy
+(non_blocking, from pinned memory) on a side CUDA stream, which runs while the GPU computes step N (the pattern of
+NVIDIA apex's ImageNet example's data_prefetcher; the default stream would run the copy between the steps'
+kernels). Before step N+1 uses them the compute stream waits for the copy, and record_stream tells the caching
+allocator that stream uses them. The sampler is advanced only when a step takes its batches, so the prefetched
+step is never counted as seen. On the CPU the same order runs with no stream (the copy is the tensor itself).
+With data_workers=0 the batch is built on the training thread, as before, and copied when it is taken.
+
+Validation batches (`eval_batches`) go through the same workers and checks, in the fixed order.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import time
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from contract.data_formats import auto_workers
 from contract.errors import ConfigError
 from training import watchdog
 from training.data import GlobalBatchSampler
@@ -33,19 +43,17 @@ from training.tar_images import to_float_images
 
 # Micro-batches each worker keeps ready (DataLoader's prefetch_factor): at least two steps' worth over all workers.
 MIN_PREFETCH = 2
-AUTO_MAX_WORKERS = 4
 
 
 def resolve_workers(requested: int | None, dataset) -> int:
-    """data_workers: as given, or auto: worker processes for formats that decode (min(4, CPUs per rank - 1)),
-    none for memory-mapped slices, where a worker's inter-process copy costs more than the read."""
+    """data_workers: as given, or auto (contract.data_formats.auto_workers, the rule the planner's input check
+    assumes): worker processes for formats that decode, none for memory-mapped slices, where a worker's
+    inter-process copy costs more than the read. Generated data has no format: no workers."""
     if requested is not None:
         return requested
-    if not getattr(dataset, "decode_heavy", False):
-        return 0
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     per_rank = cpus // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    return max(1, min(AUTO_MAX_WORKERS, per_rank - 1))
+    return auto_workers(getattr(dataset, "data_format", ""), per_rank)
 
 
 # Fork where the platform has it (Linux: the container, and tests): a worker starts in milliseconds and shares the
@@ -80,10 +88,36 @@ def _read(dataset, indices: list[int], epoch: int) -> tuple[torch.Tensor, ...]:
 
 
 def _on_device(batch, device: torch.device) -> tuple[torch.Tensor, ...]:
-    x, *rest = (t.to(device, non_blocking=True) for t in batch)
+    return tuple(t.to(device, non_blocking=True) for t in batch)
+
+
+def _as_model_input(batch: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    x, *rest = batch
     if x.dtype == torch.uint8:  # images from `raw_batch`: converted where they are used (the GPU, in a kernel)
         x = to_float_images(x)
     return (x, *rest)
+
+
+class _Ahead:
+    """One step's micro-batches, their keys, and their copy to the device started on the side stream (if any)."""
+
+    def __init__(self, keys: list[list[int]], batches: list[tuple], device: torch.device, stream) -> None:
+        self.keys = keys
+        if stream is None:
+            self.batches = [_on_device(b, device) for b in batches]
+            return
+        with torch.cuda.stream(stream):
+            self.batches = [_on_device(b, device) for b in batches]
+
+    def take(self, stream) -> list[tuple]:
+        """The batches, safe to use on the current stream: it waits for their copy first."""
+        if stream is not None:
+            current = torch.cuda.current_stream(stream.device)
+            current.wait_stream(stream)
+            for batch in self.batches:
+                for t in batch:
+                    t.record_stream(current)  # allocated on the side stream, used (and freed) on this one
+        return [_as_model_input(b) for b in self.batches]
 
 
 class _Keys(Sampler):
@@ -113,17 +147,27 @@ class BatchSource:
         self.workers = workers
         self.data_wait_s = 0.0
         self._loader = None
+        self._ahead: _Ahead | None = None
+        self._stream = torch.cuda.Stream(device) if device.type == "cuda" and workers else None
+        self._per_step = math.ceil(sampler.global_batch // sampler.world_size / micro)
 
     def _start(self) -> None:
         ahead = GlobalBatchSampler(self.sampler.num_samples, self.sampler.global_batch, self.sampler.rank,
                                    self.sampler.world_size, self.sampler.seed)
         ahead.epoch, ahead.batch = self.sampler.epoch, self.sampler.batch
-        per_step = math.ceil(self.sampler.global_batch // self.sampler.world_size / self.micro)
-        loader = DataLoader(_MicroBatches(self.dataset), sampler=_Keys(ahead, self.micro), batch_size=None,
-                            num_workers=self.workers, pin_memory=self.device.type == "cuda",
-                            prefetch_factor=max(MIN_PREFETCH, math.ceil(2 * per_step / self.workers)),
-                            worker_init_fn=_worker_init, multiprocessing_context=_CONTEXT)
-        self._loader = iter(loader)
+        self._loader = iter(_loader(self.dataset, _Keys(ahead, self.micro), self.device, self.workers,
+                                    max(MIN_PREFETCH, math.ceil(2 * self._per_step / self.workers))))
+
+    def _fetch(self) -> _Ahead:
+        """The next step's micro-batches from the workers, their copy to the device started."""
+        keys, batches = [], []
+        for _ in range(self._per_step):
+            key, *batch = next(self._loader)
+            if key is None:
+                raise batch[0]
+            keys.append([int(k) for k in key])
+            batches.append(batch)
+        return _Ahead(keys, batches, self.device, self._stream)
 
     def next(self) -> list[tuple]:
         """This rank's share of the next global batch as (inputs, targets) micro-batches on the device."""
@@ -134,22 +178,44 @@ class BatchSource:
         epoch = self.sampler.epoch
         chunks = [indices[i : i + self.micro] for i in range(0, len(indices), self.micro)]
         if self.workers == 0:
-            batches = [_read(self.dataset, chunk, epoch) for chunk in chunks]
+            batches = [_as_model_input(_on_device(_read(self.dataset, c, epoch), self.device)) for c in chunks]
         else:
-            batches = []
-            for chunk in chunks:
-                key, *batch = next(self._loader)
-                if key is None:
-                    raise batch[0]
-                if [int(k) for k in key] != [epoch, *chunk]:  # the two copies of the position never drift apart
-                    raise RuntimeError(f"the loader delivered epoch and samples {list(key)}, the sampler expected "
-                                       f"{[epoch, *chunk]}")
-                batches.append(batch)
-        on_device = [_on_device(batch, self.device) for batch in batches]
+            current = self._ahead or self._fetch()
+            expected = [[epoch, *chunk] for chunk in chunks]
+            if current.keys != expected:  # the two copies of the position never drift apart
+                raise RuntimeError(f"the loader delivered epochs and samples {current.keys}, the sampler expected "
+                                   f"{expected}")
+            batches = current.take(self._stream)
+            self._ahead = self._fetch()  # the next step's copy runs while this step computes
         self.data_wait_s = time.perf_counter() - began
         watchdog.waited_for_data(self.data_wait_s)  # rank-local: what the straggler check compares
-        return on_device
+        return batches
 
     def close(self) -> None:
         """Stop the workers: the last reference to the iterator gone, it shuts them down and joins them."""
-        self._loader = None
+        self._loader = self._ahead = None
+
+
+def _loader(dataset, keys, device: torch.device, workers: int, prefetch: int) -> DataLoader:
+    return DataLoader(_MicroBatches(dataset), sampler=keys, batch_size=None, num_workers=workers,
+                      pin_memory=device.type == "cuda", prefetch_factor=prefetch, worker_init_fn=_worker_init,
+                      multiprocessing_context=_CONTEXT)
+
+
+def eval_batches(dataset, keys: list[tuple[int, list[int]]], device: torch.device, workers: int):
+    """(inputs, targets) on the device for each (epoch, sample indices) key, in order: validation's fixed batches,
+    read by `workers` processes (the training loader's kind) or, with 0, on this thread."""
+    if workers == 0:
+        for epoch, indices in keys:
+            yield _as_model_input(_on_device(_read(dataset, list(indices), epoch), device))
+        return
+    keyed = [(epoch, tuple(indices)) for epoch, indices in keys]
+    if not keyed:
+        return
+    loader = _loader(dataset, keyed, device, min(workers, len(keyed)), MIN_PREFETCH)
+    for (epoch, indices), (key, *batch) in zip(keyed, loader, strict=True):
+        if key is None:
+            raise batch[0]
+        if [int(k) for k in key] != [epoch, *indices]:
+            raise RuntimeError(f"the validation loader delivered {list(key)}, expected {[epoch, *indices]}")
+        yield _as_model_input(_on_device(batch, device))

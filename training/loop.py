@@ -15,6 +15,7 @@ import torch
 
 from contract.failures import FailureCode
 from contract.hyperparameters import TrainConfig
+from contract.metrics import CHECKPOINT_AGE_S, CHECKPOINT_OVERDUE, STEP
 from training.checkpoint import CheckpointManager, Owner, current_run_id
 from training.data import GlobalBatchSampler, describe
 from training.distributed import Dist, StopFlag
@@ -110,7 +111,7 @@ def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = No
         else:  # finished or early-stopped: a rerun resumes or sees it done
             checkpoints.save_final(state.step, nonfinite)
     if meter.run_steps or meter.timed_steps:  # this attempt trained: its totals, the stop's save included
-        logger.final({"step": state.step, **_checkpoint_age(checkpoints, meter), **clock.metrics(trained_s),
+        logger.final({STEP: state.step, **_checkpoint_age(checkpoints, meter), **clock.metrics(trained_s),
                       **meter.run_data_wait()})
     return finish(cfg, dist, job.model, job.export_config, state)
 
@@ -127,7 +128,7 @@ def _checkpoint_age(checkpoints: CheckpointManager, meter: StepMeter) -> dict:
     """The age of the newest complete checkpoint, in seconds and in cadences (the overdue alarm's metric)."""
     age = checkpoints.age()
     overdue = checkpoint_overdue(age, checkpoints.every_s, checkpoints.interval, meter.mean_step_s)
-    return {"checkpoint_age_s": age, "checkpoint_overdue": overdue}
+    return {CHECKPOINT_AGE_S: age, CHECKPOINT_OVERDUE: overdue}
 
 
 def _oom_message(cfg: TrainConfig, job, dist: Dist, step: int, error: Exception) -> str:

@@ -16,6 +16,25 @@ import torch
 import torch.distributed as torch_dist
 
 from contract.failures import FailureCode
+from contract.metrics import (
+    CHECKPOINT_S,
+    CHECKPOINT_SAVES,
+    DATA_WAIT_MS,
+    DATA_WAIT_SHARE,
+    EPOCH,
+    EVAL_S,
+    GRAD_NORM,
+    LOSS_SCALE,
+    LR,
+    MFU,
+    SAMPLES_PER_SEC,
+    STARTUP_S,
+    STEP,
+    STEP_TIME_MS,
+    TOKENS_PER_SEC,
+    TRAIN_LOSS,
+    TRAIN_S,
+)
 from training.data import GlobalBatchSampler, epoch_fraction
 from training.distributed import Dist
 from training.metrics import peak_flops
@@ -27,13 +46,13 @@ def input_bound_line(record: dict, threshold: float, samples_per_step: int, work
     """The log's 'input bound' line when the interval's wait for data exceeds `threshold` of the step time
     (input_bound_share), with the measured rates: what the run got, and what its steps would take without the
     wait (the rate the loader must reach before more GPUs, or faster ones, can help)."""
-    share, wait_ms, step_ms = record.get("data_wait_share"), record.get("data_wait_ms"), record.get("step_time_ms")
+    share, wait_ms, step_ms = record.get(DATA_WAIT_SHARE), record.get(DATA_WAIT_MS), record.get(STEP_TIME_MS)
     if share is None or not step_ms or share <= threshold:
         return None
     got = samples_per_step / (step_ms / 1000)
     compute_ms = max(step_ms - wait_ms, 1e-6)
     needed = samples_per_step / (compute_ms / 1000)
-    return (f"[data] input bound at step {record['step']}: waited {wait_ms:.1f} ms of a {step_ms:.1f} ms step "
+    return (f"[data] input bound at step {record[STEP]}: waited {wait_ms:.1f} ms of a {step_ms:.1f} ms step "
             f"({share:.0%} > input_bound_share {threshold:g}) for the next batch; the loader delivers "
             f"{got:.1f} samples/s, the steps alone would take {needed:.1f} samples/s (data_workers={workers}): "
             "raise data_workers, give the job more CPUs per GPU, or store the data pre-decoded")
@@ -79,7 +98,8 @@ class AttemptClock:
     def __init__(self, started_at: float | None = None) -> None:
         self.started_at = process_started_at() if started_at is None else started_at
         self.startup_s: float | None = None
-        self.checkpoint_s = self.eval_s = 0.0
+        # Seconds the loop was held by checkpoint saves and by evaluations, by the metric that carries each.
+        self.held_s = {CHECKPOINT_S: 0.0, EVAL_S: 0.0}
         self.saves = 0  # checkpoints saved on the cadence: their mean stall is the next attempt's save time
 
     def training_starts(self) -> None:
@@ -89,28 +109,28 @@ class AttemptClock:
 
     def saved(self, seconds: float) -> None:
         """A checkpoint on the cadence stalled the loop this long."""
-        self.checkpoint_s += seconds
+        self.held_s[CHECKPOINT_S] += seconds
         self.saves += 1
 
     def checkpointing(self):
         """The end's save (and the wait for an async one): a stall, not a save on the cadence."""
-        return self._timed("checkpoint_s")
+        return self._timed(CHECKPOINT_S)
 
     def evaluating(self):
-        return self._timed("eval_s")
+        return self._timed(EVAL_S)
 
     @contextlib.contextmanager
-    def _timed(self, total: str):
-        """Add the block's seconds to the attribute `total`."""
+    def _timed(self, metric: str):
+        """Add the block's seconds to `metric`'s total."""
         began = time.perf_counter()
         try:
             yield
         finally:
-            setattr(self, total, getattr(self, total) + time.perf_counter() - began)
+            self.held_s[metric] += time.perf_counter() - began
 
     def metrics(self, train_s: float) -> dict:
-        return {"startup_s": self.startup_s, "train_s": train_s, "checkpoint_s": self.checkpoint_s,
-                "checkpoint_saves": self.saves, "eval_s": self.eval_s}
+        return {STARTUP_S: self.startup_s, TRAIN_S: train_s, CHECKPOINT_S: self.held_s[CHECKPOINT_S],
+                CHECKPOINT_SAVES: self.saves, EVAL_S: self.held_s[EVAL_S]}
 
 
 class StepMeter:
@@ -122,7 +142,7 @@ class StepMeter:
         self.dist, self.log_interval, self.max_steps = dist, log_interval, max_steps
         self.global_batch, self.flops_per_sample = global_batch, flops_per_sample
         self.unit = global_batch * samples_unit  # tokens (or samples) per optimizer step
-        self.rate_name = "tokens_per_sec" if kind == "tokens" else "samples_per_sec"
+        self.rate_name = TOKENS_PER_SEC if kind == "tokens" else SAMPLES_PER_SEC
         peak = peak_flops(torch.cuda.get_device_name(dist.device)) if dist.device.type == "cuda" else None
         # MFU against the bf16/fp16 tensor-core peak: meaningless for an fp32 run.
         self.peak = peak if precision.autocast else None
@@ -162,8 +182,8 @@ class StepMeter:
         values, on the attempt's last metrics line (SageMaker keeps each metric's last value)."""
         if not self.run_steps:
             return {}
-        return {"data_wait_ms": self.run_wait_s / self.run_steps * 1000,
-                "data_wait_share": self.run_wait_s / self.run_seconds if self.run_seconds else 0.0}
+        return {DATA_WAIT_MS: self.run_wait_s / self.run_steps * 1000,
+                DATA_WAIT_SHARE: self.run_wait_s / self.run_seconds if self.run_seconds else 0.0}
 
     def add(self, loss: torch.Tensor, grad_norm: torch.Tensor | None) -> None:
         self.loss_sum += loss
@@ -210,14 +230,14 @@ class StepMeter:
         self.run_seconds += elapsed
         self.run_steps += self.timed_steps
         self.run_wait_s += wait_s
-        record = {"step": step, "epoch": epoch_fraction(sampler), "train_loss": loss_sum / self.loss_steps,
-                  "lr": scheduler.get_last_lr()[0], "step_time_ms": per_step * 1000,
-                  "grad_norm": self.grad_norm.item() if self.grad_norm is not None else None,
-                  "loss_scale": scaler.get_scale() if scaler.is_enabled() else None,
+        record = {STEP: step, EPOCH: epoch_fraction(sampler), TRAIN_LOSS: loss_sum / self.loss_steps,
+                  LR: scheduler.get_last_lr()[0], STEP_TIME_MS: per_step * 1000,
+                  GRAD_NORM: self.grad_norm.item() if self.grad_norm is not None else None,
+                  LOSS_SCALE: scaler.get_scale() if scaler.is_enabled() else None,
                   self.rate_name: self.unit / per_step,
-                  "data_wait_ms": wait_s / self.timed_steps * 1000, "data_wait_share": min(1.0, wait_s / elapsed)}
+                  DATA_WAIT_MS: wait_s / self.timed_steps * 1000, DATA_WAIT_SHARE: min(1.0, wait_s / elapsed)}
         if self.peak and self.flops_per_sample:
-            record["mfu"] = self.flops_per_sample * self.global_batch / per_step / (self.peak * self.dist.world_size)
+            record[MFU] = self.flops_per_sample * self.global_batch / per_step / (self.peak * self.dist.world_size)
         self.loss_sum.zero_()
         self.loss_steps = 0
         self.restart()

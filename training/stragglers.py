@@ -22,6 +22,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from contract.metrics import SLOWEST_RANK_RATIO, STRAGGLER_RANK
+
 
 @dataclass
 class Window:
@@ -97,7 +99,7 @@ class Stragglers:
     def metrics(interval: Interval) -> dict:
         """straggler_rank (the slowest named rank, -1 when none) and slowest_rank_ratio (contract.metrics)."""
         slowest = max(interval.named, key=lambda r: interval.ratios[r], default=-1)
-        return {"straggler_rank": slowest, "slowest_rank_ratio": max(interval.ratios)}
+        return {STRAGGLER_RANK: slowest, SLOWEST_RANK_RATIO: max(interval.ratios)}
 
     def lines(self, interval: Interval) -> list[str]:
         """A log line per named rank, when it is first named and every REPEAT_EVERY intervals after (the metric

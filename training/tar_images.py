@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from contract.data_formats import WEBDATASET
 from contract.errors import ConfigError
 from training.environment import DataMissing
 
@@ -86,7 +87,7 @@ class TarImageDataset:
     keyed by the process that opened it.
     """
 
-    decode_heavy = True  # the loader's `data_workers=auto` gives this format worker processes
+    data_format = WEBDATASET  # the loader's `data_workers=auto` gives this format worker processes
 
     def __init__(self, directory: str | Path, meta: dict, shape: tuple[int, int, int] | None = None,
                  num_classes: int | None = None, augment: bool = True, seed: int = 0) -> None:

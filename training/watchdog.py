@@ -38,7 +38,7 @@ from pathlib import Path
 
 from contract.failures import FailureCode, failure_line
 from contract.hyperparameters import TrainConfig
-from contract.metrics import format_metrics
+from contract.metrics import STEP, format_metrics
 from training.environment import write_failure
 from training.stragglers import Stragglers, Window
 
@@ -158,7 +158,7 @@ class Watchdog:
             return
         for line in self.stragglers.lines(interval):
             print(line, flush=True)
-        print(format_metrics({"step": step, **self.stragglers.metrics(interval)}), flush=True)
+        print(format_metrics({STEP: step, **self.stragglers.metrics(interval)}), flush=True)
 
     # ---- the watchdog thread ----
 

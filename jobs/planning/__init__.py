@@ -5,6 +5,7 @@
     memory     bytes per GPU          timing     seconds per step        cadence   checkpoints, interruptions
     candidates one sized layout        plan       the recommendation      warnings  what to look out for
     auto       what `strategy: auto` may run, and its pick (the renderer sends the pick's degrees)
+    input_check  can the loader feed the GPUs: the format's measured load rate x the vCPUs, against their need
 """
 
 from jobs.planning.plan import PlanResult, plan_request

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import datetime as dt
-import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from jobs import catalog
+from jobs.planning import input_check
 from jobs.planning.auto import AutoScope, auto_scope
 from jobs.planning.candidates import Candidate, best, evaluate, layouts
+from jobs.planning.input_check import InputCheck
 from jobs.planning.layout import AUTO_STRATEGIES, Numerics, numerics
 from jobs.planning.measured import calibration_for, corrected, usable
 from jobs.planning.shape import ModelFacts, PlanInputError, model_facts
 from jobs.planning.warnings import PlanWarning, add_warnings
+from jobs.prices import PRICE_RULE, usd_per_hour
 
 # Shapes compared against the request's: the training families' largest sizes (8 GPUs, EFA).
 COMPARED_TYPES = ("ml.p4d.24xlarge", "ml.p4de.24xlarge", "ml.p5.48xlarge", "ml.p5en.48xlarge",
@@ -33,6 +35,7 @@ class PlanResult:
     reason: str = ""
     scope: AutoScope | None = None  # what `strategy: auto` may run here
     runs: tuple[int, int] = (0, 0)  # the platform's run records given, and those usable (jobs.planning.measured)
+    input: InputCheck | None = None  # the loader's rate against the GPUs' need (jobs.planning.input_check)
 
     def to_dict(self) -> dict[str, Any]:
         return {"recommendation": self.recommendation.to_dict() if self.recommendation else None,
@@ -40,7 +43,8 @@ class PlanResult:
                                   "corrected": sum(1 for c in self.candidates if getattr(c, "runs", None))},
                 "auto_strategy": self.auto.layout.strategy if self.auto else None, "reason": self.reason,
                 "candidates": [c.to_dict() for c in self.candidates],
-                "warnings": [{"code": w.code, "message": w.message} for w in self.warnings]}
+                "warnings": [{"code": w.code, "message": w.message} for w in self.warnings],
+                "input": self.input.to_dict() if self.input else None}
 
 
 def requested_shape(spec: catalog.InstanceSpec, count: int, sizing: Any) -> tuple[int, int]:
@@ -106,8 +110,8 @@ def price_table(prices: Mapping[str, float] | None) -> Mapping[str, float]:
     if prices is None:
         return {}
     for instance_type, price in prices.items():
-        if isinstance(price, bool) or not isinstance(price, int | float) or not math.isfinite(price) or price <= 0:
-            raise PlanInputError(f"prices[{instance_type!r}]", price, "must be a positive number of USD per hour")
+        if usd_per_hour(price) is None:
+            raise PlanInputError(f"prices[{instance_type!r}]", price, PRICE_RULE)
     return prices
 
 
@@ -118,12 +122,15 @@ def run_correction(request: Any, runs: list[Any]) -> Correction:
 
 
 def plan_request(request: Any, platform: Any = None, now: dt.datetime | None = None,
-                 prices: Mapping[str, float] | None = None, runs: Iterable[Any] = ()) -> PlanResult:
+                 prices: Mapping[str, float] | None = None,
+                 dataset_meta: Mapping[str, Any] | str | None = None, runs: Iterable[Any] = ()) -> PlanResult:
     """Size a parsed JobRequest. Raises PlanInputError for inputs the planner cannot use.
 
     `prices`: on-demand training USD per instance-hour by instance type ("ml.p4d.24xlarge"); a type missing from it
-    has no cost ("price unknown"). None: no prices (see price_table). `runs`: the platform's run records' `measured`
-    sections (jobs.planning.measured), which correct the candidates they match; one it cannot use is left out."""
+    has no cost ("price unknown"). None: no prices (see price_table). `dataset_meta`: the dataset's meta.json (its format
+    feeds the input check), or why the caller could not read it (cli.dataset_meta), or None. `runs`: the platform's
+    run records' `measured` sections (jobs.planning.measured), which correct the candidates they match; one it cannot
+    use is left out."""
     prices = price_table(prices)
     runs = list(runs)
     usable_runs = [r for r in runs if usable(r)]
@@ -153,7 +160,7 @@ def plan_request(request: Any, platform: Any = None, now: dt.datetime | None = N
     others = other_shapes(m, n, spec.instance_type, sizing, spot, (spec.instance_type, nodes, per_node), prices,
                           correct)
     result = PlanResult(rec, auto, mine + others, model=m, reason=_reason(rec, auto), scope=scope,
-                        runs=(len(runs), len(usable_runs)))
+                        input=input_check.check(rec, m, spec, request, dataset_meta), runs=(len(runs), len(usable_runs)))
     add_warnings(result, request, platform, now or dt.datetime.now(dt.UTC))
     return result
 

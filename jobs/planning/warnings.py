@@ -1,5 +1,5 @@
 """What the plan warns about: a run that does not fit, does not pay, misses its deadline or budget, cannot be
-fed by its input mode, or outlives its training plan."""
+fed by its loader (jobs.planning.input_check) or its input mode, or outlives its training plan."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobs.planning.cadence import PLAN_RECLAIM_HOURS
+from jobs.planning.candidates import STARTUP_HOURS
+from jobs.planning.input_check import fixes
 
 POOR_EFFICIENCY = 0.5  # below this, more than half of the GPU-hours wait on communication
 # FSx for Lustre: the platform's file system (README: PERSISTENT_2, 1200 GiB at 250 MB/s per TiB). FastFile
@@ -101,17 +103,40 @@ def _price_unknown(instance_type: str, budget: float | None) -> str:
 
 
 def _io(result: Any, request: Any, w: list) -> None:
+    """io_bound: the input check's shortfall (result.input: the loader's decode rate against the GPUs' need), and
+    the input mode's bandwidth against the bytes those samples take in the dataset's format."""
     rec, m = result.recommendation, result.model
-    if m is None or m.sample_bytes is None:
+    check = getattr(result, "input", None)
+    if m is None or check is None:
         return
-    samples_s = rec.throughput / (m.tokens if rec.throughput_unit == "tokens/s" else 1)
-    need = samples_s * m.sample_bytes
-    mode = request.effective_input_mode
-    supply = {"FSx": FSX_BYTES_S, "FastFile": FASTFILE_BYTES_S_PER_NODE * rec.layout.nodes}.get(mode)
-    if supply is not None and need > supply:
-        w.append(PlanWarning("io_bound", (
-            f"{samples_s:,.0f} samples/s need {need / 1e6:,.0f} MB/s of input; {mode} gives about "
-            f"{supply / 1e6:,.0f} MB/s: the GPUs will wait (use File mode, a larger FSx, or fewer GPUs).")))
+    short = []
+    if check.bound:
+        short.append(f"the loader supplies {check.supply:,.0f} samples/s per instance ({check.processes} processes "
+                     f"at ~{check.rate_per_process:,.0f} each, {check.data_format}), the GPUs consume "
+                     f"{check.need:,.0f}: {check.wait_share:.0%} of each step waits for data, over input_bound_share "
+                     f"{check.limit:g}, and the run takes ~{_fed_hours(rec.hours, check.wait_share):,.2f} h, not "
+                     f"{rec.hours:,.2f} (fix: {fixes(check, rec.instance_type)})")
+    # An unknown format is read as the model's raw sample (a ViT's: pixels as .npy arrays, the largest).
+    sample_bytes = check.bytes_per_sample if check.checked else m.sample_bytes
+    if sample_bytes is not None:
+        samples_s = rec.throughput / (m.tokens if rec.throughput_unit == "tokens/s" else 1)
+        need = samples_s * sample_bytes
+        mode = request.effective_input_mode
+        supply = {"FSx": FSX_BYTES_S, "FastFile": FASTFILE_BYTES_S_PER_NODE * rec.layout.nodes}.get(mode)
+        if supply is not None and need > supply:
+            as_what = f"{check.data_format}" if check.checked else "raw samples: the format is unknown"
+            fix = "a larger FSx (its throughput grows with its size), File mode" if mode == "FSx" else \
+                "FSx for Lustre or File mode"
+            short.append(f"{samples_s:,.0f} samples/s need {need / 1e6:,.0f} MB/s of input ({as_what}); {mode} "
+                         f"gives about {supply / 1e6:,.0f} MB/s (fix: {fix}, or fewer GPUs)")
+    if short:
+        w.append(PlanWarning("io_bound", "the GPUs will wait for input: " + "; and ".join(short) + "."))
+
+
+def _fed_hours(hours: float, wait_share: float) -> float:
+    """The run's hours when each step also waits `wait_share` of its time for data: its steps (not the startup)
+    take 1 / (1 - share) as long."""
+    return STARTUP_HOURS + (hours - STARTUP_HOURS) / (1 - wait_share)
 
 
 def _training_plan(result: Any, request: Any, platform: Any, now: dt.datetime, w: list) -> None:

@@ -10,7 +10,8 @@ from jobs.classify import (
     Category,
     classify_api_error,
     classify_description,
-    classify_failure,
+    classify_launch,
+    ended_job_in,
     parse_cause,
     to_epoch,
 )
@@ -83,33 +84,56 @@ def test_api_errors(error, message, category):
     assert f.category == category and not f.job_started
 
 
+def decide_classifies(failure: dict, look_up=lambda: None):
+    """What Decide does with a Launch failure (jobs.handler._decide): the ended job the Cause carries, else the job
+    looked up by the attempt's name (`look_up`: its DescribeTrainingJob, None when there is none), then
+    classify_launch. Returns the failure and the job it was classified by."""
+    described = ended_job_in(failure)
+    if described is None:
+        described = look_up()
+    return classify_launch(failure, described), described
+
+
 def test_a_json_description_in_the_cause():
-    failure, described = classify_failure({"Error": "States.TaskFailed",
-                                           "Cause": json.dumps(job(reason=CAPACITY_REASON))})
+    failure, described = decide_classifies({"Error": "States.TaskFailed",
+                                            "Cause": json.dumps(job(reason=CAPACITY_REASON))})
     assert failure.category == Category.CAPACITY and described["TrainingJobStatus"] == "Failed"
 
 
-def test_a_plain_message_falls_back_to_describe():
+def test_a_description_in_the_cause_is_not_looked_up():
+    def look_up():
+        raise AssertionError("the Cause carried the ended job: no look-up")
+
+    failure, _ = decide_classifies({"Error": "States.TaskFailed", "Cause": json.dumps(job(reason=CAPACITY_REASON))},
+                                   look_up)
+    assert failure.category == Category.CAPACITY
+
+
+def test_a_plain_message_falls_back_to_the_looked_up_job():
     calls = []
 
-    def describe():
+    def look_up():
         calls.append(1)
         return job("Stopped", "Interrupted")
 
-    failure, described = classify_failure({"Error": "States.TaskFailed", "Cause": "Training job failed"}, describe)
+    failure, described = decide_classifies({"Error": "States.TaskFailed", "Cause": "Training job failed"}, look_up)
     assert failure.category == Category.SPOT_INTERRUPTION and calls == [1] and described["SecondaryStatus"] == "Interrupted"
     # no job (creation failed): classified from the message
-    failure, described = classify_failure({"Error": "States.TaskFailed", "Cause": "InternalServerError"},
-                                          lambda: None)
+    failure, described = decide_classifies({"Error": "States.TaskFailed", "Cause": "InternalServerError"})
     assert failure.category == Category.INTERNAL and described is None
 
 
-def test_api_errors_do_not_call_describe():
-    def describe():
-        raise AssertionError("a job that was never created cannot be described")
-
-    failure, _ = classify_failure({"Error": "SageMaker.ResourceLimitExceededException", "Cause": "limit"}, describe)
+def test_api_errors_without_a_job_are_classified_by_the_error():
+    failure, _ = decide_classifies({"Error": "SageMaker.ResourceLimitExceededException", "Cause": "limit"})
     assert failure.category == Category.QUOTA
+
+
+def test_a_job_that_is_not_ended_is_not_the_failure():
+    """A job still running (Decide waits on it instead) or unknown to be ended: the API error classifies."""
+    running = job("InProgress", "Training")
+    assert classify_launch({"Error": "SageMaker.ResourceLimitExceededException", "Cause": "limit"},
+                           running).category == Category.QUOTA
+    assert ended_job_in({"Error": "States.TaskFailed", "Cause": json.dumps(running)}) is None
 
 
 def test_cause_shapes():
@@ -117,14 +141,14 @@ def test_cause_shapes():
     assert parse_cause(job()) is not None
     assert parse_cause("not json") is None
     assert parse_cause(json.dumps({"errorMessage": "x", "errorType": "Y"})) is None
-    failure, _ = classify_failure({"Error": "SageMaker.AmazonSageMakerException", "Cause": json.dumps(
+    failure, _ = decide_classifies({"Error": "SageMaker.AmazonSageMakerException", "Cause": json.dumps(
         {"errorMessage": "Rate exceeded", "errorType": "ThrottlingException"})})
     assert failure.category == Category.THROTTLING
     # a description wrapped in a message
-    failure, _ = classify_failure({"Error": "States.TaskFailed",
-                                   "Cause": "Training job failed: " + json.dumps(job("Stopped", "Stopped"))})
+    failure, _ = decide_classifies({"Error": "States.TaskFailed",
+                                    "Cause": "Training job failed: " + json.dumps(job("Stopped", "Stopped"))})
     assert failure.category == Category.INTERRUPTION
-    failure, _ = classify_failure({})
+    failure, _ = decide_classifies({})
     assert failure.category == Category.UNKNOWN
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 
 import pytest
 from botocore.exceptions import ParamValidationError
@@ -13,6 +15,7 @@ from hypothesis import strategies as st
 from contract.container import ENV_RUN_ID, STOP_FILE
 from contract.metrics import MAX_METRIC_DEFINITIONS, METRIC_NAMES, metric_definitions
 from jobs import catalog
+from jobs import render as render_module
 from jobs.container_entry import IMAGE_START
 from jobs.environment_rules import credential_problem
 from jobs.platform import LocalPlatformSettings, PlatformSettings
@@ -44,6 +47,30 @@ def render(doc, platform, attempt=1, **kw):
 
 def decoded(create) -> dict:
     return {k: json.loads(v) for k, v in create["HyperParameters"].items()}
+
+
+@pytest.mark.parametrize(("keys", "named"), [
+    (CREATE_REQUEST_KEYS[:-1], "rendered only: ['Tags']"),  # the state machine would drop the tags
+    ((*CREATE_REQUEST_KEYS, "RetryStrategy"), "mapped only: ['RetryStrategy']"),  # every launch would fail
+    (CREATE_REQUEST_KEYS[::-1], "rendered only: [], mapped only: []"),  # same keys, another order
+])
+def test_a_render_whose_keys_are_not_the_mapped_ones_fails(monkeypatch, platform, keys, named):
+    monkeypatch.setattr(render_module, "CREATE_REQUEST_KEYS", keys)
+    with pytest.raises(RuntimeError, match="change CREATE_REQUEST_KEYS with render_create_training_job") as failed:
+        render({}, platform)
+    assert named in str(failed.value)
+
+
+def test_the_key_check_holds_under_python_O():
+    """`python -O` drops asserts; the check must not be one."""
+    child = ("import jobs.render as r; from tests.jobs.conftest import load_platform; "
+             "from tests.jobs.test_render import BASE; from jobs.request import parse_request; "
+             "r.CREATE_REQUEST_KEYS = r.CREATE_REQUEST_KEYS[:-1]\n"
+             "try: r.render_create_training_job(parse_request(BASE), load_platform(), run_id='gpt-1234', attempt=1)\n"
+             "except RuntimeError as e: print('refused:', e)")
+    done = subprocess.run([sys.executable, "-O", "-c", child], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("refused: the rendered CreateTrainingJob keys")
 
 
 @pytest.mark.parametrize("path", [p for p in REQUEST_EXAMPLES if not p.name.startswith("local-")], ids=lambda p: p.name)

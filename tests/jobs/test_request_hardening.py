@@ -99,6 +99,7 @@ STRING_FIELDS = {
     "parallel.pipeline_schedule": lambda bad: request(parallel={"pipeline_schedule": f"1f1b{bad}"}),
     "model_shape.kind": lambda bad: request(model="my_pkg.models:build", model_shape={
         "kind": f"decoder{bad}", "params": 1000000}),
+    "sizing.data_format": lambda bad: request(sizing={"data_format": f"webdataset{bad}"}),
     "tags.team": lambda bad: nested("tags", "team", f"nlp{bad}"),
     "metrics[0].name": lambda bad: request(metrics=[{"name": f"acc{bad}", "regex": "acc=([0-9.]+)"}]),
     "environment.NCCL_DEBUG": lambda bad: nested("environment", "NCCL_DEBUG", f"WARN{bad}"),

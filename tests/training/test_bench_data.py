@@ -4,6 +4,7 @@ belong in README, measured side by side in one run; this keeps its command worki
 from __future__ import annotations
 
 from bench import data
+from contract.data_formats import TOKENS, load_rate
 
 
 def test_the_bench_prints_every_format_side_by_side_per_worker_count(capsys):
@@ -15,3 +16,8 @@ def test_the_bench_prints_every_format_side_by_side_per_worker_count(capsys):
     rows = [line.split() for line in out if line[:1].isdigit()]
     assert [row[0] for row in rows] == ["0", "1"] and all(len(row) == 1 + 2 * 3 for row in rows)
     assert all(float(cell.replace(",", "").strip("()")) > 0 for row in rows for cell in row[1:])
+    # Beside them, the planner's figures for the same sizes (contract.data_formats), thread | worker per format.
+    planner = next(line for line in out if line.startswith("planner")).split()[1:]
+    assert len(planner) == 3 * 3 and planner[1::3] == ["|"] * 3
+    assert float(planner[0].replace(",", "")) == round(load_rate(TOKENS, 32, worker=False))
+    assert "CPUs (" in out[0] and "load average" in out[0]
