@@ -3,9 +3,9 @@ against the planner's figure (the `measured` section Summarize writes: jobs.plan
 
 `trainctl runs` and `trainctl show` read executions' summaries from Step Functions anyway; they keep each run's
 `measured` section in ~/.cache/trainctl/measured-runs.json ($XDG_CACHE_HOME/trainctl when set, beside the price
-cache: cli.prices), keyed by training job name, newest KEEP. `trainctl plan` then reads that file, with no AWS
-call: `--runs cache` (the default), `--runs FILE.json` (a JSON list of such sections, e.g. a team's shared
-one) or `--runs none` (the published rows only). A file that cannot be read, or a section it cannot use, is
+cache: cli.prices), keyed by training job name, the KEEP given last (trainctl runs gives them oldest run first).
+`trainctl plan` then reads that file, with no AWS call: `--runs cache` (the default), `--runs FILE.json` (a JSON
+list of such sections, e.g. a team's shared one) or `--runs none` (the published rows only). A file that cannot be read, or a section it cannot use, is
 said so and left out; the plan goes on.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 from cli.errors import UserError
 
-KEEP = 500  # sections kept: the newest, by the order `trainctl runs` found them
+KEEP = 500  # sections kept: the last given (a plan reads a few matching runs; the file stays small)
 
 
 def cache_path() -> Path:
@@ -85,8 +85,9 @@ def load_runs(option: str) -> RunRecords:
 
 
 def remember(sections: Iterable[Mapping[str, Any] | None]) -> str | None:
-    """Add runs' `measured` sections to the cache (a section of a job already there replaces it); returns a note
-    when the cache cannot be written (the command goes on without it)."""
+    """Add runs' `measured` sections, oldest first, to the cache (a section of a job already there replaces it and
+    moves to the end; the first are dropped past KEEP); returns a note when the cache cannot be written (the
+    command goes on without it)."""
     new = [s for s in sections if isinstance(s, Mapping) and s.get("job_name")]
     if not new:
         return None

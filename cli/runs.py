@@ -133,7 +133,8 @@ def keep_measured(views: list[RunView]) -> None:
     from cli.errors import stderr
     from cli.run_cache import remember
 
-    if note := remember(m for view in views for m in view.measured):
+    # Oldest first (collect_runs lists the newest run first): the cache keeps the newest it was given.
+    if note := remember(m for view in reversed(views) for m in view.measured):
         stderr.print(f"[yellow]run cache[/]: {escape(note)}")
 
 

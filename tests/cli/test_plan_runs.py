@@ -116,3 +116,14 @@ def test_an_unreadable_cache_is_said_and_the_plan_goes_on(request_file, platform
     assert "could not be read" in result.stdout and "Traceback" not in result.output
     # remember() rewrites it whole from what it can read.
     assert remember(slow_runs(1.25, 1)) is None and len(json.loads(cache_path().read_text())) == 1
+
+
+def test_the_cache_keeps_the_sections_given_last(monkeypatch):
+    import cli.run_cache
+
+    monkeypatch.setattr(cli.run_cache, "KEEP", 2)
+    runs = slow_runs(1.25, 3)
+    assert remember(runs) is None
+    assert [s["job_name"] for s in json.loads(cache_path().read_text())] == ["job-1", "job-2"]
+    assert remember([runs[1]]) is None  # seen again: moved to the end, the other kept
+    assert [s["job_name"] for s in json.loads(cache_path().read_text())] == ["job-2", "job-1"]
