@@ -152,3 +152,18 @@ def test_a_malformed_or_old_record_is_left_out(bad):
     assert result.to_dict()["measured_runs"]["given"] == 2 and result.to_dict()["measured_runs"]["usable"] == 1
     assert _candidate(result, P5, "fsdp", 2).step_time_s == pytest.approx(
         1.25 * _candidate(plain, P5, "fsdp", 2).step_time_s, rel=1e-4)
+
+
+def test_the_narrowest_tier_with_runs_is_the_one_used():
+    """Runs of the same size and strategy outrank runs of another size (the same strategy), which outrank runs of
+    the family with another strategy."""
+    same = slow_runs(1.25, 1)
+    other_size = [dict(r, run_id="350m", job_name="job-350m", model_size="350m") for r in slow_runs(2.0, 1)]
+    fixed = plan_request(request(), runs=same + other_size)
+    fsdp = _candidate(fixed, P5, "fsdp", 2).to_dict()["measured_runs"]
+    assert (fsdp["count"], fsdp["measured_over_predicted"]) == (1, 1.25)
+    ddp = _candidate(fixed, P5, "ddp", 2).to_dict()["measured_runs"]  # no ddp run: the family's two, their median
+    assert (ddp["count"], ddp["measured_over_predicted"], ddp["matched_on"]) == (2, 1.625, "instance type, model")
+    smaller = plan_request(request(model_size="125m"), runs=same + other_size)
+    tier = _candidate(smaller, P5, "fsdp", 2).to_dict()["measured_runs"]  # no 125m run: fsdp runs of any size
+    assert (tier["count"], tier["matched_on"]) == (2, "instance type, model, strategy")
