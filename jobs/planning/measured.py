@@ -75,7 +75,7 @@ def measured_section(job: Mapping[str, Any] | None, run_id: str = "") -> dict[st
     metrics = {m.get("MetricName"): m.get("Value") for m in job.get("FinalMetricDataList") or []}
     step_ms, resources = metrics.get(STEP_TIME_MS), job.get("ResourceConfig") or {}
     instance_type, count = resources.get("InstanceType"), resources.get("InstanceCount")
-    if not _positive(step_ms) or not instance_type or not count:
+    if not _positive(step_ms) or not isinstance(instance_type, str) or not isinstance(count, int) or count < 1:
         return None
     hps = _decoded(job.get("HyperParameters") or {})
     defaults = TrainConfig()
@@ -101,10 +101,12 @@ def _prediction(section: dict[str, Any], hps: Mapping[str, Any]) -> tuple[dict[s
     spec = catalog.lookup(section["instance_type"])
     if spec is None or not spec.accelerators or spec.gpu is None:
         return {}, f"{section['instance_type']} is not a GPU type of the catalog"
-    layout = job_layout(section["strategy"], section["instance_count"], spec.accelerators, hps)
-    if layout is None:
-        return {}, f"the planner does not lay out strategy {section['strategy']}"
+    # A hyperparameter of a type the planner cannot read (a job not launched by this platform's renderer) is said,
+    # never a fault of Summarize.
     try:
+        layout = job_layout(section["strategy"], section["instance_count"], spec.accelerators, hps)
+        if layout is None:
+            return {}, f"the planner does not lay out strategy {section['strategy']}"
         n = numerics(hps)
         m = model_facts(section["model"], section["model_size"], None, n.seq_len)
     except (PlanInputError, TypeError, ValueError) as exc:

@@ -62,6 +62,8 @@ def test_torch_native_degrees_are_the_training_packages():
     (described_job(strategy="smp"), "does not lay out strategy smp"),
     (described_job(model="mypkg.models:net", size="custom"), "model_shape does not reach the job"),
     (described_job(micro_batch_size=0), "micro_batch_size"),
+    (described_job(strategy="tp", tp_degree="eight"), "cannot read the job's hyperparameters"),
+    (described_job(model=["gpt"]), "cannot read the job's hyperparameters"),
     (described_job(instance_type="ml.c5.4xlarge"), "not a GPU type"),
 ])
 def test_a_layout_the_planner_cannot_size_is_recorded_without_a_figure_and_says_why(job, why):
@@ -74,6 +76,9 @@ def test_a_layout_the_planner_cannot_size_is_recorded_without_a_figure_and_says_
 def test_a_job_that_measured_no_step_time_has_no_section():
     assert measured_section(described_job(None)) is None
     assert measured_section(None) is None
+    groups = described_job()
+    groups["ResourceConfig"] = {"InstanceGroups": [{"InstanceType": P5, "InstanceCount": 2, "InstanceGroupName": "a"}]}
+    assert measured_section(groups) is None  # instance groups: no one type to calibrate
     assert measured_section({"FinalMetricDataList": [{"MetricName": STEP_TIME_MS, "Value": float("nan")}],
                              "ResourceConfig": {"InstanceType": P5, "InstanceCount": 1}}) is None
 
