@@ -84,7 +84,7 @@ def measured_section(job: Mapping[str, Any] | None, run_id: str = "") -> dict[st
         "instance_type": instance_type, "instance_count": count, "strategy": hps.get("strategy", defaults.strategy),
         "model": hps.get("model", defaults.model), "model_size": hps.get("model_size", defaults.model_size),
         "micro_batch_size": hps.get("micro_batch_size", defaults.micro_batch_size), "seq_len": hps.get("seq_len"),
-        # The measured figures under the metrics' own names' units: seconds, and MFU by its metric's name.
+        # The step time in seconds (the metric is in ms, the planner in s); MFU under its metric's own name.
         "step_time_s": step_ms / 1e3, MFU: metrics.get(MFU),
     }
     predicted, why = _prediction(section, hps)
@@ -142,7 +142,7 @@ class RunCalibration:
 
     factor: float  # median measured/predicted step time
     runs: tuple[Mapping[str, Any], ...]
-    matched_on: str  # "instance type, model, size and strategy", ...
+    matched_on: str  # the keys the runs share with the candidate: "instance type, model, model size, strategy", ...
     band: float | None  # the ratios' spread around the factor; None from one run
 
     def describe_runs(self) -> list[str]:
