@@ -118,9 +118,10 @@ def _check_parallelism(loaded: LoadedRequest, values: dict[str, Any], processes:
     """The degrees the job will run, against this machine's processes, before any process starts. They are read
     from the rendered hyperparameters: for `strategy: auto` that is the planner's pick, sized for the request's
     instances rather than for this machine, so checking the request's own `parallel` section would miss it."""
-    from jobs.parallelism import TORCH_NATIVE, rendered_problems
+    from contract.parallel import MODEL_PARALLEL
+    from jobs.parallelism import rendered_problems
 
-    if values.get("strategy") not in TORCH_NATIVE:
+    if values.get("strategy") not in MODEL_PARALLEL:
         return
     request = loaded.request
     problems = rendered_problems(values, request.model, request.model_size, hosts=1, per_host=processes)

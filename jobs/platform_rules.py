@@ -15,11 +15,12 @@ from contract.hyperparameters import (
     canonical_name,
     nearest_global_batches,
 )
+from contract.parallel import MODEL_PARALLEL
 from jobs import catalog
 from jobs.api_limits import PLATFORM_TAGS
 from jobs.environment_rules import environment_problems, secret_scope_problem
 from jobs.images import image_problem, image_source_problem, starts_through_platform_entry
-from jobs.parallelism import TORCH_NATIVE, request_problems
+from jobs.parallelism import request_problems
 from jobs.platform import LocalPlatformSettings, PlatformSettings
 from jobs.request_fields import dataset_kind
 from jobs.request_schema import JobRequest
@@ -163,7 +164,7 @@ def _parallelism_problems(request: JobRequest, platform: PlatformSettings) -> li
     """The torch-native degrees against the cluster: GPUs per instance and instances, on instance.type and on each
     fallback type (a capacity retry keeps the degrees and the count). `trainctl local` checks them against its
     process count instead (it knows --nproc only when it runs)."""
-    if is_local_platform(platform) or request.instance is None or request.strategy.value not in TORCH_NATIVE:
+    if is_local_platform(platform) or request.instance is None or request.strategy.value not in MODEL_PARALLEL:
         return []
     found: list[Problem] = []
     for i, instance_type in enumerate(request.instance_types):

@@ -27,10 +27,6 @@ from training.flops import parameters_of, part_flops_per_token
 SCHEDULES = {"1f1b": "Schedule1F1B", "interleaved_1f1b": "ScheduleInterleaved1F1B", "gpipe": "ScheduleGPipe"}
 
 
-def stages_per_rank(schedule: str) -> int:
-    return 2 if schedule == "interleaved_1f1b" else 1
-
-
 class KeptBlocks(nn.Module):
     """Some of a model's blocks under their original indices, iterated in order like the ModuleList."""
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from contract.models import REFERENCE_MODELS
-from jobs.parallelism import TORCH_NATIVE
+from contract.parallel import MODEL_PARALLEL
 from jobs.planning.candidates import Candidate, best
 from jobs.planning.layout import LAYER_SPLITTING, Numerics
 from jobs.planning.shape import ModelFacts
@@ -33,7 +33,7 @@ class AutoScope:
         lay = c.layout
         if not lay.auto_ok:
             return "is not in the training package yet" if not lay.runnable else "is not one auto picks"
-        if lay.strategy in TORCH_NATIVE and not self.native:
+        if lay.strategy in MODEL_PARALLEL and not self.native:
             return ("needs its mesh over the job's whole cluster of one instance type (sizing.max_gpus or "
                     "instance_groups size another shape)")
         if lay.strategy in LAYER_SPLITTING and not self.split_layers:

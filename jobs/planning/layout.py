@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from contract.hyperparameters import TRAINING_STRATEGIES, TrainConfig, canonical_name
-from jobs.parallelism import TORCH_NATIVE, check_parallelism, parallel_hyperparameters
+from contract.parallel import MODEL_PARALLEL
+from jobs.parallelism import check_parallelism, parallel_hyperparameters
 from jobs.planning.shape import PlanInputError
 
 DEGREES = ("replicate", "shard", "tensor", "pipeline")
@@ -80,14 +81,14 @@ class Layout:
         check): e.g. a pipeline whose stages do not split the layers, or micro-batches that do not divide."""
         return check_parallelism(
             self.strategy, hosts=self.nodes, per_host=self.gpus_per_node, tensor=self.tensor,
-            pipeline=self.pipeline, shard=self.shard if self.strategy in TORCH_NATIVE else 0,
+            pipeline=self.pipeline, shard=self.shard if self.strategy in MODEL_PARALLEL else 0,
             microbatches=self.microbatches if self.pipeline > 1 else None, schedule=schedule,
             n_layer=layers or None, n_head=heads or None, micro_batch_size=micro_batch_size)
 
     def hyperparameters(self, schedule: str) -> dict[str, Any]:
         """What the launcher sends for this layout (jobs.parallelism.parallel_hyperparameters); {} for data-only."""
         return parallel_hyperparameters(self.strategy, self.tensor, self.pipeline,
-                                        self.shard if self.strategy in TORCH_NATIVE else 0,
+                                        self.shard if self.strategy in MODEL_PARALLEL else 0,
                                         self.microbatches if self.pipeline > 1 else None, schedule)
 
 
