@@ -297,7 +297,8 @@ def sizing_table(result: Any) -> Table:
         d = c.to_dict()
         mark = "*" if c is rec else ""
         strategy = d["strategy"] + ("" if d["runnable"] else " (not in package)")
-        degrees = "/".join(str(v) for v in d["degrees"].values())
+        degrees = "/".join(str(v) for v in d["degrees"].values()) + (
+            " interleaved" if d["pipeline_schedule"] == "interleaved_1f1b" else "")
         fit = f"{d['memory_per_gpu_gib']:.1f}" + ("" if d["fits"] else " (no fit)")
         table.add_row(mark, strategy, degrees, f"{d['instance_count']} x {d['instance_type']}", str(d["gpus"]), fit,
                       f"{d['step_time_s']:.3g}", f"{d['throughput']:,.0f}", f"{d['scaling_efficiency']:.0%}",

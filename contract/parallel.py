@@ -162,7 +162,7 @@ def layout_problems(strategy: str, *, hosts: int, per_host: int, tensor: int = 1
                                 "attention heads: choose a degree that divides the head count"))
     if pipeline > 1:
         problems += layer_split_problems(pipeline, schedule, n_layer, a)
-        problems += microbatch_problems(microbatches, pipeline, tensor, micro_batch_size, a)
+        problems += microbatch_problems(microbatches, pipeline, tensor, micro_batch_size, a, schedule)
     return problems
 
 
@@ -193,14 +193,20 @@ def layer_split_problems(pipeline: int, schedule: str, n_layer: int | None, a: A
 
 
 def microbatch_problems(given: int | None, pipeline: int, tensor: int, micro_batch_size: int | None,
-                        a: Audience = REQUEST) -> list[Problem]:
+                        a: Audience = REQUEST, schedule: str = "1f1b") -> list[Problem]:
     """A pipeline step splits the batch group's pooled micro-batches (micro_batch_size x pipeline x tensor
-    ranks) into pp_microbatches: at least one per stage, and a divisor of the pooled samples."""
+    ranks) into pp_microbatches: at least one per stage, and a divisor of the pooled samples. The interleaved
+    schedule runs them in rounds of about one per stage (torch's ScheduleInterleaved1F1B refuses a count that
+    its rounds, count // stages, do not divide)."""
     m, name = microbatches(given, pipeline), a.name(a.microbatches)
     if m < pipeline:
         return [Problem(a.microbatches, f"{name}={m} is fewer than the {pipeline} pipeline stages: the pipeline "
                         f"would never fill; use at least {a.name(a.pipeline)} micro-batches (default "
                         f"{DEFAULT_MICROBATCHES_PER_STAGE} x)")]
+    rounds = m // pipeline
+    if stages_per_rank(schedule) > 1 and m % rounds:
+        return [Problem(a.microbatches, f"{name}={m} does not split into the interleaved schedule's {rounds} rounds "
+                        f"({m} // {a.name(a.pipeline)} {pipeline}): use a multiple of {a.name(a.pipeline)}")]
     pooled = (micro_batch_size or 0) * pipeline * tensor
     if micro_batch_size and pooled % m:
         return [Problem(a.microbatches, (

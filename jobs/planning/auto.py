@@ -26,7 +26,7 @@ class AutoScope:
     native: bool  # hsdp, tp, pp, hybrid allowed: the sized shape is the job's whole cluster
     split_layers: bool  # tp, pp, hybrid allowed: native, and a reference model
     micro_batch: int  # the request's micro_batch_size: training checks pipeline micro-batches against it
-    schedule: str
+    schedule: str  # the request's parallel.pipeline_schedule: auto runs pipelines with it alone
 
     def refusal(self, c: Candidate) -> str | None:
         """Why `strategy: auto` may not run `c` (a phrase after "it"), or None when it may."""
@@ -39,7 +39,10 @@ class AutoScope:
         if lay.strategy in LAYER_SPLITTING and not self.split_layers:
             return ("splits layers, which auto does only for the reference models (set strategy and `parallel` "
                     "for a model of your own that has a tp_plan and pipeline_edges)")
-        problems = lay.problems(self.model.layers, self.model.heads, self.micro_batch, self.schedule)
+        if lay.pipeline > 1 and lay.schedule != self.schedule:
+            return (f"runs the {lay.schedule} schedule, and the request's parallel.pipeline_schedule is "
+                    f"{self.schedule} (set it to {lay.schedule} for auto to run this)")
+        problems = lay.problems(self.model.layers, self.model.heads, self.micro_batch)
         return f"has degrees the training package refuses ({problems[0].message})" if problems else None
 
     def pick(self, cands: list[Candidate]) -> Candidate | None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from contract.hyperparameters import TRAINING_STRATEGIES, TrainConfig, canonical_name
-from contract.parallel import MODEL_PARALLEL
+from contract.parallel import MODEL_PARALLEL, resolve_degrees, stages_per_rank
 from jobs.parallelism import check_parallelism, parallel_hyperparameters
 from jobs.planning.shape import PlanInputError
 
@@ -37,6 +37,7 @@ class Layout:
     tensor: int = 1
     pipeline: int = 1
     microbatches: int = 1  # per pipeline step
+    schedule: str = "1f1b"  # the pipeline's (contract.hyperparameters.PIPELINE_SCHEDULES); no meaning without one
 
     @property
     def gpus(self) -> int:
@@ -69,6 +70,11 @@ class Layout:
         pooled = micro_batch * self.tensor * self.pipeline
         return pooled / self.microbatches if self.pipeline > 1 else pooled
 
+    @property
+    def stages_per_rank(self) -> int:
+        """Model stages a pipeline rank holds (2 for the interleaved schedule: its bubble is that much smaller)."""
+        return stages_per_rank(self.schedule) if self.pipeline > 1 else 1
+
     def chunks(self) -> int:
         """Forward passes in one pipeline step (1 without a pipeline)."""
         return self.microbatches if self.pipeline > 1 else 1
@@ -76,20 +82,35 @@ class Layout:
     def degrees(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in DEGREES}
 
-    def problems(self, layers: int | None, heads: int | None, micro_batch_size: int, schedule: str) -> list:
-        """jobs.parallelism.check_parallelism of these degrees (the launcher's and the training package's own
-        check): e.g. a pipeline whose stages do not split the layers, or micro-batches that do not divide."""
+    def problems(self, layers: int | None, heads: int | None, micro_batch_size: int) -> list:
+        """jobs.parallelism.check_parallelism of these degrees and schedule (the launcher's and the training
+        package's own check): e.g. a pipeline whose stages do not split the layers, or micro-batches that do not
+        divide."""
         return check_parallelism(
             self.strategy, hosts=self.nodes, per_host=self.gpus_per_node, tensor=self.tensor,
             pipeline=self.pipeline, shard=self.shard if self.strategy in MODEL_PARALLEL else 0,
-            microbatches=self.microbatches if self.pipeline > 1 else None, schedule=schedule,
+            microbatches=self.microbatches if self.pipeline > 1 else None, schedule=self.schedule,
             n_layer=layers or None, n_head=heads or None, micro_batch_size=micro_batch_size)
 
-    def hyperparameters(self, schedule: str) -> dict[str, Any]:
+    def request_fields(self) -> dict[str, Any]:
+        """The job request's `strategy` and `parallel` section that run this layout (what `trainctl plan --json`
+        shows as a candidate's `request`): degrees other than 1, the shard degree where it is not the default
+        (contract.parallel.resolve_degrees), a pipeline's micro-batches and schedule."""
+        if self.strategy not in MODEL_PARALLEL:
+            return {"strategy": self.strategy}
+        parallel = {name: value for name, value in (("tensor_parallel_degree", self.tensor),
+                                                    ("pipeline_parallel_degree", self.pipeline)) if value > 1}
+        if self.shard != resolve_degrees(self.strategy, self.gpus, self.gpus_per_node, self.tensor, self.pipeline).shard:
+            parallel["hybrid_shard_degree"] = self.shard
+        if self.pipeline > 1:
+            parallel |= {"pipeline_microbatches": self.microbatches, "pipeline_schedule": self.schedule}
+        return {"strategy": self.strategy, "parallel": parallel}
+
+    def hyperparameters(self) -> dict[str, Any]:
         """What the launcher sends for this layout (jobs.parallelism.parallel_hyperparameters); {} for data-only."""
         return parallel_hyperparameters(self.strategy, self.tensor, self.pipeline,
                                         self.shard if self.strategy in MODEL_PARALLEL else 0,
-                                        self.microbatches if self.pipeline > 1 else None, schedule)
+                                        self.microbatches if self.pipeline > 1 else None, self.schedule)
 
 
 @dataclass(frozen=True)

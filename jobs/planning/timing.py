@@ -110,7 +110,8 @@ def _data_parallel_comm(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Lay
         return 0.0
     # A node's GPUs split into tensor/pipeline ranks first; a data-parallel group takes one GPU of each tensor
     # group, so it has g // tensor GPUs in a node and all of the node's groups share its NIC.
-    dp_per_node = max(1, g // lay.tensor) if lay.pipeline == 1 else g // lay.tensor
+    # A pipeline stage of part of a node (more stages than nodes) keeps its data ranks inside that node.
+    dp_per_node = min(lay.data_parallel, max(1, g // lay.tensor))
     if lay.shard == 1:  # DDP: one fp32 all-reduce per step, overlapped with the last backward
         per_node = min(lay.replicate, dp_per_node)
         t = collective("ar", 4 * local, spec, per_node, lay.replicate // per_node, g // per_node)
@@ -132,13 +133,16 @@ def step_time(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout) -> St
     """`n`: the rank's numerics (micro_batch_size per rank). Each of the rank's `accum` micro-batches is one forward
     and backward of the batch group's pooled samples; with a pipeline, one pipeline step of `chunks` forward
     passes that fills and drains the pipeline (training.pipeline.Pipeline.step runs a schedule per micro-batch)."""
-    accum, chunks, stages = n.accum(lay.gpus), lay.chunks(), lay.pipeline
+    accum, chunks, stages, v = n.accum(lay.gpus), lay.chunks(), lay.pipeline, lay.stages_per_rank
     fwd_n = replace(n, micro_batch=lay.forward_batch(n.micro_batch))
     # A pipeline runs at its slowest stage's pace: an even split of the work is the best case.
     micro = micro_compute(m, fwd_n, spec, lay) * m.pipeline_bottleneck(stages)
     fwd, bwd = micro / 3, 2 * micro / 3
-    slots = accum * (chunks + stages - 1)  # forward-backward slots per GPU, bubbles included
-    bubble = (stages - 1) / (chunks + stages - 1) if stages > 1 else 0.0
+    # Forward-backward slots per GPU, bubbles included. Fill and drain take stages - 1 stage-times; a rank holding
+    # v stages (interleaved 1F1B) runs each in 1/v of a slot, so its bubble is (p - 1) / (v m + p - 1), as torch's
+    # ScheduleInterleaved1F1B (and Narayanan et al. 2021, section 2.2) have it.
+    slots = accum * (chunks + (stages - 1) / v)
+    bubble = (stages - 1) / (v * chunks + stages - 1) if stages > 1 else 0.0
     compute = micro * slots
     local = m.params / (lay.tensor * lay.pipeline)
     compute += (optimizer_bytes(int(local), 0, n.optimizer) + 12 * local) / (spec.gpu.memory_gbps * 1e9)
@@ -147,7 +151,11 @@ def step_time(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout) -> St
         tokens = fwd_n.micro_batch * m.tokens
         per_block = 4 * collective("ar", n.compute_bytes * tokens * m.hidden, spec, lay.tensor, 1, 1)
         comm += per_block * -(-m.layers // stages) * slots
-    if stages > 1:  # activations and their gradients across each stage boundary (EFA), per forward pass
+    if stages > 1:  # activations and their gradients across each stage boundary, per forward pass and stage held
         boundary = n.compute_bytes * fwd_n.micro_batch * m.tokens * m.hidden / lay.tensor
-        comm += 2 * slots * collective("ag", boundary, spec, 1, 2, 1)
+        # Over EFA between nodes; on one node every hop is NVLink. A data-parallel set of pipelines sends its
+        # replicas' boundaries through the node's NIC at once.
+        hop = collective("ag", boundary, spec, 2, 1, 1) if lay.nodes == 1 else \
+            collective("ag", boundary, spec, 1, 2, min(lay.data_parallel, max(1, lay.gpus_per_node // lay.tensor)))
+        comm += 2 * v * slots * hop
     return StepTime(compute, comm, bubble)

@@ -62,3 +62,13 @@ def test_ranks_fill_the_mesh_tensor_innermost():
     coords = [rank_coordinates(r, d) for r in range(d.world)]
     assert [c["tensor"] for c in coords[:4]] == [0, 1, 0, 1] and coords[4]["pipeline"] == 1
     assert {tuple(c.values()) for c in coords} == {(p, 0, s, t) for p in range(2) for s in range(2) for t in range(2)}
+
+
+def test_the_interleaved_schedule_needs_micro_batches_its_rounds_divide():
+    # torch's ScheduleInterleaved1F1B: rounds = m // stages, and m % rounds must be 0 (10 over 4 stages: 2 rounds).
+    assert microbatch_problems(10, 4, 1, None, schedule="interleaved_1f1b") == []
+    [p] = microbatch_problems(9, 4, 1, None, schedule="interleaved_1f1b")  # 2 rounds do not divide 9
+    assert p.path == REQUEST.microbatches and "2 rounds" in p.message
+    assert microbatch_problems(9, 4, 1, None) == []  # 1F1B takes any count from the stage count up
+    [p] = microbatch_problems(9, 4, 1, None, HYPERPARAMETERS, "interleaved_1f1b")
+    assert p.path == "pp_microbatches" and p.message.startswith("pp_microbatches=9")

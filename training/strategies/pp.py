@@ -27,7 +27,8 @@ from training.strategies.tp import check_heads, tensor_parallelize
 
 def microbatches(cfg: TrainConfig, degrees: Degrees) -> int:
     """pp_microbatches (or its default), by contract.parallel's rule for the batch a pipeline step splits."""
-    problems = microbatch_problems(cfg.pp_microbatches, degrees.pp, degrees.tp, cfg.micro_batch_size, HYPERPARAMETERS)
+    problems = microbatch_problems(cfg.pp_microbatches, degrees.pp, degrees.tp, cfg.micro_batch_size, HYPERPARAMETERS,
+                                   cfg.pp_schedule)
     if problems:
         raise ConfigError(problems[0].message)
     return default_microbatches(cfg.pp_microbatches, degrees.pp)
