@@ -61,7 +61,7 @@ def build_job(cfg: TrainConfig, dist: Dist) -> Job:
     # Before any wrapper (activation checkpointing, compile, the strategy) renames or shards the parameters.
     identity = fingerprint(cfg, model, meta)
     if cfg.activation_checkpointing:
-        apply_activation_checkpointing(model)
+        apply_activation_checkpointing(model, cfg.activation_checkpointing_policy)
     if cfg.compile:
         apply_compile(model)
     par = apply_strategy(model, cfg, dist, precision)

@@ -126,6 +126,12 @@ class Numerics:
     reshard_after_forward: bool
     compile: bool
     async_checkpoint: bool
+    checkpointing_policy: str = "full"  # what activation_checkpointing recomputes (training.speedups)
+
+    @property
+    def selective(self) -> bool:
+        """Per-op (selective) activation checkpointing: attention's and every other matmul's outputs kept."""
+        return self.activation_checkpointing and self.checkpointing_policy == "selective"
 
     def accum(self, world: int) -> int:
         """Micro-batches per optimizer step per rank, as TrainConfig.batch_layout computes it over the world size
@@ -166,4 +172,5 @@ def numerics(hyperparameters: dict[str, Any]) -> Numerics:
                     activation_checkpointing=bool(cfg.activation_checkpointing), micro_batch=cfg.micro_batch_size,
                     seq_len=cfg.seq_len, global_batch=cfg.global_batch_size, grad_accum=cfg.grad_accum,
                     max_steps=cfg.max_steps, reshard_after_forward=bool(cfg.fsdp_reshard_after_forward),
-                    compile=bool(cfg.compile), async_checkpoint=bool(cfg.async_checkpoint))
+                    compile=bool(cfg.compile), async_checkpoint=bool(cfg.async_checkpoint),
+                    checkpointing_policy=cfg.activation_checkpointing_policy)

@@ -79,6 +79,13 @@ def block_activation_bytes(m: ModelFacts, n: Numerics, layout: Layout) -> float:
     return 2 * residual_bytes(n, layout) * m.hidden + 15 * n.compute_bytes * m.hidden
 
 
+def selective_block_bytes(m: ModelFacts, n: Numerics, layout: Layout) -> float:
+    """Saved bytes per token of one block under selective checkpointing (training.speedups): its input (r.h),
+    the outputs of attention (a.h) and of the 1st and 3rd matmuls, qkv (3a.h) and fc (4a.h). The norms' and
+    GELU's outputs and the proj and out matmuls' are recomputed."""
+    return residual_bytes(n, layout) * m.hidden + 8 * n.compute_bytes * m.hidden
+
+
 def activation_bytes(m: ModelFacts, n: Numerics, layout: Layout) -> float:
     """Peak activations on the busiest GPU: the first pipeline stage holds `in_flight` micro-batches."""
     a, t, r = n.compute_bytes, layout.tensor, residual_bytes(n, layout)
@@ -87,8 +94,14 @@ def activation_bytes(m: ModelFacts, n: Numerics, layout: Layout) -> float:
     tokens = n.micro_batch * m.tokens
     layers = -(-m.layers // layout.pipeline)
     per_block = block_activation_bytes(m, n, layout) / t
-    # With checkpointing, block inputs are kept and one block is recomputed at a time.
-    blocks = layers * r * m.hidden / t + per_block if n.activation_checkpointing else layers * per_block
+    # With checkpointing, block inputs are kept (selective: and the outputs it keeps), and one block is recomputed
+    # at a time.
+    if n.selective:
+        blocks = layers * selective_block_bytes(m, n, layout) / t + per_block
+    elif n.activation_checkpointing:
+        blocks = layers * r * m.hidden / t + per_block
+    else:
+        blocks = layers * per_block
     # 1F1B's first stage holds at most one micro-batch per stage before its first backward; GPipe runs every
     # forward before any backward, so it holds them all.
     in_flight = (layout.microbatches if layout.schedule == "gpipe" else min(layout.pipeline, layout.microbatches)) \
