@@ -54,6 +54,9 @@ def _runs(root: Path, corpus: Path, world: int) -> list:
     runs = []
     for name, hps in LAYOUTS[world].items():
         runs += [(run(f"{name}_off", hps, False), None), (run(f"{name}_on", hps, True), None)]
+        # Selective (per-op) checkpointing: its policy runs inside the tensor-parallel DTensor ops and each
+        # pipeline stage's recompute.
+        runs.append((run(f"{name}_selective", {**hps, "activation_checkpointing_policy": "selective"}, True), None))
         if name in RESUMED:
             # Written with it on, finished with it off; and the reverse.
             runs += [(run(f"{name}_on_off", hps, True), 3), (run(f"{name}_on_off", hps, False), None)]
@@ -99,6 +102,16 @@ def test_on_trains_what_off_trains(ac_runs, name):
     assert a.keys() == b.keys()
     assert max((a[k] - b[k]).abs().max().item() for k in a) <= AC_TOL
     assert losses(off)[0] - min(losses(off)) > 0.3  # and it did train
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_selective_trains_what_off_trains(ac_runs, name):
+    # Within AC_TOL on torch 2.13 and 2.8.0 (CPU, fp32), like full checkpointing.
+    off, selective = ac_runs / f"{name}_off", ac_runs / f"{name}_selective"
+    assert max(abs(a - b) for a, b in zip(losses(selective), losses(off), strict=True)) <= AC_TOL
+    a, b = final_model(selective), final_model(off)
+    assert a.keys() == b.keys()
+    assert max((a[k] - b[k]).abs().max().item() for k in a) <= AC_TOL
 
 
 @pytest.mark.parametrize("name", NAMES)
