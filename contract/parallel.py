@@ -19,6 +19,7 @@ from contract.errors import Problem
 
 MODEL_PARALLEL = ("hsdp", "tp", "pp", "hybrid")  # the strategies that build the mesh below
 DATA_ONLY = ("single", "ddp", "fsdp")  # the strategies that split no layers
+LAYER_SPLITTING = ("tp", "pp", "hybrid")  # the torch-native ones that split layers (batch groups of several ranks)
 DIMS = ("pp", "dp_replicate", "dp_shard", "tp")
 DEFAULT_MICROBATCHES_PER_STAGE = 2  # pp_microbatches' default: twice the pipeline degree
 
@@ -84,6 +85,13 @@ def microbatches(given: int | None, pipeline: int) -> int:
     return given or DEFAULT_MICROBATCHES_PER_STAGE * pipeline
 
 
+def batch_ranks(world: int, tensor: int = 1, pipeline: int = 1, per_group: bool = False) -> int:
+    """The ranks that each read their own micro-batch (contract.hyperparameters.batch_layout's world size): every
+    rank, tensor and pipeline ranks too (a batch group pools its ranks' micro-batches); with
+    micro_batch_per_group, one per batch group, whose ranks read the same samples."""
+    return world // (tensor * pipeline) if per_group else world
+
+
 def degrees_strategy(tensor: int, pipeline: int) -> str | None:
     """The torch-native strategy that splits layers into these degrees (None when neither splits)."""
     return {(True, False): "tp", (False, True): "pp", (True, True): "hybrid"}.get((tensor > 1, pipeline > 1))
@@ -139,7 +147,7 @@ def resolve_degrees(strategy: str, world: int, per_host: int, tensor: int = 1, p
 def layout_problems(strategy: str, *, hosts: int, per_host: int, tensor: int = 1, pipeline: int = 1,
                     shard: int = 0, microbatches: int | None = None, schedule: str = "1f1b",
                     n_layer: int | None = None, n_head: int | None = None, micro_batch_size: int | None = None,
-                    a: Audience = REQUEST) -> list[Problem]:
+                    a: Audience = REQUEST, per_group: bool = False) -> list[Problem]:
     """Every reason this layout cannot run on `hosts` x `per_host` GPUs, each naming its field.
     `n_layer`/`n_head`: the model's shape when known; `micro_batch_size` when the pipeline's split is checked."""
     problems = strategy_degree_problems(strategy, tensor, pipeline, a)
@@ -162,7 +170,7 @@ def layout_problems(strategy: str, *, hosts: int, per_host: int, tensor: int = 1
                                 "attention heads: choose a degree that divides the head count"))
     if pipeline > 1:
         problems += layer_split_problems(pipeline, schedule, n_layer, a)
-        problems += microbatch_problems(microbatches, pipeline, tensor, micro_batch_size, a, schedule)
+        problems += microbatch_problems(microbatches, pipeline, tensor, micro_batch_size, a, schedule, per_group)
     return problems
 
 
@@ -193,7 +201,7 @@ def layer_split_problems(pipeline: int, schedule: str, n_layer: int | None, a: A
 
 
 def microbatch_problems(given: int | None, pipeline: int, tensor: int, micro_batch_size: int | None,
-                        a: Audience = REQUEST, schedule: str = "1f1b") -> list[Problem]:
+                        a: Audience = REQUEST, schedule: str = "1f1b", per_group: bool = False) -> list[Problem]:
     """A pipeline step splits the batch group's pooled micro-batches (micro_batch_size x pipeline x tensor
     ranks) into pp_microbatches: at least one per stage, and a divisor of the pooled samples. The interleaved
     schedule runs them in rounds of about one per stage (torch's ScheduleInterleaved1F1B refuses a count that
@@ -207,12 +215,13 @@ def microbatch_problems(given: int | None, pipeline: int, tensor: int, micro_bat
     if stages_per_rank(schedule) > 1 and m % rounds:
         return [Problem(a.microbatches, f"{name}={m} does not split into the interleaved schedule's {rounds} rounds "
                         f"({m} // {a.name(a.pipeline)} {pipeline}): use a multiple of {a.name(a.pipeline)}")]
-    pooled = (micro_batch_size or 0) * pipeline * tensor
+    pooled = (micro_batch_size or 0) * (1 if per_group else pipeline * tensor)
     if micro_batch_size and pooled % m:
+        how = "per batch group" if per_group else \
+            f"x {a.name(a.pipeline)} {pipeline} x {a.name(a.tensor)} {tensor}"
         return [Problem(a.microbatches, (
             f"{name}={m} does not divide the {pooled} samples a pipeline step gets ({a.name(a.micro_batch_size)} "
-            f"{micro_batch_size} x {a.name(a.pipeline)} {pipeline} x {a.name(a.tensor)} {tensor}): change it or "
-            f"{a.micro_batch_size}"))]
+            f"{micro_batch_size} {how}): change it or {a.micro_batch_size}"))]
     return []
 
 

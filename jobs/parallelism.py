@@ -21,12 +21,13 @@ F_SCHEDULE = "parallel.pipeline_schedule"
 def check_parallelism(strategy: str, *, hosts: int, per_host: int, tensor: int = 1, pipeline: int = 1,
                       shard: int = 0, microbatches: int | None = None, schedule: str = "1f1b",
                       n_layer: int | None = None, n_head: int | None = None,
-                      micro_batch_size: int | None = None) -> list[Problem]:
+                      micro_batch_size: int | None = None, per_group: bool = False) -> list[Problem]:
     """Every reason the request's `parallel` section cannot run, each naming its field. `per_host`: GPUs
-    (processes) per instance; `n_layer`/`n_head`: the model's shape when known (reference presets)."""
+    (processes) per instance; `n_layer`/`n_head`: the model's shape when known (reference presets);
+    `per_group`: hyperparameters.micro_batch_per_group."""
     return layout_problems(strategy, hosts=hosts, per_host=per_host, tensor=tensor, pipeline=pipeline, shard=shard,
                            microbatches=microbatches, schedule=schedule, n_layer=n_layer, n_head=n_head,
-                           micro_batch_size=micro_batch_size, a=REQUEST)
+                           micro_batch_size=micro_batch_size, a=REQUEST, per_group=per_group)
 
 
 def request_problems(request, hosts: int, per_host: int) -> list[Problem]:
@@ -38,7 +39,8 @@ def request_problems(request, hosts: int, per_host: int) -> list[Problem]:
         request.strategy.value, hosts=hosts, per_host=per_host, tensor=p.tensor_parallel_degree,
         pipeline=p.pipeline_parallel_degree, shard=p.hybrid_shard_degree, microbatches=p.pipeline_microbatches,
         schedule=p.pipeline_schedule, n_layer=getattr(preset, "n_layer", None), n_head=getattr(preset, "n_head", None),
-        micro_batch_size=hps.get("micro_batch_size", TrainConfig.micro_batch_size))
+        micro_batch_size=hps.get("micro_batch_size", TrainConfig.micro_batch_size),
+        per_group=hps.get("micro_batch_per_group") is True)
 
 
 def rendered_problems(values: dict, model: str, model_size: str, hosts: int, per_host: int) -> list[Problem]:
@@ -50,7 +52,8 @@ def rendered_problems(values: dict, model: str, model_size: str, hosts: int, per
         hps["strategy"], hosts=hosts, per_host=per_host, tensor=hps.get("tp_degree", 1),
         pipeline=hps.get("pp_degree", 1), shard=hps.get("dp_shard", 0), microbatches=hps.get("pp_microbatches"),
         schedule=hps.get("pp_schedule", "1f1b"), n_layer=getattr(preset, "n_layer", None),
-        n_head=getattr(preset, "n_head", None), micro_batch_size=hps.get("micro_batch_size", TrainConfig.micro_batch_size))
+        n_head=getattr(preset, "n_head", None), micro_batch_size=hps.get("micro_batch_size", TrainConfig.micro_batch_size),
+        per_group=hps.get("micro_batch_per_group") is True)
 
 
 def request_hyperparameters(request) -> dict:

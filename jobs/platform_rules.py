@@ -15,7 +15,7 @@ from contract.hyperparameters import (
     canonical_name,
     nearest_global_batches,
 )
-from contract.parallel import MODEL_PARALLEL
+from contract.parallel import LAYER_SPLITTING, MODEL_PARALLEL, batch_ranks
 from jobs import catalog
 from jobs.api_limits import PLATFORM_TAGS
 from jobs.environment_rules import environment_problems, secret_scope_problem
@@ -204,7 +204,7 @@ def request_clusters(request: JobRequest) -> list[Cluster]:
             path = "instance.type" if i == 0 else f"instance.fallbacks[{i - 1}]"
             strategy = request.strategy_on(instance_type).value
             label = f"{count} x {instance_type} with {_per_instance(spec)}"
-            clusters.append(Cluster(path, label, _world(strategy, count, spec), strategy))
+            clusters.append(Cluster(path, label, _readers(request, strategy, _world(strategy, count, spec)), strategy))
     elif request.instance_groups:
         groups = [(g, catalog.lookup(g.type)) for g in request.instance_groups]
         training = [(g, spec) for g, spec in groups if spec is not None and spec.accelerated]
@@ -214,6 +214,17 @@ def request_clusters(request: JobRequest) -> list[Cluster]:
             label = " + ".join(f"{g.count} x {g.type} with {_per_instance(spec)}" for g, spec in training)
             clusters.append(Cluster("instance_groups", label, world, strategy))
     return clusters
+
+
+def _readers(request: JobRequest, strategy: str, processes: int) -> int:
+    """The processes that read their own micro-batches: all of them, or with hyperparameters.micro_batch_per_group
+    one per batch group of a tp, pp or hybrid request's own degrees (contract.parallel.batch_ranks). `auto`'s
+    degrees are the planner's: it counts every process."""
+    hps = {canonical_name(k): v for k, v in request.hyperparameters.items()}
+    if hps.get("micro_batch_per_group") is not True or strategy not in LAYER_SPLITTING or request.parallel is None:
+        return processes
+    p = request.parallel
+    return batch_ranks(processes, p.tensor_parallel_degree, p.pipeline_parallel_degree, per_group=True)
 
 
 def _per_instance(spec: catalog.InstanceSpec) -> str:

@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from contract.models import REFERENCE_MODELS
-from contract.parallel import MODEL_PARALLEL
+from contract.parallel import LAYER_SPLITTING, MODEL_PARALLEL
 from jobs.planning.candidates import Candidate, best
-from jobs.planning.layout import LAYER_SPLITTING, Numerics
+from jobs.planning.layout import Numerics
 from jobs.planning.shape import ModelFacts
 
 
@@ -42,7 +42,7 @@ class AutoScope:
         if lay.pipeline > 1 and lay.schedule != self.schedule:
             return (f"runs the {lay.schedule} schedule, and the request's parallel.pipeline_schedule is "
                     f"{self.schedule} (set it to {lay.schedule} for auto to run this)")
-        problems = lay.problems(self.model.layers, self.model.heads, self.micro_batch)
+        problems = lay.problems(self.model.layers, self.model.heads, self.micro_batch, c.per_group)
         return f"has degrees the training package refuses ({problems[0].message})" if problems else None
 
     def pick(self, cands: list[Candidate]) -> Candidate | None:

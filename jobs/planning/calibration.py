@@ -85,7 +85,7 @@ def predict(row: Row) -> float:
     seconds = step_time(m, n, lookup(row.instance_type), row.layout).total
     if row.unit == "s/iteration":
         return seconds
-    return n.step_samples(row.layout.gpus) * m.tokens / seconds / row.layout.gpus
+    return n.step_samples(n.readers(row.layout)) * m.tokens / seconds / row.layout.gpus
 
 
 def throughput_error(row: Row) -> float:

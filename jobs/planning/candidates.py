@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from contract.parallel import microbatches, stages_per_rank
+from contract.parallel import LAYER_SPLITTING, microbatches, stages_per_rank
 from jobs.catalog import SPOT_SAVINGS, InstanceSpec, lookup
 from jobs.planning.cadence import Cadence, cadence, state_bytes
 from jobs.planning.layout import Layout, Numerics
@@ -36,6 +37,7 @@ class Candidate:
     step_samples: int  # samples per optimizer step over the job: micro_batch_size x world x grad accumulation
     micro_batch: int  # micro_batch_size per rank (tensor/pipeline groups pool theirs): the request's, lowered where
     # global_batch_size does not split evenly over the ranks
+    per_group: bool = False  # micro_batch_per_group: the micro-batch is a batch group's (sized_numerics)
 
     @property
     def fits(self) -> bool:
@@ -53,7 +55,9 @@ class Candidate:
         band, rows = calibration_of(lookup(self.instance_type).gpu)
         return {
             "strategy": lay.strategy, "degrees": lay.degrees(), "runnable": lay.runnable,
-            "request": lay.request_fields(),  # the request's strategy and `parallel` section that run it
+            # the request's strategy and `parallel` section that run it (and the hyperparameter a grouped batch needs)
+            "request": {**lay.request_fields(),
+                        **({"hyperparameters": {"micro_batch_per_group": True}} if self.per_group else {})},
             "instance_type": self.instance_type, "instance_count": lay.nodes, "gpus": lay.gpus,
             "micro_batch_size": self.micro_batch, "samples_per_step": self.step_samples,
             "memory_per_gpu_gib": round(self.memory_gib, 2), "headroom_gib": round(self.headroom_gib, 2),
@@ -143,6 +147,17 @@ def requested_layouts(cands: list[Candidate], request: Any) -> list[Candidate]:
             and (c.layout.pipeline == 1 or c.layout.schedule == p.pipeline_schedule)]
 
 
+def sized_numerics(n: Numerics, lay: Layout) -> Numerics | None:
+    """The numerics `lay` runs with: the micro-batch lowered so global_batch_size splits evenly over the ranks that
+    read micro-batches (Numerics.fitted). A tensor/pipeline layout with more ranks than the global batch has
+    samples reads one micro-batch per batch group (micro_batch_per_group) where that splits; None when neither."""
+    fitted = n.fitted(n.readers(lay))
+    if fitted is None and lay.strategy in LAYER_SPLITTING and not n.per_group:
+        grouped = dataclasses.replace(n, per_group=True)
+        fitted = grouped.fitted(grouped.readers(lay))
+    return fitted
+
+
 def total_samples(m: ModelFacts, n: Numerics, sizing: Any, step_samples: int) -> float:
     """Samples to the end of the data (sizing), else max_steps global batches."""
     if sizing is not None and sizing.dataset_samples:
@@ -158,7 +173,7 @@ def evaluate(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, sizing
     candidate has no cost)."""
     mem = memory_per_gpu(m, n, lay)
     st = step_time(m, n, spec, lay)
-    step_samples = n.step_samples(lay.gpus)  # what the training package pools per optimizer step
+    step_samples = n.step_samples(n.readers(lay))  # what the training package trains on per optimizer step
     samples_s = step_samples / st.total
     ideal = n.micro_batch / micro_compute(m, n, spec, Layout("single", 1, 1))  # one GPU, no communication
     tokens = m.kind == "decoder"
@@ -172,7 +187,8 @@ def evaluate(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, sizing
         capacity_gib=float(spec.accelerator_memory_gib), step_time_s=st.total,
         throughput=samples_s * (m.tokens if tokens else 1), throughput_unit="tokens/s" if tokens else "samples/s",
         scaling_efficiency=samples_s / (ideal * lay.gpus), hours=hours, cost_usd=cost, cost_on_demand_usd=on_demand,
-        spot=spot, cadence=cad, bubble=st.bubble, step_samples=step_samples, micro_batch=n.micro_batch)
+        spot=spot, cadence=cad, bubble=st.bubble, step_samples=step_samples, micro_batch=n.micro_batch,
+        per_group=n.per_group and lay.strategy in LAYER_SPLITTING)
 
 
 def best(cands: list[Candidate], allowed: Callable[[Candidate], bool] | None = None) -> Candidate | None:

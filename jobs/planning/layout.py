@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from contract.hyperparameters import TRAINING_STRATEGIES, TrainConfig, canonical_name
-from contract.parallel import MODEL_PARALLEL, resolve_degrees, stages_per_rank
+from contract.parallel import LAYER_SPLITTING, MODEL_PARALLEL, batch_ranks, resolve_degrees, stages_per_rank
 from jobs.parallelism import check_parallelism, parallel_hyperparameters
 from jobs.planning.shape import PlanInputError
 
@@ -20,9 +20,8 @@ DEGREES = ("replicate", "shard", "tensor", "pipeline")
 # SMP's degrees are not the planner's). For hsdp, tp, pp and hybrid the renderer sends the chosen layout's
 # degrees (jobs.planner.Plan.parallel), so the job runs the mesh the planner sized.
 AUTO_STRATEGIES = tuple(s for s in TRAINING_STRATEGIES if s != "smp")
-# Strategies that split layers: the model must opt in (`tp_plan`, `blocks` and `pipeline_edges`), which the
-# reference models do; the planner cannot see whether a model of one's own does.
-LAYER_SPLITTING = ("tp", "pp", "hybrid")
+# Strategies that split layers (contract.parallel.LAYER_SPLITTING): the model must opt in (`tp_plan`, `blocks` and
+# `pipeline_edges`), which the reference models do; the planner cannot see whether a model of one's own does.
 
 
 @dataclass(frozen=True)
@@ -62,12 +61,13 @@ class Layout:
     def auto_ok(self) -> bool:
         return self.strategy in AUTO_STRATEGIES
 
-    def forward_batch(self, micro_batch: float) -> float:
+    def forward_batch(self, micro_batch: float, per_group: bool = False) -> float:
         """Samples one model replica runs per forward pass, as the training package runs them: the ranks of a
-        tensor/pipeline batch group pool their micro-batches (training.step.share_batch), and a pipeline step splits
-        the pooled batch into `microbatches` chunks (training.pipeline.Pipeline). Fractional where they do not
-        divide: check_parallelism refuses those, the sizing still reads."""
-        pooled = micro_batch * self.tensor * self.pipeline
+        tensor/pipeline batch group pool their micro-batches (training.step.share_batch; with micro_batch_per_group
+        they read one), and a pipeline step splits the pooled batch into `microbatches` chunks
+        (training.pipeline.Pipeline). Fractional where they do not divide: check_parallelism refuses those, the
+        sizing still reads."""
+        pooled = micro_batch * (1 if per_group else self.tensor * self.pipeline)
         return pooled / self.microbatches if self.pipeline > 1 else pooled
 
     @property
@@ -82,7 +82,7 @@ class Layout:
     def degrees(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in DEGREES}
 
-    def problems(self, layers: int | None, heads: int | None, micro_batch_size: int) -> list:
+    def problems(self, layers: int | None, heads: int | None, micro_batch_size: int, per_group: bool = False) -> list:
         """jobs.parallelism.check_parallelism of these degrees and schedule (the launcher's and the training
         package's own check): e.g. a pipeline whose stages do not split the layers, or micro-batches that do not
         divide."""
@@ -90,7 +90,7 @@ class Layout:
             self.strategy, hosts=self.nodes, per_host=self.gpus_per_node, tensor=self.tensor,
             pipeline=self.pipeline, shard=self.shard if self.strategy in MODEL_PARALLEL else 0,
             microbatches=self.microbatches if self.pipeline > 1 else None, schedule=self.schedule,
-            n_layer=layers or None, n_head=heads or None, micro_batch_size=micro_batch_size)
+            n_layer=layers or None, n_head=heads or None, micro_batch_size=micro_batch_size, per_group=per_group)
 
     def request_fields(self) -> dict[str, Any]:
         """The job request's `strategy` and `parallel` section that run this layout (what `trainctl plan --json`
@@ -127,6 +127,13 @@ class Numerics:
     compile: bool
     async_checkpoint: bool
     checkpointing_policy: str = "full"  # what activation_checkpointing recomputes (training.speedups)
+    per_group: bool = False  # micro_batch_per_group: a tensor/pipeline batch group reads one micro-batch
+
+    def readers(self, layout: Layout) -> int:
+        """The ranks that read their own micro-batches on `layout` (contract.parallel.batch_ranks): the world size
+        TrainConfig.batch_layout divides by."""
+        split = layout.strategy in LAYER_SPLITTING
+        return batch_ranks(layout.gpus, layout.tensor, layout.pipeline, split and self.per_group)
 
     @property
     def selective(self) -> bool:
@@ -173,4 +180,5 @@ def numerics(hyperparameters: dict[str, Any]) -> Numerics:
                     seq_len=cfg.seq_len, global_batch=cfg.global_batch_size, grad_accum=cfg.grad_accum,
                     max_steps=cfg.max_steps, reshard_after_forward=bool(cfg.fsdp_reshard_after_forward),
                     compile=bool(cfg.compile), async_checkpoint=bool(cfg.async_checkpoint),
-                    checkpointing_policy=cfg.activation_checkpointing_policy)
+                    checkpointing_policy=cfg.activation_checkpointing_policy,
+                    per_group=bool(cfg.micro_batch_per_group))

@@ -130,7 +130,7 @@ def memory_per_gpu(m: ModelFacts, n: Numerics, layout: Layout) -> Memory:
             extra += 4 * m.params  # DDP's gradient buckets
         if n.compute_bytes < 4:
             extra += 2 * m.params  # autocast's bf16 weight cache, alive until the step ends
-        if n.accum(layout.gpus) > 1:
+        if n.accum(n.readers(layout)) > 1:
             extra += grads  # the gradients accumulate in .grad: a later micro-step's forward runs beside them
     else:
         if layout.shard > 1 and layout.pipeline > 1:
@@ -144,9 +144,9 @@ def memory_per_gpu(m: ModelFacts, n: Numerics, layout: Layout) -> Memory:
             root = m.params - m.layers * m.block_params
             if root > 0:
                 extra += n.compute_bytes * root / layout.tensor
-        if n.accum(layout.gpus) * layout.chunks() > 1:
+        if n.accum(n.readers(layout)) * layout.chunks() > 1:
             # Unsynced micro-steps keep unsharded gradients; FSDP2 accumulates them in its reduce dtype, fp32
             # (training.precision.Precision.reduce; FSDPParam.to_accumulated_grad_if_needed).
             extra += 4 * m.params / (layout.tensor * layout.pipeline)
-    fwd_n = replace(n, micro_batch=layout.forward_batch(n.micro_batch))
+    fwd_n = replace(n, micro_batch=layout.forward_batch(n.micro_batch, n.per_group))
     return Memory(weights, grads, opt, activation_bytes(m, fwd_n, layout), extra)

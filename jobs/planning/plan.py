@@ -10,7 +10,15 @@ from typing import Any
 
 from jobs import catalog
 from jobs.planning.auto import AutoScope, auto_scope
-from jobs.planning.candidates import Candidate, best, evaluate, layouts, requested_layouts, shown
+from jobs.planning.candidates import (
+    Candidate,
+    best,
+    evaluate,
+    layouts,
+    requested_layouts,
+    shown,
+    sized_numerics,
+)
 from jobs.planning.layout import AUTO_STRATEGIES, Numerics, numerics
 from jobs.planning.shape import ModelFacts, PlanInputError, model_facts
 from jobs.planning.warnings import PlanWarning, add_warnings
@@ -69,7 +77,7 @@ def shape_candidates(m: ModelFacts, n: Numerics, spec: catalog.InstanceSpec, nod
     # divides by the world size); a layout with more ranks than samples per step is left out (it would refuse it).
     out = []
     for lay in layouts(m, nodes, per_node, pp_micro, schedule):
-        fitted = n.fitted(lay.gpus)
+        fitted = sized_numerics(n, lay)
         if fitted is not None:
             out.append(evaluate(m, fitted, spec, lay, sizing, spot, price_usd_hour))
     return out

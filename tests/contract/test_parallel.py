@@ -72,3 +72,14 @@ def test_the_interleaved_schedule_needs_micro_batches_its_rounds_divide():
     assert microbatch_problems(9, 4, 1, None) == []  # 1F1B takes any count from the stage count up
     [p] = microbatch_problems(9, 4, 1, None, HYPERPARAMETERS, "interleaved_1f1b")
     assert p.path == "pp_microbatches" and p.message.startswith("pp_microbatches=9")
+
+
+def test_a_grouped_batch_is_read_once_per_batch_group():
+    from contract.parallel import batch_ranks
+
+    assert batch_ranks(16, 8, 1) == 16 and batch_ranks(16, 8, 1, per_group=True) == 2
+    assert batch_ranks(16, 2, 4, per_group=True) == 2
+    # A pipeline step then splits the group's own micro-batch, not the pooled one: 4 chunks of 4 samples.
+    assert microbatch_problems(4, 2, 2, 4, per_group=True) == []
+    [p] = microbatch_problems(8, 2, 2, 4, per_group=True)
+    assert "does not divide the 4 samples a pipeline step gets (micro_batch_size 4 per batch group)" in p.message

@@ -151,3 +151,40 @@ def test_selective_checkpointing_costs_between_none_and_full():
     # Without activation_checkpointing the policy changes nothing.
     off = numerics({"micro_batch_size": 4, "activation_checkpointing_policy": "selective"})
     assert memory_per_gpu(GPT_7B, off, lay).activations == mem["none"]
+
+
+def grouped_request(per_group: bool | None, **fields):
+    hps = {"micro_batch_size": 1, "global_batch_size": 2}
+    if per_group is not None:
+        hps["micro_batch_per_group"] = per_group
+    return parse_request({"name": "grouped", "model": "gpt", "model_size": "7b", "dataset": DATASET,
+                          "instance": {"type": "ml.p4d.24xlarge", "count": 2}, "hyperparameters": hps, **fields})
+
+
+TP8 = {"strategy": "tp", "parallel": {"tensor_parallel_degree": 8}}
+
+
+def test_a_global_batch_smaller_than_the_gpus_runs_one_micro_batch_per_batch_group(platform):
+    # 16 GPUs as tensor 8 x data 2: a global batch of 2 is one sample per batch group.
+    req = grouped_request(True, **TP8)
+    validate_for_platform(req, platform)
+    create = render_create_training_job(req, platform, run_id="grouped-0a1b2c3d", attempt=1)
+    cfg = training_config.parse_args(toolkit_args(create["HyperParameters"]), env={})
+    assert cfg.micro_batch_per_group and cfg.batch_layout(16 // 8) == (2, 1)
+    # Without it every rank reads its own micro-batch: 2 samples do not split over 16 ranks, and the rule says so.
+    from contract.errors import RequestInvalid
+
+    with pytest.raises(RequestInvalid) as info:
+        validate_for_platform(grouped_request(None, **TP8), platform)
+    assert [p.path for p in info.value.problems] == ["hyperparameters.global_batch_size"]
+
+
+def test_the_planner_offers_grouped_batches_where_pooled_ones_cannot_split():
+    result = plan_request(grouped_request(None))
+    mine = [c for c in result.candidates if (c.instance_type, c.layout.nodes) == ("ml.p4d.24xlarge", 2)]
+    # Data-parallel layouts need 16 samples; tensor and pipeline layouts run on 2 with a grouped batch.
+    assert mine and all(c.layout.strategy in ("tp", "pp", "hybrid") and c.per_group for c in mine)
+    for c in mine:
+        assert c.step_samples == 2 and c.layout.data_parallel <= 2  # 1 batch group: 2 micro-batches accumulate
+        assert c.to_dict()["request"]["hyperparameters"] == {"micro_batch_per_group": True}
+    assert result.recommendation in mine

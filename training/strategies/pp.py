@@ -28,7 +28,7 @@ from training.strategies.tp import check_heads, tensor_parallelize
 def microbatches(cfg: TrainConfig, degrees: Degrees) -> int:
     """pp_microbatches (or its default), by contract.parallel's rule for the batch a pipeline step splits."""
     problems = microbatch_problems(cfg.pp_microbatches, degrees.pp, degrees.tp, cfg.micro_batch_size, HYPERPARAMETERS,
-                                   cfg.pp_schedule)
+                                   cfg.pp_schedule, cfg.micro_batch_per_group)
     if problems:
         raise ConfigError(problems[0].message)
     return default_microbatches(cfg.pp_microbatches, degrees.pp)
