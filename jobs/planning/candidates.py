@@ -140,7 +140,7 @@ def requested_layouts(cands: list[Candidate], request: Any) -> list[Candidate]:
     pipeline degrees and schedule."""
     p = request.parallel
     strategy = request.strategy.value
-    if strategy not in ("tp", "pp", "hybrid") or p is None:
+    if strategy not in LAYER_SPLITTING or p is None:
         return [c for c in cands if c.layout.strategy == strategy]
     wanted = (strategy, p.tensor_parallel_degree, p.pipeline_parallel_degree)
     return [c for c in cands if (c.layout.strategy, c.layout.tensor, c.layout.pipeline) == wanted
