@@ -13,10 +13,6 @@ from contract.hyperparameters import TrainConfig, canonical_name
 from contract.models import PRESETS
 from contract.parallel import MODEL_PARALLEL, REQUEST, layout_problems, rank_coordinates, resolve_degrees
 
-# The request's field names, read from the one home of the rules (contract.parallel.REQUEST).
-F_TP, F_PP, F_SHARD, F_MICRO = REQUEST.tensor, REQUEST.pipeline, REQUEST.shard, REQUEST.microbatches
-F_SCHEDULE = "parallel.pipeline_schedule"
-
 
 def check_parallelism(strategy: str, *, hosts: int, per_host: int, tensor: int = 1, pipeline: int = 1,
                       shard: int = 0, microbatches: int | None = None, schedule: str = "1f1b",

@@ -21,6 +21,7 @@ from jobs.api_limits import PLATFORM_TAGS
 from jobs.environment_rules import environment_problems, secret_scope_problem
 from jobs.images import image_problem, image_source_problem, starts_through_platform_entry
 from jobs.parallelism import request_problems
+from jobs.planner import plan_for_request
 from jobs.platform import LocalPlatformSettings, PlatformSettings
 from jobs.request_fields import dataset_kind
 from jobs.request_schema import JobRequest
@@ -204,7 +205,8 @@ def request_clusters(request: JobRequest) -> list[Cluster]:
             path = "instance.type" if i == 0 else f"instance.fallbacks[{i - 1}]"
             strategy = request.strategy_on(instance_type).value
             label = f"{count} x {instance_type} with {_per_instance(spec)}"
-            clusters.append(Cluster(path, label, _readers(request, strategy, _world(strategy, count, spec)), strategy))
+            readers = _readers(request, instance_type, strategy, _world(strategy, count, spec))
+            clusters.append(Cluster(path, label, readers, strategy))
     elif request.instance_groups:
         groups = [(g, catalog.lookup(g.type)) for g in request.instance_groups]
         training = [(g, spec) for g, spec in groups if spec is not None and spec.accelerated]
@@ -216,15 +218,21 @@ def request_clusters(request: JobRequest) -> list[Cluster]:
     return clusters
 
 
-def _readers(request: JobRequest, strategy: str, processes: int) -> int:
+def _readers(request: JobRequest, instance_type: str, strategy: str, processes: int) -> int:
     """The processes that read their own micro-batches: all of them, or with hyperparameters.micro_batch_per_group
-    one per batch group of a tp, pp or hybrid request's own degrees (contract.parallel.batch_ranks). `auto`'s
-    degrees are the planner's: it counts every process."""
+    one per batch group of a tp, pp or hybrid layout (contract.parallel.batch_ranks): the request's degrees, or
+    for `auto` the planner's pick on `instance_type`, which the renderer sends."""
     hps = {canonical_name(k): v for k, v in request.hyperparameters.items()}
-    if hps.get("micro_batch_per_group") is not True or strategy not in LAYER_SPLITTING or request.parallel is None:
+    if hps.get("micro_batch_per_group") is not True or strategy not in LAYER_SPLITTING:
         return processes
-    p = request.parallel
-    return batch_ranks(processes, p.tensor_parallel_degree, p.pipeline_parallel_degree, per_group=True)
+    if request.strategy is Strategy.AUTO:
+        chosen = plan_for_request(request, instance_type).parallel
+        tensor, pipeline = chosen.get("tp_degree", 1), chosen.get("pp_degree", 1)
+    elif request.parallel is not None:
+        tensor, pipeline = request.parallel.tensor_parallel_degree, request.parallel.pipeline_parallel_degree
+    else:
+        return processes
+    return batch_ranks(processes, tensor, pipeline, per_group=True)
 
 
 def _per_instance(spec: catalog.InstanceSpec) -> str:

@@ -27,6 +27,7 @@ class AutoScope:
     split_layers: bool  # tp, pp, hybrid allowed: native, and a reference model
     micro_batch: int  # the request's micro_batch_size: training checks pipeline micro-batches against it
     schedule: str  # the request's parallel.pipeline_schedule: auto runs pipelines with it alone
+    per_group: bool = False  # the request's micro_batch_per_group: auto sends no hyperparameter of its own
 
     def refusal(self, c: Candidate) -> str | None:
         """Why `strategy: auto` may not run `c` (a phrase after "it"), or None when it may."""
@@ -39,6 +40,9 @@ class AutoScope:
         if lay.strategy in LAYER_SPLITTING and not self.split_layers:
             return ("splits layers, which auto does only for the reference models (set strategy and `parallel` "
                     "for a model of your own that has a tp_plan and pipeline_edges)")
+        if c.per_group and not self.per_group:
+            return ("reads one micro-batch per batch group, which auto does not switch on (set "
+                    "hyperparameters.micro_batch_per_group, or name this layout's strategy and degrees)")
         if lay.pipeline > 1 and lay.schedule != self.schedule:
             return (f"runs the {lay.schedule} schedule, and the request's parallel.pipeline_schedule is "
                     f"{self.schedule} (set it to {lay.schedule} for auto to run this)")
@@ -56,4 +60,5 @@ def auto_scope(model: str, m: ModelFacts, n: Numerics, whole_cluster: bool, para
     """`whole_cluster`: the shape sized is every GPU of the job (one instance type, no sizing.max_gpus cut);
     `parallel`: the request's `parallel` section (its pipeline schedule), None for the default."""
     return AutoScope(m, native=whole_cluster, split_layers=whole_cluster and model in REFERENCE_MODELS,
-                     micro_batch=n.micro_batch, schedule=getattr(parallel, "pipeline_schedule", None) or "1f1b")
+                     micro_batch=n.micro_batch, schedule=getattr(parallel, "pipeline_schedule", None) or "1f1b",
+                     per_group=n.per_group)

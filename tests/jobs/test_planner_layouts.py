@@ -188,3 +188,25 @@ def test_the_planner_offers_grouped_batches_where_pooled_ones_cannot_split():
         assert c.step_samples == 2 and c.layout.data_parallel <= 2  # 1 batch group: 2 micro-batches accumulate
         assert c.to_dict()["request"]["hyperparameters"] == {"micro_batch_per_group": True}
     assert result.recommendation in mine
+
+
+def test_auto_runs_a_grouped_batch_only_when_the_request_asks_for_it():
+    # auto renders degrees, not micro_batch_per_group: a grouped candidate would be refused by the training
+    # package's batch arithmetic without it.
+    result = plan_request(grouped_request(None, strategy="auto"))
+    assert result.auto is None or not result.auto.per_group
+    grouped = [c for c in result.candidates if c.per_group]
+    assert grouped and "micro_batch_per_group" in result.scope.refusal(grouped[0])
+    asked = grouped_request(True, strategy="auto")
+    pick = plan_request(asked).auto
+    assert pick is not None and pick.per_group and pick.step_samples == 2
+
+
+def test_auto_with_a_grouped_batch_renders_and_the_package_takes_it(platform):
+    # The request rules count the planner's batch groups (its pick's degrees), as the training package will.
+    req = grouped_request(True, strategy="auto")
+    validate_for_platform(req, platform)
+    create = render_create_training_job(req, platform, run_id="grouped-0a1b2c3d", attempt=1)
+    cfg = training_config.parse_args(toolkit_args(create["HyperParameters"]), env={})
+    data = 16 // (cfg.tp_degree * cfg.pp_degree)
+    assert cfg.micro_batch_per_group and cfg.strategy in ("tp", "pp", "hybrid") and cfg.batch_layout(data)[0] == 2
