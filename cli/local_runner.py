@@ -118,9 +118,10 @@ def _check_parallelism(loaded: LoadedRequest, values: dict[str, Any], processes:
     """The degrees the job will run, against this machine's processes, before any process starts. They are read
     from the rendered hyperparameters: for `strategy: auto` that is the planner's pick, sized for the request's
     instances rather than for this machine, so checking the request's own `parallel` section would miss it."""
-    from jobs.parallelism import TORCH_NATIVE, rendered_problems
+    from contract.parallel import MODEL_PARALLEL
+    from jobs.parallelism import rendered_problems
 
-    if values.get("strategy") not in TORCH_NATIVE:
+    if values.get("strategy") not in MODEL_PARALLEL:
         return
     request = loaded.request
     problems = rendered_problems(values, request.model, request.model_size, hosts=1, per_host=processes)
@@ -135,8 +136,12 @@ def _check_parallelism(loaded: LoadedRequest, values: dict[str, Any], processes:
 def _check_batch(values: dict[str, Any], processes: int) -> None:
     """The batch sizes against this machine's processes, by the arithmetic the training package refuses them
     with at startup (contract.hyperparameters.batch_layout): the launcher checks the cloud cluster the same way."""
+    from contract.parallel import LAYER_SPLITTING, batch_ranks
+
+    grouped = values.get("micro_batch_per_group") is True and values.get("strategy") in LAYER_SPLITTING
+    readers = batch_ranks(processes, values.get("tp_degree", 1), values.get("pp_degree", 1), grouped)
     try:
-        batch_layout(processes, values.get("micro_batch_size", TrainConfig.micro_batch_size),
+        batch_layout(readers, values.get("micro_batch_size", TrainConfig.micro_batch_size),
                      values.get("global_batch_size"), values.get("grad_accum"))
     except ConfigError as exc:
         raise UserError(f"on {processes} local processes, {exc}",

@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from contract.hyperparameters import canonical_name
+from contract.parallel import MODEL_PARALLEL
 from jobs.summary import duration
 
 # Plans render with a stand-in run id: each execution gets its own (jobs.render.new_run_id: the request
@@ -95,7 +96,7 @@ def parallel_text(create: dict[str, Any], strategy: str, world: int) -> str:
         return f"FSDP: parameters, gradients and optimizer state sharded over {world} ranks"
     if strategy == "ddp":
         return f"DDP: {world} full replicas, gradients all-reduced"
-    if strategy in ("hsdp", "tp", "pp", "hybrid"):
+    if strategy in MODEL_PARALLEL:
         return f"{strategy}: " + mesh_lines(create, strategy)[0]
     return "none (one process)"
 
@@ -177,7 +178,7 @@ def plan_rows(request: Any, create: dict[str, Any]) -> list[tuple[str, str]]:
         *instances,
         ("parallelism", parallel_text(create, strategy, world)),
         *(("  " + line.split(":", 1)[0], line.split(":", 1)[1].strip())
-          for line in (mesh_lines(create, strategy)[1:] if strategy in ("hsdp", "tp", "pp", "hybrid") else [])),
+          for line in (mesh_lines(create, strategy)[1:] if strategy in MODEL_PARALLEL else [])),
         ("image", create["AlgorithmSpecification"]["TrainingImage"]),
         *input_rows(create),
         ("spot", f"yes, max wait {duration(stopping.get('MaxWaitTimeInSeconds'))}" if spot else "no (on demand)"),
@@ -300,7 +301,8 @@ def sizing_table(result: Any) -> Table:
         d = c.to_dict()
         mark = "*" if c is rec else ""
         strategy = d["strategy"] + ("" if d["runnable"] else " (not in package)")
-        degrees = "/".join(str(v) for v in d["degrees"].values())
+        degrees = "/".join(str(v) for v in d["degrees"].values()) + (
+            " interleaved" if d["pipeline_schedule"] == "interleaved_1f1b" else "")
         fit = f"{d['memory_per_gpu_gib']:.1f}" + ("" if d["fits"] else " (no fit)")
         table.add_row(mark, strategy, degrees, f"{d['instance_count']} x {d['instance_type']}", str(d["gpus"]), fit,
                       f"{d['step_time_s']:.3g}", f"{d['throughput']:,.0f}", f"{d['scaling_efficiency']:.0%}",

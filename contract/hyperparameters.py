@@ -48,6 +48,7 @@ OPTIMIZERS = ("adamw", "sgd")
 DATA_MODES = ("auto", "channels", "synthetic")
 BACKENDS = ("auto", "gloo", "nccl", "smddp")
 LR_SCHEDULES = ("cosine", "constant")
+CHECKPOINTING_POLICIES = ("full", "selective")  # training.speedups says what each keeps
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,14 @@ class TrainConfig:
         "auto: bf16 on a GPU that has it, fp32 on CPU", choices=PRECISIONS))
     compile: bool = field(default=False, metadata=_hp("torch.compile each block"))
     activation_checkpointing: bool = field(default=False, metadata=_hp("recompute block activations"))
+    activation_checkpointing_policy: str = field(default="full", metadata=_hp(
+        "what activation_checkpointing recomputes: full (a block's whole forward) or selective (keeps attention's "
+        "and every other matmul's outputs, recomputes the norms, activations and the matmuls between)",
+        choices=CHECKPOINTING_POLICIES))
+    micro_batch_per_group: bool = field(default=False, metadata=_hp(
+        "tp, pp, hybrid: micro_batch_size is each batch group's (the tensor and pipeline ranks of one group read the "
+        "same samples) rather than each rank's (pooled by the group), so global_batch_size may be as small as the "
+        "data-parallel size (GPUs / (tp_degree x pp_degree)) instead of the GPU count"))
     dropout: float = field(default=0.0, metadata=_hp("dropout of the reference models", min=0, max=1))
     fsdp_reshard_after_forward: bool = field(default=True, metadata=_hp(
         "FSDP: free gathered parameters after forward (less memory, one more all-gather)"))

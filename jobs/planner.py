@@ -46,14 +46,15 @@ def plan(model: str, model_size: str, instance_type: str, instance_count: int, *
     except (PlanInputError, ValueError, TypeError) as exc:
         return Plan("fsdp", f"cannot size the run ({exc}): FSDP shards whatever fits")
     micro = getattr(parallel, "pipeline_microbatches", None)
-    cands = shape_candidates(m, n, spec, nodes, per_node, sizing, False, micro)
+    cands = shape_candidates(m, n, spec, nodes, per_node, sizing, False, micro, None,
+                             getattr(parallel, "pipeline_schedule", None) or "1f1b")
     whole = one_type and (nodes, per_node) == (instance_count, spec.accelerators)
     scope = auto_scope(model, m, n, whole, parallel)
     pick = scope.pick(cands)
     if pick is None:
         return Plan("fsdp", f"no layout over {nodes} x {per_node} GPUs takes global_batch_size: FSDP shards "
                             "whatever fits")
-    lay, hps = pick.layout, pick.layout.hyperparameters(scope.schedule)
+    lay, hps = pick.layout, pick.layout.hyperparameters()
     shown = lay.strategy + (f" (pipeline {lay.pipeline} x replicate {lay.replicate} x shard {lay.shard} x tensor "
                             f"{lay.tensor})" if hps else "")
     if not pick.fits:

@@ -15,11 +15,13 @@ from contract.hyperparameters import (
     canonical_name,
     nearest_global_batches,
 )
+from contract.parallel import LAYER_SPLITTING, MODEL_PARALLEL, batch_ranks
 from jobs import catalog
 from jobs.api_limits import PLATFORM_TAGS
 from jobs.environment_rules import environment_problems, secret_scope_problem
 from jobs.images import image_problem, image_source_problem, starts_through_platform_entry
-from jobs.parallelism import TORCH_NATIVE, request_problems
+from jobs.parallelism import request_problems
+from jobs.planner import plan_for_request
 from jobs.platform import LocalPlatformSettings, PlatformSettings
 from jobs.request_fields import dataset_kind
 from jobs.request_schema import JobRequest
@@ -163,7 +165,7 @@ def _parallelism_problems(request: JobRequest, platform: PlatformSettings) -> li
     """The torch-native degrees against the cluster: GPUs per instance and instances, on instance.type and on each
     fallback type (a capacity retry keeps the degrees and the count). `trainctl local` checks them against its
     process count instead (it knows --nproc only when it runs)."""
-    if is_local_platform(platform) or request.instance is None or request.strategy.value not in TORCH_NATIVE:
+    if is_local_platform(platform) or request.instance is None or request.strategy.value not in MODEL_PARALLEL:
         return []
     found: list[Problem] = []
     for i, instance_type in enumerate(request.instance_types):
@@ -203,7 +205,8 @@ def request_clusters(request: JobRequest) -> list[Cluster]:
             path = "instance.type" if i == 0 else f"instance.fallbacks[{i - 1}]"
             strategy = request.strategy_on(instance_type).value
             label = f"{count} x {instance_type} with {_per_instance(spec)}"
-            clusters.append(Cluster(path, label, _world(strategy, count, spec), strategy))
+            readers = _readers(request, instance_type, strategy, _world(strategy, count, spec))
+            clusters.append(Cluster(path, label, readers, strategy))
     elif request.instance_groups:
         groups = [(g, catalog.lookup(g.type)) for g in request.instance_groups]
         training = [(g, spec) for g, spec in groups if spec is not None and spec.accelerated]
@@ -213,6 +216,23 @@ def request_clusters(request: JobRequest) -> list[Cluster]:
             label = " + ".join(f"{g.count} x {g.type} with {_per_instance(spec)}" for g, spec in training)
             clusters.append(Cluster("instance_groups", label, world, strategy))
     return clusters
+
+
+def _readers(request: JobRequest, instance_type: str, strategy: str, processes: int) -> int:
+    """The processes that read their own micro-batches: all of them, or with hyperparameters.micro_batch_per_group
+    one per batch group of a tp, pp or hybrid layout (contract.parallel.batch_ranks): the request's degrees, or
+    for `auto` the planner's pick on `instance_type`, which the renderer sends."""
+    hps = {canonical_name(k): v for k, v in request.hyperparameters.items()}
+    if hps.get("micro_batch_per_group") is not True or strategy not in LAYER_SPLITTING:
+        return processes
+    if request.strategy is Strategy.AUTO:
+        chosen = plan_for_request(request, instance_type).parallel
+        tensor, pipeline = chosen.get("tp_degree", 1), chosen.get("pp_degree", 1)
+    elif request.parallel is not None:
+        tensor, pipeline = request.parallel.tensor_parallel_degree, request.parallel.pipeline_parallel_degree
+    else:
+        return processes
+    return batch_ranks(processes, tensor, pipeline, per_group=True)
 
 
 def _per_instance(spec: catalog.InstanceSpec) -> str:

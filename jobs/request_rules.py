@@ -12,11 +12,11 @@ from contract.errors import Problem
 from contract.hyperparameters import Strategy, canonical_name
 from contract.metrics import MAX_REGEX_LENGTH, METRIC_NAMES
 from contract.models import FACTORY_PATTERN, PRESETS, REFERENCE_MODELS, preset_names
+from contract.parallel import MODEL_PARALLEL, strategy_degree_problems
 from jobs import catalog
 from jobs.api_limits import MAX_HYPERPARAMETERS
 from jobs.environment_rules import secrets_problems
 from jobs.hyperparameter_rules import platform_hyperparameter_count
-from jobs.parallelism import TORCH_NATIVE, strategy_degree_problems
 from jobs.request_fields import dataset_kind
 from jobs.request_schema import JobRequest
 
@@ -131,7 +131,7 @@ def _strategy_problems(r: JobRequest, specs: Specs, add: Add) -> None:
         for problem in strategy_degree_problems(r.strategy.value, par.tensor_parallel_degree,
                                                 par.pipeline_parallel_degree):
             add(problem.path, problem.message)
-        own = {"context_parallel_degree": (), "hybrid_shard_degree": TORCH_NATIVE}
+        own = {"context_parallel_degree": (), "hybrid_shard_degree": MODEL_PARALLEL}
         for k, users in own.items():
             if getattr(par, k) not in (0, 1) and r.strategy.value not in users:
                 add(f"parallel.{k}", f"only the smp strategy{' and ' + ', '.join(users) if users else ''} use "
@@ -175,7 +175,7 @@ def _smp_problems(r: JobRequest, specs: Specs, add: Add) -> None:
 
 def _api_limit_problems(r: JobRequest, add: Add) -> None:
     """Hyperparameters (with the platform's own) and metric definitions."""
-    model_parallel = r.strategy in (Strategy.SMP, Strategy.AUTO) or r.strategy.value in TORCH_NATIVE
+    model_parallel = r.strategy in (Strategy.SMP, Strategy.AUTO) or r.strategy.value in MODEL_PARALLEL
     launcher_count = platform_hyperparameter_count(model_parallel=model_parallel, groups=bool(r.instance_groups))
     if len(r.hyperparameters) + launcher_count > MAX_HYPERPARAMETERS:
         add("hyperparameters", f"has {len(r.hyperparameters)} entries; with the platform's {launcher_count} the job "

@@ -20,8 +20,12 @@ from training.step import TrainStep
 
 
 class Evaluator:
-    def __init__(self, step: TrainStep, val_set, cfg: TrainConfig, dist: Dist, global_batch: int) -> None:
+    def __init__(self, step: TrainStep, val_set, cfg: TrainConfig, dist: Dist, global_batch: int,
+                 data: tuple[int, int] | None = None) -> None:
+        """`data`: (rank, ranks) that read their own samples (training.job.Job.data_rank, data_world); None: the
+        world's."""
         self.step, self.val_set, self.dist, self.global_batch = step, val_set, dist, global_batch
+        self.data_rank, self.data_world = data or (dist.rank, dist.world_size)
         self.interval, self.batches, self.micro = cfg.eval_interval, cfg.eval_batches, cfg.micro_batch_size
         self.patience = cfg.early_stopping_patience
         # The training loader's rule: data_workers, or auto's choice for the validation channel's format.
@@ -32,8 +36,8 @@ class Evaluator:
             # An evaluation would see no sample: its loss would be NaN, and NaN never improves (early stop).
             raise ConfigError(
                 f"the validation set, {describe(val_set)}, holds {len(val_set)} samples, fewer than one global batch "
-                f"({global_batch} = micro_batch_size {cfg.micro_batch_size} x {dist.world_size} ranks x "
-                f"accumulation {global_batch // (cfg.micro_batch_size * dist.world_size)}): add validation data, "
+                f"({global_batch} = micro_batch_size {cfg.micro_batch_size} x {self.data_world} ranks x "
+                f"accumulation {global_batch // (cfg.micro_batch_size * self.data_world)}): add validation data, "
                 "lower micro_batch_size or global_batch_size, or set eval_interval=0")
 
     def due(self, step: int) -> bool:
@@ -60,13 +64,13 @@ class Evaluator:
         model.eval()
         total = torch.zeros(2, device=dist.device)
         keys = [(0, idx[i : i + self.micro])  # validation reads epoch 0 always: no augmentation, same samples
-                for idx in validation_indices(len(self.val_set), self.global_batch, dist.rank, dist.world_size,
-                                              self.batches)
+                for idx in validation_indices(len(self.val_set), self.global_batch, self.data_rank,
+                                              self.data_world, self.batches)
                 for i in range(0, len(idx), self.micro)]
         with torch.no_grad():
             for x, y in eval_batches(self.val_set, keys, dist.device, self.workers):
-                # Tensor/pipeline ranks pool their samples and all get the pooled loss: summed over
-                # the world, each pool counts as often in the loss as in the count.
+                # Tensor/pipeline ranks pool (or share) their samples and all get the group's loss: summed
+                # over the world, each group counts as often in the loss as in the count.
                 loss, n = self.step.eval_loss(x, y)
                 total += torch.stack([loss.float() * n, torch.tensor(float(n), device=dist.device)])
         if torch_dist.is_initialized():

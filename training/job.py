@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from contract.hyperparameters import TrainConfig
+from contract.parallel import MODEL_PARALLEL, batch_ranks
 from training.data import make_datasets, read_meta
 from training.distributed import Dist
 from training.environment import data_mode
@@ -30,6 +31,10 @@ class Job:
     kind: str  # tokens | images
     seq_len: int
     global_batch: int
+    # The sampler's view (training.data.GlobalBatchSampler): every rank its own slice, or with
+    # micro_batch_per_group one slice per batch group, read by each of its ranks.
+    data_rank: int
+    data_world: int
     precision: Precision
     n_params: int
     flops_per_sample: float | None  # training.flops' honest convention where the model allows it
@@ -47,7 +52,10 @@ def build_job(cfg: TrainConfig, dist: Dist) -> Job:
     model = build_model(cfg, meta)
     kind, seq_len = data_kind(model), model_seq_len(model, cfg)
     train_set, val_set = make_datasets(cfg, kind, model, seq_len)
-    global_batch, _ = cfg.batch_layout(dist.world_size)
+    split = cfg.strategy in MODEL_PARALLEL
+    data_world = batch_ranks(dist.world_size, cfg.tp_degree if split else 1, cfg.pp_degree if split else 1,
+                             split and cfg.micro_batch_per_group)
+    global_batch, _ = cfg.batch_layout(data_world)
     precision = resolve_precision(cfg.precision, dist.device)
     n_params = count_params(model)
     # pp and hybrid cut the built model into stages (training.pipeline): they materialize it first.
@@ -61,14 +69,16 @@ def build_job(cfg: TrainConfig, dist: Dist) -> Job:
     # Before any wrapper (activation checkpointing, compile, the strategy) renames or shards the parameters.
     identity = fingerprint(cfg, model, meta)
     if cfg.activation_checkpointing:
-        apply_activation_checkpointing(model)
+        apply_activation_checkpointing(model, cfg.activation_checkpointing_policy)
     if cfg.compile:
         apply_compile(model)
     par = apply_strategy(model, cfg, dist, precision)
     if late_init:
         materialize(par.model, dist.device, cfg.seed)
-    return Job(par, train_set, val_set, kind, seq_len, global_batch, precision, n_params, flops, export_config,
-               identity)
+    grouped = data_world < dist.world_size and par.random_stream is not None
+    data_rank = par.random_stream if grouped else dist.rank
+    return Job(par, train_set, val_set, kind, seq_len, global_batch, data_rank, data_world, precision, n_params, flops,
+               export_config, identity)
 
 
 # Settings of a model's config that change how it trains, not the function its weights define.
@@ -93,7 +103,7 @@ def fingerprint(cfg: TrainConfig, model: torch.nn.Module, meta: dict) -> dict:
 
 def announce(cfg: TrainConfig, job: Job, dist: Dist) -> None:
     if dist.is_main:
-        accum = job.global_batch // (cfg.micro_batch_size * dist.world_size)
+        accum = job.global_batch // (cfg.micro_batch_size * job.data_world)
         print(f"[train] {cfg.model}/{cfg.model_size} {job.n_params / 1e6:.2f}M params, strategy={cfg.strategy}, "
               f"world={dist.world_size}, global_batch={job.global_batch} (micro {cfg.micro_batch_size} x accum "
               f"{accum}), precision={str(job.precision.param).removeprefix('torch.')}, data={data_mode(cfg)}",

@@ -43,7 +43,7 @@ def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = No
     optimizer, state = build_optimizer(job.model, cfg), LoopState()
     scheduler = build_scheduler(optimizer, cfg)
     scaler = grad_scaler(job.precision, dist.device)
-    sampler = GlobalBatchSampler(len(job.train_set), job.global_batch, dist.rank, dist.world_size, cfg.seed,
+    sampler = GlobalBatchSampler(len(job.train_set), job.global_batch, job.data_rank, job.data_world, cfg.seed,
                                  source=describe(job.train_set))
     # Dropout's stream: each batch group its own, shared by the tensor and pipeline ranks that train on its batch.
     stream = dist.rank if job.par.random_stream is None else job.par.random_stream
@@ -57,7 +57,7 @@ def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = No
     announce(cfg, job, dist)
     train_step = TrainStep(job.par, optimizer, scheduler, scaler, job.precision, dist.device, cfg.grad_clip,
                            compile_loss=cfg.compile, observe=observe)
-    evaluator = Evaluator(train_step, job.val_set, cfg, dist, job.global_batch)
+    evaluator = Evaluator(train_step, job.val_set, cfg, dist, job.global_batch, (job.data_rank, job.data_world))
     logger = MetricsLogger(cfg.output_data_dir, dist.is_main, cfg.max_steps)
     meter = StepMeter(dist, job.precision, cfg.effective_log_interval, cfg.max_steps, job.global_batch,
                       job.seq_len if job.kind == "tokens" else 1, job.kind, job.flops_per_sample,

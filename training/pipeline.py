@@ -21,14 +21,11 @@ import torch.distributed as torch_dist
 from torch import nn
 
 from contract.errors import ConfigError
+from contract.parallel import stages_per_rank
 from contract.pipeline_cut import balance
 from training.flops import parameters_of, part_flops_per_token
 
 SCHEDULES = {"1f1b": "Schedule1F1B", "interleaved_1f1b": "ScheduleInterleaved1F1B", "gpipe": "ScheduleGPipe"}
-
-
-def stages_per_rank(schedule: str) -> int:
-    return 2 if schedule == "interleaved_1f1b" else 1
 
 
 class KeptBlocks(nn.Module):
@@ -147,7 +144,7 @@ class Pipeline:
         cls = getattr(pipelining, SCHEDULES[schedule])
         # scale_grads=False: the loss is divided by micro-batches x accumulation here, so gradients
         # accumulated over several schedule steps are not rescaled by each.
-        self.schedule = cls(runtime if len(runtime) > 1 or schedule == "interleaved_1f1b" else runtime[0],
+        self.schedule = cls(runtime if len(runtime) > 1 or stages_per_rank(schedule) > 1 else runtime[0],
                             n_microbatches, loss_fn=self._loss, scale_grads=False)
 
     def _loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from contract.models import REFERENCE_MODELS
-from jobs.parallelism import TORCH_NATIVE
+from contract.parallel import LAYER_SPLITTING, MODEL_PARALLEL
 from jobs.planning.candidates import Candidate, best
-from jobs.planning.layout import LAYER_SPLITTING, Numerics
+from jobs.planning.layout import Numerics
 from jobs.planning.shape import ModelFacts
 
 
@@ -26,20 +26,27 @@ class AutoScope:
     native: bool  # hsdp, tp, pp, hybrid allowed: the sized shape is the job's whole cluster
     split_layers: bool  # tp, pp, hybrid allowed: native, and a reference model
     micro_batch: int  # the request's micro_batch_size: training checks pipeline micro-batches against it
-    schedule: str
+    schedule: str  # the request's parallel.pipeline_schedule: auto runs pipelines with it alone
+    per_group: bool = False  # the request's micro_batch_per_group: auto sends no hyperparameter of its own
 
     def refusal(self, c: Candidate) -> str | None:
         """Why `strategy: auto` may not run `c` (a phrase after "it"), or None when it may."""
         lay = c.layout
         if not lay.auto_ok:
             return "is not in the training package yet" if not lay.runnable else "is not one auto picks"
-        if lay.strategy in TORCH_NATIVE and not self.native:
+        if lay.strategy in MODEL_PARALLEL and not self.native:
             return ("needs its mesh over the job's whole cluster of one instance type (sizing.max_gpus or "
                     "instance_groups size another shape)")
         if lay.strategy in LAYER_SPLITTING and not self.split_layers:
             return ("splits layers, which auto does only for the reference models (set strategy and `parallel` "
                     "for a model of your own that has a tp_plan and pipeline_edges)")
-        problems = lay.problems(self.model.layers, self.model.heads, self.micro_batch, self.schedule)
+        if c.per_group and not self.per_group:
+            return ("reads one micro-batch per batch group, which auto does not switch on (set "
+                    "hyperparameters.micro_batch_per_group, or name this layout's strategy and degrees)")
+        if lay.pipeline > 1 and lay.schedule != self.schedule:
+            return (f"runs the {lay.schedule} schedule, and the request's parallel.pipeline_schedule is "
+                    f"{self.schedule} (set it to {lay.schedule} for auto to run this)")
+        problems = lay.problems(self.model.layers, self.model.heads, self.micro_batch, c.per_group)
         return f"has degrees the training package refuses ({problems[0].message})" if problems else None
 
     def pick(self, cands: list[Candidate]) -> Candidate | None:
@@ -53,4 +60,5 @@ def auto_scope(model: str, m: ModelFacts, n: Numerics, whole_cluster: bool, para
     """`whole_cluster`: the shape sized is every GPU of the job (one instance type, no sizing.max_gpus cut);
     `parallel`: the request's `parallel` section (its pipeline schedule), None for the default."""
     return AutoScope(m, native=whole_cluster, split_layers=whole_cluster and model in REFERENCE_MODELS,
-                     micro_batch=n.micro_batch, schedule=getattr(parallel, "pipeline_schedule", None) or "1f1b")
+                     micro_batch=n.micro_batch, schedule=getattr(parallel, "pipeline_schedule", None) or "1f1b",
+                     per_group=n.per_group)

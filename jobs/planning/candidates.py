@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from contract.parallel import LAYER_SPLITTING, microbatches, stages_per_rank
 from jobs.catalog import SPOT_SAVINGS, InstanceSpec, lookup
 from jobs.planning.cadence import Cadence, cadence, state_bytes
 from jobs.planning.layout import Layout, Numerics
@@ -35,6 +37,7 @@ class Candidate:
     step_samples: int  # samples per optimizer step over the job: micro_batch_size x world x grad accumulation
     micro_batch: int  # micro_batch_size per rank (tensor/pipeline groups pool theirs): the request's, lowered where
     # global_batch_size does not split evenly over the ranks
+    per_group: bool = False  # micro_batch_per_group: the micro-batch is a batch group's (sized_numerics)
 
     @property
     def fits(self) -> bool:
@@ -52,12 +55,17 @@ class Candidate:
         band, rows = calibration_of(lookup(self.instance_type).gpu)
         return {
             "strategy": lay.strategy, "degrees": lay.degrees(), "runnable": lay.runnable,
+            # the request's strategy and `parallel` section that run it (and the hyperparameter a grouped batch needs)
+            "request": {**lay.request_fields(),
+                        **({"hyperparameters": {"micro_batch_per_group": True}} if self.per_group else {})},
             "instance_type": self.instance_type, "instance_count": lay.nodes, "gpus": lay.gpus,
             "micro_batch_size": self.micro_batch, "samples_per_step": self.step_samples,
             "memory_per_gpu_gib": round(self.memory_gib, 2), "headroom_gib": round(self.headroom_gib, 2),
             "fits": self.fits, "step_time_s": round(self.step_time_s, 4),
             "throughput": round(self.throughput, 1), "throughput_unit": self.throughput_unit,
             "scaling_efficiency": round(self.scaling_efficiency, 3), "pipeline_bubble": round(self.bubble, 3),
+            "pipeline_schedule": lay.schedule if lay.pipeline > 1 else None,
+            "pipeline_microbatches": lay.microbatches if lay.pipeline > 1 else None,
             "hours": round(self.hours, 3),
             "cost_usd": None if self.cost_usd is None else round(self.cost_usd, 2),
             "cost_on_demand_usd": None if self.cost_on_demand_usd is None else round(self.cost_on_demand_usd, 2),
@@ -70,23 +78,84 @@ class Candidate:
         }
 
 
-def layouts(m: ModelFacts, nodes: int, per_node: int, pp_microbatches: int | None = None) -> list[Layout]:
-    """Every strategy that can lay this model over nodes x per_node GPUs."""
+# The schedules every pipeline is sized with (and the request's own, gpipe, when it names it): gpipe has 1F1B's
+# bubble and keeps every micro-batch's activations, so it is no candidate of the planner's own.
+PIPELINE_SCHEDULES = ("1f1b", "interleaved_1f1b")
+SHOWN_PER_STRATEGY = 2  # the table's rows per strategy and shape (see shown)
+
+
+def layouts(m: ModelFacts, nodes: int, per_node: int, pp_microbatches: int | None = None,
+            schedule: str = "1f1b") -> list[Layout]:
+    """Every layout the training package runs for this model over nodes x per_node GPUs, simplest strategy first:
+    data parallel (ddp, fsdp, hsdp), tensor parallel at each degree dividing a node's GPUs (the rest sharded),
+    and pipelines (tensor inside a stage when heads allow) at each degree whose stages tile the nodes: fewer
+    stages than nodes (several pipeline replicas, FSDP over them), one per node, or several per node; each with
+    the 1F1B and the interleaved schedule, and `schedule` (the request's)."""
     world = nodes * per_node
     if world == 1:
         return [Layout("single", 1, 1)]
     out = [Layout("ddp", nodes, per_node, replicate=world), Layout("fsdp", nodes, per_node, shard=world)]
     if nodes > 1 and per_node > 1:
         out.append(Layout("hsdp", nodes, per_node, replicate=nodes, shard=per_node))
-    heads_split = m.heads and per_node > 1 and m.heads % per_node == 0
-    if heads_split:
-        out.append(Layout("tp", nodes, per_node, shard=nodes, tensor=per_node))
-    if nodes > 1 and m.layers >= nodes:
-        micro = pp_microbatches or 2 * nodes
-        out.append(Layout("pp", nodes, per_node, shard=per_node, pipeline=nodes, microbatches=micro))
-        if heads_split:
-            out.append(Layout("hybrid", nodes, per_node, tensor=per_node, pipeline=nodes, microbatches=micro))
+    tensors = [t for t in range(2, per_node + 1) if per_node % t == 0 and m.heads and m.heads % t == 0]
+    out += [Layout("tp", nodes, per_node, shard=world // t, tensor=t) for t in tensors]
+    schedules = tuple(dict.fromkeys((*PIPELINE_SCHEDULES, schedule)))
+    pipelines = [_pipelines(m, nodes, per_node, t, pp_microbatches, schedules) for t in (1, *tensors)]
+    return out + [lay for group in pipelines for lay in group]
+
+
+def _pipelines(m: ModelFacts, nodes: int, per_node: int, tensor: int, given: int | None,
+               schedules: tuple[str, ...]) -> list[Layout]:
+    """Pipelines with this tensor degree: a stage (world / pipeline consecutive ranks, the mesh's outermost
+    dimension) is whole nodes or a part of one node, never straddling two; FSDP shards it over its data ranks."""
+    world, out = nodes * per_node, []
+    for p in range(2, world // tensor + 1):
+        stage = world // p
+        if world % p or stage % tensor or (per_node % stage if stage < per_node else stage % per_node):
+            continue
+        for schedule in schedules:
+            if m.layers < p * stages_per_rank(schedule):
+                continue
+            out.append(Layout("hybrid" if tensor > 1 else "pp", nodes, per_node, shard=stage // tensor, tensor=tensor,
+                              pipeline=p, microbatches=microbatches(given, p), schedule=schedule))
     return out
+
+
+def shown(cands: list[Candidate], keep: tuple[Candidate | None, ...] = ()) -> list[Candidate]:
+    """The rows `trainctl plan` shows of one shape's candidates: per strategy the SHOWN_PER_STRATEGY fastest that
+    fit (none fitting: the one needing the least memory), and `keep` (the recommendation, auto's pick), in the
+    candidates' order. Variants of a strategy that are slower than its best two decide nothing the table's
+    reader decides (which strategy, how fast, how full) and would bury the strategies under dozens of degree
+    combinations (gpt 7b on 4 nodes x 8 GPUs: 33 layouts)."""
+    picked: set[int] = {id(c) for c in keep if c is not None}
+    for strategy in dict.fromkeys(c.layout.strategy for c in cands):
+        mine = [c for c in cands if c.layout.strategy == strategy]
+        fitting = sorted((c for c in mine if c.fits), key=lambda c: -c.throughput)
+        picked |= {id(c) for c in (fitting[:SHOWN_PER_STRATEGY] or [min(mine, key=lambda c: c.memory_gib)])}
+    return [c for c in cands if id(c) in picked]
+
+
+def requested_layouts(cands: list[Candidate], request: Any) -> list[Candidate]:
+    """The candidates that are the layout a request names: its strategy, and for tp, pp and hybrid its tensor and
+    pipeline degrees and schedule."""
+    p = request.parallel
+    strategy = request.strategy.value
+    if strategy not in LAYER_SPLITTING or p is None:
+        return [c for c in cands if c.layout.strategy == strategy]
+    wanted = (strategy, p.tensor_parallel_degree, p.pipeline_parallel_degree)
+    return [c for c in cands if (c.layout.strategy, c.layout.tensor, c.layout.pipeline) == wanted
+            and (c.layout.pipeline == 1 or c.layout.schedule == p.pipeline_schedule)]
+
+
+def sized_numerics(n: Numerics, lay: Layout) -> Numerics | None:
+    """The numerics `lay` runs with: the micro-batch lowered so global_batch_size splits evenly over the ranks that
+    read micro-batches (Numerics.fitted). A tensor/pipeline layout with more ranks than the global batch has
+    samples reads one micro-batch per batch group (micro_batch_per_group) where that splits; None when neither."""
+    fitted = n.fitted(n.readers(lay))
+    if fitted is None and lay.strategy in LAYER_SPLITTING and not n.per_group:
+        grouped = dataclasses.replace(n, per_group=True)
+        fitted = grouped.fitted(grouped.readers(lay))
+    return fitted
 
 
 def total_samples(m: ModelFacts, n: Numerics, sizing: Any, step_samples: int) -> float:
@@ -104,7 +173,7 @@ def evaluate(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, sizing
     candidate has no cost)."""
     mem = memory_per_gpu(m, n, lay)
     st = step_time(m, n, spec, lay)
-    step_samples = n.step_samples(lay.gpus)  # what the training package pools per optimizer step
+    step_samples = n.step_samples(n.readers(lay))  # what the training package trains on per optimizer step
     samples_s = step_samples / st.total
     ideal = n.micro_batch / micro_compute(m, n, spec, Layout("single", 1, 1))  # one GPU, no communication
     tokens = m.kind == "decoder"
@@ -118,11 +187,14 @@ def evaluate(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, sizing
         capacity_gib=float(spec.accelerator_memory_gib), step_time_s=st.total,
         throughput=samples_s * (m.tokens if tokens else 1), throughput_unit="tokens/s" if tokens else "samples/s",
         scaling_efficiency=samples_s / (ideal * lay.gpus), hours=hours, cost_usd=cost, cost_on_demand_usd=on_demand,
-        spot=spot, cadence=cad, bubble=st.bubble, step_samples=step_samples, micro_batch=n.micro_batch)
+        spot=spot, cadence=cad, bubble=st.bubble, step_samples=step_samples, micro_batch=n.micro_batch,
+        per_group=n.per_group and lay.strategy in LAYER_SPLITTING)
 
 
 def best(cands: list[Candidate], allowed: Callable[[Candidate], bool] | None = None) -> Candidate | None:
     """Highest throughput that fits (among those `allowed`); within 2% the simpler strategy wins (the order
-    layouts() lists them in, counted over all of `cands` so that a filter does not change the ranking)."""
+    layouts() lists the strategies in, counted over all of `cands` so that a filter does not change the ranking;
+    variants of one strategy rank by throughput alone, the first listed on a tie)."""
+    rank = {s: i for i, s in enumerate(dict.fromkeys(c.layout.strategy for c in cands))}
     pool = [c for c in cands if c.fits and (allowed is None or allowed(c))]
-    return max(pool, key=lambda c: c.throughput / 1.02 ** cands.index(c)) if pool else None
+    return max(pool, key=lambda c: c.throughput / 1.02 ** rank[c.layout.strategy]) if pool else None

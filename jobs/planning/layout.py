@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from contract.hyperparameters import TRAINING_STRATEGIES, TrainConfig, canonical_name
-from jobs.parallelism import TORCH_NATIVE, check_parallelism, parallel_hyperparameters
+from contract.parallel import LAYER_SPLITTING, MODEL_PARALLEL, batch_ranks, resolve_degrees, stages_per_rank
+from jobs.parallelism import check_parallelism, parallel_hyperparameters
 from jobs.planning.shape import PlanInputError
 
 DEGREES = ("replicate", "shard", "tensor", "pipeline")
@@ -19,9 +20,8 @@ DEGREES = ("replicate", "shard", "tensor", "pipeline")
 # SMP's degrees are not the planner's). For hsdp, tp, pp and hybrid the renderer sends the chosen layout's
 # degrees (jobs.planner.Plan.parallel), so the job runs the mesh the planner sized.
 AUTO_STRATEGIES = tuple(s for s in TRAINING_STRATEGIES if s != "smp")
-# Strategies that split layers: the model must opt in (`tp_plan`, `blocks` and `pipeline_edges`), which the
-# reference models do; the planner cannot see whether a model of one's own does.
-LAYER_SPLITTING = ("tp", "pp", "hybrid")
+# Strategies that split layers (contract.parallel.LAYER_SPLITTING): the model must opt in (`tp_plan`, `blocks` and
+# `pipeline_edges`), which the reference models do; the planner cannot see whether a model of one's own does.
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,7 @@ class Layout:
     tensor: int = 1
     pipeline: int = 1
     microbatches: int = 1  # per pipeline step
+    schedule: str = "1f1b"  # the pipeline's (contract.hyperparameters.PIPELINE_SCHEDULES); no meaning without one
 
     @property
     def gpus(self) -> int:
@@ -60,13 +61,19 @@ class Layout:
     def auto_ok(self) -> bool:
         return self.strategy in AUTO_STRATEGIES
 
-    def forward_batch(self, micro_batch: float) -> float:
+    def forward_batch(self, micro_batch: float, per_group: bool = False) -> float:
         """Samples one model replica runs per forward pass, as the training package runs them: the ranks of a
-        tensor/pipeline batch group pool their micro-batches (training.step.share_batch), and a pipeline step splits
-        the pooled batch into `microbatches` chunks (training.pipeline.Pipeline). Fractional where they do not
-        divide: check_parallelism refuses those, the sizing still reads."""
-        pooled = micro_batch * self.tensor * self.pipeline
+        tensor/pipeline batch group pool their micro-batches (training.step.share_batch; with micro_batch_per_group
+        they read one), and a pipeline step splits the pooled batch into `microbatches` chunks
+        (training.pipeline.Pipeline). Fractional where they do not divide: check_parallelism refuses those, the
+        sizing still reads."""
+        pooled = micro_batch * (1 if per_group else self.tensor * self.pipeline)
         return pooled / self.microbatches if self.pipeline > 1 else pooled
+
+    @property
+    def stages_per_rank(self) -> int:
+        """Model stages a pipeline rank holds (2 for the interleaved schedule: its bubble is that much smaller)."""
+        return stages_per_rank(self.schedule) if self.pipeline > 1 else 1
 
     def chunks(self) -> int:
         """Forward passes in one pipeline step (1 without a pipeline)."""
@@ -75,20 +82,35 @@ class Layout:
     def degrees(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in DEGREES}
 
-    def problems(self, layers: int | None, heads: int | None, micro_batch_size: int, schedule: str) -> list:
-        """jobs.parallelism.check_parallelism of these degrees (the launcher's and the training package's own
-        check): e.g. a pipeline whose stages do not split the layers, or micro-batches that do not divide."""
+    def problems(self, layers: int | None, heads: int | None, micro_batch_size: int, per_group: bool = False) -> list:
+        """jobs.parallelism.check_parallelism of these degrees and schedule (the launcher's and the training
+        package's own check): e.g. a pipeline whose stages do not split the layers, or micro-batches that do not
+        divide."""
         return check_parallelism(
             self.strategy, hosts=self.nodes, per_host=self.gpus_per_node, tensor=self.tensor,
-            pipeline=self.pipeline, shard=self.shard if self.strategy in TORCH_NATIVE else 0,
-            microbatches=self.microbatches if self.pipeline > 1 else None, schedule=schedule,
-            n_layer=layers or None, n_head=heads or None, micro_batch_size=micro_batch_size)
+            pipeline=self.pipeline, shard=self.shard if self.strategy in MODEL_PARALLEL else 0,
+            microbatches=self.microbatches if self.pipeline > 1 else None, schedule=self.schedule,
+            n_layer=layers or None, n_head=heads or None, micro_batch_size=micro_batch_size, per_group=per_group)
 
-    def hyperparameters(self, schedule: str) -> dict[str, Any]:
+    def request_fields(self) -> dict[str, Any]:
+        """The job request's `strategy` and `parallel` section that run this layout (what `trainctl plan --json`
+        shows as a candidate's `request`): degrees other than 1, the shard degree where it is not the default
+        (contract.parallel.resolve_degrees), a pipeline's micro-batches and schedule."""
+        if self.strategy not in MODEL_PARALLEL:
+            return {"strategy": self.strategy}
+        parallel = {name: value for name, value in (("tensor_parallel_degree", self.tensor),
+                                                    ("pipeline_parallel_degree", self.pipeline)) if value > 1}
+        if self.shard != resolve_degrees(self.strategy, self.gpus, self.gpus_per_node, self.tensor, self.pipeline).shard:
+            parallel["hybrid_shard_degree"] = self.shard
+        if self.pipeline > 1:
+            parallel |= {"pipeline_microbatches": self.microbatches, "pipeline_schedule": self.schedule}
+        return {"strategy": self.strategy, "parallel": parallel}
+
+    def hyperparameters(self) -> dict[str, Any]:
         """What the launcher sends for this layout (jobs.parallelism.parallel_hyperparameters); {} for data-only."""
         return parallel_hyperparameters(self.strategy, self.tensor, self.pipeline,
-                                        self.shard if self.strategy in TORCH_NATIVE else 0,
-                                        self.microbatches if self.pipeline > 1 else None, schedule)
+                                        self.shard if self.strategy in MODEL_PARALLEL else 0,
+                                        self.microbatches if self.pipeline > 1 else None, self.schedule)
 
 
 @dataclass(frozen=True)
@@ -104,6 +126,19 @@ class Numerics:
     reshard_after_forward: bool
     compile: bool
     async_checkpoint: bool
+    checkpointing_policy: str = "full"  # what activation_checkpointing recomputes (training.speedups)
+    per_group: bool = False  # micro_batch_per_group: a tensor/pipeline batch group reads one micro-batch
+
+    def readers(self, layout: Layout) -> int:
+        """The ranks that read their own micro-batches on `layout` (contract.parallel.batch_ranks): the world size
+        TrainConfig.batch_layout divides by."""
+        split = layout.strategy in LAYER_SPLITTING
+        return batch_ranks(layout.gpus, layout.tensor, layout.pipeline, split and self.per_group)
+
+    @property
+    def selective(self) -> bool:
+        """Per-op (selective) activation checkpointing: attention's and every other matmul's outputs kept."""
+        return self.activation_checkpointing and self.checkpointing_policy == "selective"
 
     def accum(self, world: int) -> int:
         """Micro-batches per optimizer step per rank, as TrainConfig.batch_layout computes it over the world size
@@ -144,4 +179,6 @@ def numerics(hyperparameters: dict[str, Any]) -> Numerics:
                     activation_checkpointing=bool(cfg.activation_checkpointing), micro_batch=cfg.micro_batch_size,
                     seq_len=cfg.seq_len, global_batch=cfg.global_batch_size, grad_accum=cfg.grad_accum,
                     max_steps=cfg.max_steps, reshard_after_forward=bool(cfg.fsdp_reshard_after_forward),
-                    compile=bool(cfg.compile), async_checkpoint=bool(cfg.async_checkpoint))
+                    compile=bool(cfg.compile), async_checkpoint=bool(cfg.async_checkpoint),
+                    checkpointing_policy=cfg.activation_checkpointing_policy,
+                    per_group=bool(cfg.micro_batch_per_group))

@@ -27,8 +27,8 @@ from typing import Any
 
 from contract.hyperparameters import TrainConfig
 from contract.metrics import MFU, STEP_TIME_MS
+from contract.parallel import DATA_ONLY, MODEL_PARALLEL, microbatches, resolve_degrees
 from jobs import catalog
-from jobs.parallelism import DATA_ONLY, TORCH_NATIVE, resolve_degrees
 from jobs.planning.candidates import STARTUP_HOURS, Candidate
 from jobs.planning.layout import Layout, numerics
 from jobs.planning.shape import PlanInputError, model_facts
@@ -58,14 +58,13 @@ def job_layout(strategy: str, nodes: int, per_node: int, hps: Mapping[str, Any])
         return Layout("single", 1, 1)
     if strategy in DATA_ONLY:
         return Layout(strategy, nodes, per_node, **({"replicate": world} if strategy == "ddp" else {"shard": world}))
-    if strategy not in TORCH_NATIVE:
+    if strategy not in MODEL_PARALLEL:
         return None
-    d = resolve_degrees(strategy, nodes, per_node, int(hps.get("tp_degree") or 1), int(hps.get("pp_degree") or 1),
+    d = resolve_degrees(strategy, world, per_node, int(hps.get("tp_degree") or 1), int(hps.get("pp_degree") or 1),
                         int(hps.get("dp_shard") or 0))
-    # The training package's default: two micro-batches per pipeline stage (training.strategies.pp).
-    micro = int(hps.get("pp_microbatches") or 2 * d.pipeline)
-    return Layout(strategy, nodes, per_node, replicate=d.replicate, shard=d.shard, tensor=d.tensor,
-                  pipeline=d.pipeline, microbatches=micro)
+    return Layout(strategy, nodes, per_node, replicate=d.replicate, shard=d.shard, tensor=d.tp, pipeline=d.pp,
+                  microbatches=microbatches(hps.get("pp_microbatches"), d.pp),
+                  schedule=str(hps.get("pp_schedule") or TrainConfig.pp_schedule))
 
 
 def measured_section(job: Mapping[str, Any] | None, run_id: str = "") -> dict[str, Any] | None:

@@ -80,6 +80,13 @@ def block_activation_bytes(m: ModelFacts, n: Numerics, layout: Layout) -> float:
     return 2 * residual_bytes(n, layout) * m.hidden + 15 * n.compute_bytes * m.hidden
 
 
+def selective_block_bytes(m: ModelFacts, n: Numerics, layout: Layout) -> float:
+    """Saved bytes per token of one block under selective checkpointing (training.speedups): its input (r.h),
+    the outputs of attention (a.h) and of the 1st and 3rd matmuls, qkv (3a.h) and fc (4a.h). The norms' and
+    GELU's outputs and the proj and out matmuls' are recomputed."""
+    return residual_bytes(n, layout) * m.hidden + 8 * n.compute_bytes * m.hidden
+
+
 def activation_bytes(m: ModelFacts, n: Numerics, layout: Layout) -> float:
     """Peak activations on the busiest GPU: the first pipeline stage holds `in_flight` micro-batches."""
     a, t, r = n.compute_bytes, layout.tensor, residual_bytes(n, layout)
@@ -88,9 +95,22 @@ def activation_bytes(m: ModelFacts, n: Numerics, layout: Layout) -> float:
     tokens = n.micro_batch * m.tokens
     layers = -(-m.layers // layout.pipeline)
     per_block = block_activation_bytes(m, n, layout) / t
-    # With checkpointing, block inputs are kept and one block is recomputed at a time.
-    blocks = layers * r * m.hidden / t + per_block if n.activation_checkpointing else layers * per_block
-    in_flight = min(layout.pipeline, layout.microbatches) if layout.pipeline > 1 else 1
+    # With checkpointing, block inputs are kept (selective: and the outputs it keeps), and one block is recomputed
+    # at a time.
+    if n.selective:
+        blocks = layers * selective_block_bytes(m, n, layout) / t + per_block
+    elif n.activation_checkpointing:
+        blocks = layers * r * m.hidden / t + per_block
+    else:
+        blocks = layers * per_block
+    # 1F1B's first stage holds at most one micro-batch per stage before its first backward; GPipe runs every
+    # forward before any backward, so it holds them all.
+    in_flight = (layout.microbatches if layout.schedule == "gpipe" else min(layout.pipeline, layout.microbatches)) \
+        if layout.pipeline > 1 else 1
+    if layout.stages_per_rank > 1:
+        # Interleaving keeps more micro-batches in flight on the first rank: 1 + (p - 1) / (p v) times 1F1B's
+        # (Korthikanti et al. 2022, section 4.2.3).
+        in_flight *= 1 + (layout.pipeline - 1) / (layout.pipeline * layout.stages_per_rank)
     # The loss over the whole vocabulary (tensor parallelism gathers the logits), the head's input split.
     head = m.vocab * (a + 8) + (r + a) * m.hidden / t if m.kind == "decoder" else 0.0
     inputs = a * m.image_bytes / m.tokens if m.kind == "vit" else 0.0  # the patch conv's saved input
@@ -111,19 +131,23 @@ def memory_per_gpu(m: ModelFacts, n: Numerics, layout: Layout) -> Memory:
             extra += 4 * m.params  # DDP's gradient buckets
         if n.compute_bytes < 4:
             extra += 2 * m.params  # autocast's bf16 weight cache, alive until the step ends
-        if n.accum(layout.gpus) > 1:
+        if n.accum(n.readers(layout)) > 1:
             extra += grads  # the gradients accumulate in .grad: a later micro-step's forward runs beside them
     else:
-        if layout.shard > 1:
+        if layout.shard > 1 and layout.pipeline > 1:
+            # A pipeline's stages stay gathered from forward to backward (training.strategies.pp:
+            # reshard_after_forward=False, 1F1B interleaves micro-batches), in the compute dtype.
+            extra += n.compute_bytes * m.params / (layout.tensor * layout.pipeline)
+        elif layout.shard > 1:
             # FSDP2 gathers one block at a time, in the compute dtype (MixedPrecisionPolicy's param_dtype); the
             # root (token table, head) stays gathered (training.strategies.fsdp: reshard_after_forward=False).
             extra += n.compute_bytes * m.block_params / layout.tensor
             root = m.params - m.layers * m.block_params
             if root > 0:
-                extra += n.compute_bytes * root / (layout.tensor * layout.pipeline)
-        if n.accum(layout.gpus) * layout.chunks() > 1:
+                extra += n.compute_bytes * root / layout.tensor
+        if n.accum(n.readers(layout)) * layout.chunks() > 1:
             # Unsynced micro-steps keep unsharded gradients; FSDP2 accumulates them in its reduce dtype, fp32
             # (training.precision.Precision.reduce; FSDPParam.to_accumulated_grad_if_needed).
             extra += 4 * m.params / (layout.tensor * layout.pipeline)
-    fwd_n = replace(n, micro_batch=layout.forward_batch(n.micro_batch))
+    fwd_n = replace(n, micro_batch=layout.forward_batch(n.micro_batch, n.per_group))
     return Memory(weights, grads, opt, activation_bytes(m, fwd_n, layout), extra)

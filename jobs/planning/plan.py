@@ -10,7 +10,15 @@ from typing import Any
 from jobs import catalog
 from jobs.planning import input_check
 from jobs.planning.auto import AutoScope, auto_scope
-from jobs.planning.candidates import Candidate, best, evaluate, layouts
+from jobs.planning.candidates import (
+    Candidate,
+    best,
+    evaluate,
+    layouts,
+    requested_layouts,
+    shown,
+    sized_numerics,
+)
 from jobs.planning.input_check import InputCheck
 from jobs.planning.layout import AUTO_STRATEGIES, Numerics, numerics
 from jobs.planning.measured import calibration_for, corrected, usable
@@ -73,12 +81,13 @@ def _spec(instance_type: str) -> catalog.InstanceSpec:
 
 def shape_candidates(m: ModelFacts, n: Numerics, spec: catalog.InstanceSpec, nodes: int, per_node: int,
                      sizing: Any, spot: bool, pp_micro: int | None,
-                     price_usd_hour: float | None = None, correct: Correction | None = None) -> list[Candidate]:
+                     price_usd_hour: float | None = None, schedule: str = "1f1b",
+                     correct: Correction | None = None) -> list[Candidate]:
     # Each layout gets the micro-batch that splits global_batch_size evenly over its ranks (the training package
     # divides by the world size); a layout with more ranks than samples per step is left out (it would refuse it).
     out = []
-    for lay in layouts(m, nodes, per_node, pp_micro):
-        fitted = n.fitted(lay.gpus)
+    for lay in layouts(m, nodes, per_node, pp_micro, schedule):
+        fitted = sized_numerics(n, lay)
         if fitted is not None:
             sized = evaluate(m, fitted, spec, lay, sizing, spot, price_usd_hour)
             out.append(correct(sized) if correct else sized)
@@ -97,7 +106,7 @@ def other_shapes(m: ModelFacts, n: Numerics, request_type: str, sizing: Any, spo
             if nodes * per_node > max_gpus or (instance_type, nodes, per_node) == taken:
                 continue
             pick = best(shape_candidates(m, n, spec, nodes, per_node, sizing, spot, None,
-                                         (prices or {}).get(instance_type), correct))
+                                         (prices or {}).get(instance_type), correct=correct))
             if pick is not None:
                 out.append(pick)
     return out
@@ -150,8 +159,9 @@ def plan_request(request: Any, platform: Any = None, now: dt.datetime | None = N
     spot = bool(request.spot) and (sizing.allow_spot if sizing else True)
     nodes, per_node = requested_shape(spec, count, sizing)
     pp_micro = request.parallel.pipeline_microbatches if request.parallel else None
+    schedule = request.parallel.pipeline_schedule if request.parallel else "1f1b"
     mine = shape_candidates(m, n, spec, nodes, per_node, sizing, spot, pp_micro, prices.get(spec.instance_type),
-                            correct)
+                            schedule, correct)
     least = min(mine, key=lambda c: c.memory_gib)
     rec = best(mine) or least
     whole = request.instance is not None and (nodes, per_node) == (count, spec.accelerators)
@@ -159,7 +169,10 @@ def plan_request(request: Any, platform: Any = None, now: dt.datetime | None = N
     auto = scope.pick(mine)
     others = other_shapes(m, n, spec.instance_type, sizing, spot, (spec.instance_type, nodes, per_node), prices,
                           correct)
-    result = PlanResult(rec, auto, mine + others, model=m, reason=_reason(rec, auto), scope=scope,
+    # The table shows each strategy's best few of this shape (candidates.shown), the recommendation, auto's pick and
+    # the layout the request names.
+    keep = (rec, auto, *requested_layouts(mine, request))
+    result = PlanResult(rec, auto, shown(mine, keep) + others, model=m, reason=_reason(rec, auto), scope=scope,
                         input=input_check.check(rec, m, spec, request, dataset_meta), runs=(len(runs), len(usable_runs)))
     add_warnings(result, request, platform, now or dt.datetime.now(dt.UTC))
     return result

@@ -8,6 +8,7 @@ the field, the value and the fix.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,7 +67,14 @@ class ModelFacts:
         # A ViT's patch convolution: channels x patch^2 = the image's bytes over its patches, x width weights,
         # 4 FLOPs each per token (no pixel gradient).
         patch = 4 * self.hidden * self.image_bytes / (self.tokens - 1) if self.kind == "vit" else 0
-        return bottleneck_ratio([block] * self.layers, stages, patch, head)
+        return _even_blocks_bottleneck(block, self.layers, stages, patch, head)
+
+
+@functools.lru_cache(maxsize=4096)
+def _even_blocks_bottleneck(block: float, layers: int, stages: int, first: float, last: float) -> float:
+    """bottleneck_ratio of `layers` equal blocks, cached: the cut is a dynamic program over the layers, and a plan
+    asks it for the same model and stage count once per pipeline candidate of every shape it compares."""
+    return bottleneck_ratio([block] * layers, stages, first, last)
 
 
 def gpt_params(c: GPTConfig) -> tuple[int, int]:

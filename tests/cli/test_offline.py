@@ -89,9 +89,10 @@ def test_plan_shows_what_auto_picked_and_why(platform_file, tmp_path):
     result = run("plan", path, "--platform", platform_file, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     # auto may split layers (issue 11): the plan shows the pick and the mesh the job is rendered with. gpt 7b on
-    # 2 x 4 A10Gs fits only as 2 stages x tensor 4, checkpointed, the group's 8 x 2 samples in 4 chunks.
+    # 2 x 4 A10Gs fits only split over tensor and pipeline ranks, checkpointed; since the planner has several
+    # stages per node, 4 stages x tensor 2 (2 stages per node) beats 2 x tensor 4 (its smaller tensor all-reduces).
     assert "auto -> hybrid (" in result.stdout
-    assert "hybrid: mesh (pipeline x replicate x shard x tensor) = 2 x 1 x 1 x 4" in result.stdout
+    assert "hybrid: mesh (pipeline x replicate x shard x tensor) = 4 x 1 x 1 x 2" in result.stdout
 
 
 # ---- user errors: exit 2, one message, no traceback ------------------------------------------------

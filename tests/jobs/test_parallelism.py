@@ -9,7 +9,6 @@ from jobs.parallelism import (
     describe_layout,
     mesh_layout,
     parallel_hyperparameters,
-    resolve_degrees,
 )
 
 
@@ -61,11 +60,6 @@ def test_strategy_and_degrees_must_agree():
 def test_shard_degree_must_divide_the_data_ranks():
     [p] = check_parallelism("hsdp", hosts=2, per_host=8, shard=3)
     assert p.path == "parallel.hybrid_shard_degree"
-
-
-def test_hsdp_shards_within_a_host_by_default():
-    d = resolve_degrees("hsdp", hosts=4, per_host=8)
-    assert (d.replicate, d.shard, d.world) == (4, 8, 32)
 
 
 def test_layout_keeps_tensor_groups_on_one_host():

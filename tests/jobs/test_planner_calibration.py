@@ -5,9 +5,10 @@ about the fit (`error_band`, `calibrated_from`).
     python -m pytest -q -n 0 -s tests/jobs/test_planner_calibration.py    # prints predicted against measured
     python -m jobs.planning.calibration                                    # the same table
 
-Rows the planner cannot express exactly are expressed as closely as it can (calibration.Row.expressed):
-Llama 3 8B's op-level selective checkpointing as full checkpointing, GPT 175B's interleaved TP 8 x PP 8 schedule
-as the planner's hybrid layout with one stage per rank and no recomputation.
+Rows the planner cannot express exactly are expressed as closely as it can (calibration.Row.expressed): Llama 3
+8B's gated MLP and grouped-query attention as a GPT block (its op-level selective checkpointing is the package's
+own), GPT 175B's selective recomputation of attention's core as none (its interleaved TP 8 x PP 8 schedule is
+the planner's hybrid layout with the interleaved schedule).
 """
 
 from __future__ import annotations

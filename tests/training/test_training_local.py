@@ -93,3 +93,32 @@ def test_an_hsdp_request_runs_through_trainctl_local_stops_and_resumes(tmp_path,
     assert status["status"] == "completed" and status["step"] == 40
     resumed, uninterrupted = weights(work), weights(reference)
     assert all(torch.equal(resumed[k], uninterrupted[k]) for k in uninterrupted)
+
+
+def test_a_planner_layout_runs_through_trainctl_local(tmp_path, corpus):
+    """A candidate `trainctl plan` shows for a tiny GPT on 4 GPUs, tensor 2 x data 2 on a global batch of 2 (one
+    micro-batch per batch group), rendered from its `request` fields and trained by `trainctl local` on 4
+    processes: the request the planner says runs it, runs."""
+    from cli.local_runner import run_request_locally
+    from cli.request_file import load_request
+    from jobs.planning import plan_request
+    from jobs.request import parse_request
+
+    base = json.loads((Path(__file__).resolve().parents[2] / "examples" / "local-tp.json").read_text())
+    base.update(dataset=str(corpus / "train"), validation_dataset=str(corpus / "validation"), checkpoint_interval=100,
+                instance={"type": "ml.g5.12xlarge", "count": 1})  # 4 GPUs for the plan; local runs 4 processes
+    base["hyperparameters"].update(max_steps=6, seq_len=SEQ, micro_batch_size=1, global_batch_size=2,
+                                   eval_interval=0, log_interval=1)
+    plan = plan_request(parse_request({**base, "strategy": "fsdp", "parallel": {}}))
+    [tp2] = [c for c in plan.candidates if c.instance_type == "ml.g5.12xlarge" and c.layout.nodes == 1
+             and (c.layout.strategy, c.layout.tensor) == ("tp", 2)]
+    fields = tp2.to_dict()["request"]
+    assert fields == {"strategy": "tp", "parallel": {"tensor_parallel_degree": 2},
+                      "hyperparameters": {"micro_batch_per_group": True}}
+    request = {**base, **fields, "hyperparameters": {**base["hyperparameters"], **fields["hyperparameters"]}}
+    path = tmp_path / "planned.json"
+    path.write_text(json.dumps(request))
+    work = tmp_path / "work"
+    assert run_request_locally(load_request(path), workdir=work, nproc=4, data=None) == 0
+    status = json.loads((work / "output" / "data" / "training_status.json").read_text())
+    assert status["status"] == "completed" and status["step"] == 6

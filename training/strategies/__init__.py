@@ -22,6 +22,7 @@ import torch.distributed as torch_dist
 from torch import nn
 
 from contract.hyperparameters import TrainConfig
+from contract.parallel import MODEL_PARALLEL
 from training.distributed import Dist
 from training.precision import Precision
 
@@ -62,7 +63,7 @@ def apply_strategy(model: nn.Module, cfg: TrainConfig, dist: Dist, precision: Pr
         from training.strategies.fsdp import apply_fsdp
 
         return apply_fsdp(model, dist.mesh(), dist.device, precision, cfg.fsdp_reshard_after_forward)
-    if cfg.strategy in ("hsdp", "tp", "pp", "hybrid"):
+    if cfg.strategy in MODEL_PARALLEL:
         return apply_model_parallel(model, cfg, dist, precision)
     from training.strategies.smp import apply_smp
 
@@ -70,7 +71,16 @@ def apply_strategy(model: nn.Module, cfg: TrainConfig, dist: Dist, precision: Pr
 
 
 def apply_model_parallel(model: nn.Module, cfg: TrainConfig, dist: Dist, precision: Precision) -> Parallelized:
-    """hsdp, tp, pp and hybrid: one mesh from the degrees, then the strategy's own `apply_*` on it."""
+    """hsdp, tp, pp and hybrid: one mesh from the degrees, then the strategy's own `apply_*` on it. With
+    micro_batch_per_group a batch group's ranks read the same samples (the loop samples per batch group), so
+    they pool nothing."""
+    par = _apply_model_parallel(model, cfg, dist, precision)
+    if cfg.micro_batch_per_group:
+        par.batch_group = None
+    return par
+
+
+def _apply_model_parallel(model: nn.Module, cfg: TrainConfig, dist: Dist, precision: Precision) -> Parallelized:
     import os
 
     from training.mesh import build_mesh, resolve_degrees

@@ -11,7 +11,8 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
-from training.mesh import Degrees, data_mesh
+from contract.parallel import Degrees
+from training.mesh import data_mesh
 from training.precision import Precision
 from training.strategies import Parallelized
 from training.strategies.fsdp import gradient_sync, shard_model

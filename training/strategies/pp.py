@@ -14,9 +14,11 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from contract.errors import ConfigError
 from contract.hyperparameters import TrainConfig
+from contract.parallel import HYPERPARAMETERS, Degrees, microbatch_problems, stages_per_rank
+from contract.parallel import microbatches as default_microbatches
 from training.grad_norm import clip_grad_norm
-from training.mesh import Degrees, batch_group, data_index, data_mesh
-from training.pipeline import Pipeline, adopt_root_parameters, split, stages_per_rank
+from training.mesh import batch_group, data_index, data_mesh
+from training.pipeline import Pipeline, adopt_root_parameters, split
 from training.precision import Precision
 from training.strategies import Parallelized
 from training.strategies.fsdp import shard_model
@@ -24,17 +26,12 @@ from training.strategies.tp import check_heads, tensor_parallelize
 
 
 def microbatches(cfg: TrainConfig, degrees: Degrees) -> int:
-    """pp_microbatches (default 2 x pipeline ranks), checked against the batch a pipeline step splits."""
-    m = cfg.pp_microbatches or 2 * degrees.pp
-    pooled = cfg.micro_batch_size * degrees.pp * degrees.tp  # the batch group's micro-batches, pooled
-    if m < degrees.pp:
-        raise ConfigError(f"pp_microbatches={m} is fewer than the {degrees.pp} pipeline stages: the pipeline "
-                          "would never fill; use at least pp_degree micro-batches (default 2 x pp_degree)")
-    if pooled % m:
-        raise ConfigError(f"pp_microbatches={m} does not divide the {pooled} samples a pipeline step gets "
-                          f"(micro_batch_size {cfg.micro_batch_size} x pp_degree {degrees.pp} x tp_degree "
-                          f"{degrees.tp}): change pp_microbatches or micro_batch_size")
-    return m
+    """pp_microbatches (or its default), by contract.parallel's rule for the batch a pipeline step splits."""
+    problems = microbatch_problems(cfg.pp_microbatches, degrees.pp, degrees.tp, cfg.micro_batch_size, HYPERPARAMETERS,
+                                   cfg.pp_schedule, cfg.micro_batch_per_group)
+    if problems:
+        raise ConfigError(problems[0].message)
+    return default_microbatches(cfg.pp_microbatches, degrees.pp)
 
 
 def apply_pp(model: nn.Module, mesh: DeviceMesh, degrees: Degrees, device: torch.device, precision: Precision,

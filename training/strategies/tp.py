@@ -28,8 +28,9 @@ from torch.distributed.tensor.parallel import (
 )
 
 from contract.errors import ConfigError
+from contract.parallel import Degrees
 from training.grad_norm import clip_grad_norm
-from training.mesh import Degrees, batch_group, data_index, data_mesh
+from training.mesh import batch_group, data_index, data_mesh
 from training.precision import Precision
 from training.strategies import Parallelized
 from training.strategies.fsdp import gradient_sync, shard_model

@@ -1,0 +1,233 @@
+"""The torch-native parallel layouts' facts, once: which strategies split layers, the degrees and the mesh
+shape they make, the rank map, and the pipeline's rules. Standard library only.
+
+Two audiences read the same rules: the launcher checks a request (`parallel.tensor_parallel_degree`, "GPUs",
+"instances") and the training package checks its hyperparameters (`tp_degree`, "processes", "hosts").
+Each rule is written once; an `Audience` says how a problem names its field and counts.
+
+The mesh's dimensions, outermost first: `pp` (pipeline stages), `dp_replicate` (full copies), `dp_shard`
+(FSDP2 shards), `tp` (tensor parallel). Ranks fill it row-major and torchrun numbers them host after host,
+so the innermost dimensions are contiguous ranks on one host: tensor groups (every layer talks inside them)
+and hsdp's shard groups stay in a node; only pipeline hops and replica all-reduces cross the network.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from contract.errors import Problem
+
+MODEL_PARALLEL = ("hsdp", "tp", "pp", "hybrid")  # the strategies that build the mesh below
+DATA_ONLY = ("single", "ddp", "fsdp")  # the strategies that split no layers
+LAYER_SPLITTING = ("tp", "pp", "hybrid")  # the torch-native ones that split layers (batch groups of several ranks)
+DIMS = ("pp", "dp_replicate", "dp_shard", "tp")
+DEFAULT_MICROBATCHES_PER_STAGE = 2  # pp_microbatches' default: twice the pipeline degree
+
+
+@dataclass(frozen=True)
+class Degrees:
+    pp: int = 1
+    replicate: int = 1
+    shard: int = 1
+    tp: int = 1
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return (self.pp, self.replicate, self.shard, self.tp)
+
+    @property
+    def data(self) -> int:
+        """The batch groups: ranks that train on different samples."""
+        return self.replicate * self.shard
+
+    @property
+    def world(self) -> int:
+        return self.pp * self.data * self.tp
+
+
+@dataclass(frozen=True)
+class Audience:
+    """How a problem names its fields (the path) and what it counts (GPUs of instances, processes of hosts)."""
+
+    tensor: str
+    pipeline: str
+    shard: str
+    microbatches: str
+    micro_batch_size: str
+    degrees: str  # "{tensor}", "{pipeline}", "{product}" filled in
+    world: str  # "{world}", "{hosts}", "{per_host}" filled in
+    per_host: str
+    hosts: str
+
+    @staticmethod
+    def name(path: str) -> str:
+        return path.rsplit(".", 1)[-1]
+
+
+REQUEST = Audience(
+    tensor="parallel.tensor_parallel_degree", pipeline="parallel.pipeline_parallel_degree",
+    shard="parallel.hybrid_shard_degree", microbatches="parallel.pipeline_microbatches",
+    micro_batch_size="hyperparameters.micro_batch_size", degrees="tensor {tensor} x pipeline {pipeline} = {product}",
+    world="the {world} GPUs ({hosts} x {per_host})", per_host="the {per_host} GPUs of one instance", hosts="instances")
+HYPERPARAMETERS = Audience(
+    tensor="tp_degree", pipeline="pp_degree", shard="dp_shard", microbatches="pp_microbatches",
+    micro_batch_size="micro_batch_size", degrees="tp_degree={tensor} x pp_degree={pipeline}",
+    world="the world size {world}", per_host="the {per_host} processes per host", hosts="hosts")
+
+
+def stages_per_rank(schedule: str) -> int:
+    """Model stages each pipeline rank holds: the interleaved schedule loops two over the ranks."""
+    return 2 if schedule == "interleaved_1f1b" else 1
+
+
+def microbatches(given: int | None, pipeline: int) -> int:
+    """pp_microbatches, or its default."""
+    return given or DEFAULT_MICROBATCHES_PER_STAGE * pipeline
+
+
+def batch_ranks(world: int, tensor: int = 1, pipeline: int = 1, per_group: bool = False) -> int:
+    """The ranks that each read their own micro-batch (contract.hyperparameters.batch_layout's world size): every
+    rank, tensor and pipeline ranks too (a batch group pools its ranks' micro-batches); with
+    micro_batch_per_group, one per batch group, whose ranks read the same samples."""
+    return world // (tensor * pipeline) if per_group else world
+
+
+def degrees_strategy(tensor: int, pipeline: int) -> str | None:
+    """The torch-native strategy that splits layers into these degrees (None when neither splits)."""
+    return {(True, False): "tp", (False, True): "pp", (True, True): "hybrid"}.get((tensor > 1, pipeline > 1))
+
+
+def strategy_degree_problems(strategy: str, tensor: int, pipeline: int, a: Audience = REQUEST) -> list[Problem]:
+    """Contradictions between the strategy and its tensor/pipeline degrees (known before the world size)."""
+    tn, pn = a.name(a.tensor), a.name(a.pipeline)
+    rules = {
+        "hsdp": (tensor == 1 and pipeline == 1, f"shards data only, but {tn}={tensor}, {pn}={pipeline}: use "
+                 "strategy 'tp', 'pp' or 'hybrid', or set both degrees to 1"),
+        "tp": (tensor >= 2 and pipeline == 1, f"needs {tn} >= 2 and {pn} 1 (got {tensor}, {pipeline}): set {tn}, "
+               "or use 'hybrid' with a pipeline"),
+        "pp": (pipeline >= 2 and tensor == 1, f"needs {pn} >= 2 and {tn} 1 (got {pipeline}, {tensor}): set {pn}, "
+               "or use 'hybrid' with tensor parallelism"),
+        "hybrid": (pipeline >= 2 and tensor >= 2, f"needs {pn} >= 2 and {tn} >= 2 (got {pipeline}, {tensor}): "
+                   "use 'tp' or 'pp' for one of them"),
+    }
+    if strategy in rules:
+        ok, why = rules[strategy]
+        return [] if ok else [Problem("strategy", f"strategy '{strategy}' {why}")]
+    if strategy == "auto":
+        return _auto_degree_problems(tensor, pipeline, a)
+    if strategy in DATA_ONLY and (tensor > 1 or pipeline > 1):
+        field, value = (a.tensor, tensor) if tensor > 1 else (a.pipeline, pipeline)
+        return [Problem(field, f"strategy '{strategy}' splits no layers, but {a.name(field)}={value}: only the "
+                        "smp strategy and tp, pp, hybrid split layers; use one of them, or set it to 1")]
+    return []
+
+
+def _auto_degree_problems(tensor: int, pipeline: int, a: Audience) -> list[Problem]:
+    """`strategy: auto` refuses layer-splitting degrees rather than ignoring them. Honouring them would make
+    auto exactly the strategy those degrees name (the section cannot tell "unset" from 1), and auto re-sizes
+    its degrees for each attempt's instance type (a capacity retry on a fallback type), which fixed degrees
+    contradict: so the request says which strategy to write instead."""
+    named = degrees_strategy(tensor, pipeline)
+    return [Problem(field, f"{a.name(field)}={value} is set, but strategy 'auto' picks its own degrees and would "
+                           f"ignore it: set strategy '{named}' to run these degrees yourself, or leave "
+                           f"{a.name(field)} at 1 for auto to choose")
+            for field, value in ((a.tensor, tensor), (a.pipeline, pipeline)) if value > 1]
+
+
+def resolve_degrees(strategy: str, world: int, per_host: int, tensor: int = 1, pipeline: int = 1,
+                    shard: int = 0) -> Degrees:
+    """The mesh shape for these degrees (assumes `layout_problems` found none). hsdp shards within a host by
+    default; the other strategies shard over every data rank."""
+    data = max(1, world // (tensor * pipeline))
+    if not shard:
+        shard = min(data, max(1, per_host // tensor)) if strategy == "hsdp" else data
+    return Degrees(pp=pipeline, replicate=max(1, data // shard), shard=shard, tp=tensor)
+
+
+def layout_problems(strategy: str, *, hosts: int, per_host: int, tensor: int = 1, pipeline: int = 1,
+                    shard: int = 0, microbatches: int | None = None, schedule: str = "1f1b",
+                    n_layer: int | None = None, n_head: int | None = None, micro_batch_size: int | None = None,
+                    a: Audience = REQUEST, per_group: bool = False) -> list[Problem]:
+    """Every reason this layout cannot run on `hosts` x `per_host` GPUs, each naming its field.
+    `n_layer`/`n_head`: the model's shape when known; `micro_batch_size` when the pipeline's split is checked."""
+    problems = strategy_degree_problems(strategy, tensor, pipeline, a)
+    if strategy not in MODEL_PARALLEL or problems:
+        return problems
+    world = hosts * per_host
+    if world % (tensor * pipeline):
+        return [Problem(a.tensor if tensor > 1 else a.pipeline, (
+            f"{a.degrees.format(tensor=tensor, pipeline=pipeline, product=tensor * pipeline)} does not divide "
+            f"{a.world.format(world=world, hosts=hosts, per_host=per_host)}: choose degrees whose product divides "
+            "the GPU count"))]
+    if tensor > 1 and per_host % tensor:
+        problems.append(Problem(a.tensor, (
+            f"{a.name(a.tensor)}={tensor} does not divide {a.per_host.format(per_host=per_host)}: a tensor group "
+            f"would span {a.hosts} (every layer would talk over the network); choose a divisor of the GPUs per "
+            "instance")))
+    problems += _shard_problems(strategy, per_host, tensor, pipeline, shard, world, a)
+    if n_head and tensor > 1 and n_head % tensor:
+        problems.append(Problem(a.tensor, f"{a.name(a.tensor)}={tensor} does not divide the model's {n_head} "
+                                "attention heads: choose a degree that divides the head count"))
+    if pipeline > 1:
+        problems += layer_split_problems(pipeline, schedule, n_layer, a)
+        problems += microbatch_problems(microbatches, pipeline, tensor, micro_batch_size, a, schedule, per_group)
+    return problems
+
+
+def _shard_problems(strategy: str, per_host: int, tensor: int, pipeline: int, shard: int, world: int,
+                    a: Audience) -> list[Problem]:
+    data = world // (tensor * pipeline)
+    if not shard:
+        return []
+    if data % shard:
+        return [Problem(a.shard, f"{a.name(a.shard)}={shard} does not divide the {data} data-parallel ranks "
+                        f"(world {world} / ({a.name(a.tensor)} {tensor} x {a.name(a.pipeline)} {pipeline})): "
+                        "choose a divisor")]
+    if strategy == "hsdp" and per_host % (shard * tensor) and shard < data:
+        return [Problem(a.shard, f"{a.name(a.shard)}={shard}: shard groups of {shard} do not fit "
+                        f"{a.per_host.format(per_host=per_host)} and would span {a.hosts}; use a divisor of it")]
+    return []
+
+
+def layer_split_problems(pipeline: int, schedule: str, n_layer: int | None, a: Audience = REQUEST) -> list[Problem]:
+    """The request's rule that a pipeline's stages hold equally many layers (the model's shape when known)."""
+    stages = pipeline * stages_per_rank(schedule)
+    if n_layer and n_layer % stages:
+        return [Problem(a.pipeline, (
+            f"the model's {n_layer} layers do not split into {stages} equal stages ({a.name(a.pipeline)} {pipeline} "
+            f"x {stages_per_rank(schedule)} per rank for {schedule}): choose a pipeline degree whose stage count "
+            "divides the layers"))]
+    return []
+
+
+def microbatch_problems(given: int | None, pipeline: int, tensor: int, micro_batch_size: int | None,
+                        a: Audience = REQUEST, schedule: str = "1f1b", per_group: bool = False) -> list[Problem]:
+    """A pipeline step splits the batch group's pooled micro-batches (micro_batch_size x pipeline x tensor
+    ranks) into pp_microbatches: at least one per stage, and a divisor of the pooled samples. The interleaved
+    schedule runs them in rounds of about one per stage (torch's ScheduleInterleaved1F1B refuses a count that
+    its rounds, count // stages, do not divide)."""
+    m, name = microbatches(given, pipeline), a.name(a.microbatches)
+    if m < pipeline:
+        return [Problem(a.microbatches, f"{name}={m} is fewer than the {pipeline} pipeline stages: the pipeline "
+                        f"would never fill; use at least {a.name(a.pipeline)} micro-batches (default "
+                        f"{DEFAULT_MICROBATCHES_PER_STAGE} x)")]
+    rounds = m // pipeline
+    if stages_per_rank(schedule) > 1 and m % rounds:
+        return [Problem(a.microbatches, f"{name}={m} does not split into the interleaved schedule's {rounds} rounds "
+                        f"({m} // {a.name(a.pipeline)} {pipeline}): use a multiple of {a.name(a.pipeline)}")]
+    pooled = (micro_batch_size or 0) * (1 if per_group else pipeline * tensor)
+    if micro_batch_size and pooled % m:
+        how = "per batch group" if per_group else \
+            f"x {a.name(a.pipeline)} {pipeline} x {a.name(a.tensor)} {tensor}"
+        return [Problem(a.microbatches, (
+            f"{name}={m} does not divide the {pooled} samples a pipeline step gets ({a.name(a.micro_batch_size)} "
+            f"{micro_batch_size} {how}): change it or {a.micro_batch_size}"))]
+    return []
+
+
+def rank_coordinates(rank: int, d: Degrees) -> dict[str, int]:
+    """A global rank's place in the mesh: pipeline stage, replica, shard, tensor rank (row-major over DIMS)."""
+    rest, tp = divmod(rank, d.tp)
+    rest, shard = divmod(rest, d.shard)
+    pp, replica = divmod(rest, d.replicate)
+    return {"pipeline": pp, "replica": replica, "shard": shard, "tensor": tp}

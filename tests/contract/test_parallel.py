@@ -1,0 +1,85 @@
+"""contract.parallel: the degrees' rules once, read by the launcher (request fields) and the training
+package (hyperparameters). The two audiences' own tests are tests/jobs/test_parallelism.py and
+tests/training/test_parallel_models.py; these check what they share."""
+
+from __future__ import annotations
+
+import pytest
+
+from contract.parallel import (
+    HYPERPARAMETERS,
+    REQUEST,
+    Degrees,
+    layout_problems,
+    microbatch_problems,
+    rank_coordinates,
+    resolve_degrees,
+    stages_per_rank,
+)
+
+
+def test_hsdp_shards_within_a_host_by_default():
+    d = resolve_degrees("hsdp", world=32, per_host=8)
+    assert (d.replicate, d.shard, d.world) == (4, 8, 32)
+
+
+@pytest.mark.parametrize("kw", [
+    {"strategy": "tp", "tensor": 3},  # divides neither the world nor a host
+    {"strategy": "tp", "tensor": 8, "per_host": 4, "hosts": 4},  # divides the world, not a host
+    {"strategy": "hsdp", "shard": 3},
+    {"strategy": "hybrid", "tensor": 2},
+    {"strategy": "pp", "pipeline": 2, "microbatches": 1},
+])
+def test_one_rule_two_namings(kw):
+    # The same problem for both audiences, on the same field: the request's path, the hyperparameter's name.
+    kw = {"hosts": 1, "per_host": 4, **kw}
+    [request] = layout_problems(**kw, a=REQUEST)
+    [training] = layout_problems(**kw, a=HYPERPARAMETERS)
+    names = {REQUEST.tensor: HYPERPARAMETERS.tensor, REQUEST.shard: HYPERPARAMETERS.shard,
+             REQUEST.microbatches: HYPERPARAMETERS.microbatches, "strategy": "strategy"}
+    assert names[request.path] == training.path
+    assert request.path.startswith(("parallel.", "strategy")) and "parallel." not in training.message
+    named = {HYPERPARAMETERS.tensor: HYPERPARAMETERS.tensor, HYPERPARAMETERS.shard: HYPERPARAMETERS.shard,
+             HYPERPARAMETERS.microbatches: HYPERPARAMETERS.microbatches, "strategy": "tp_degree"}[training.path]
+    assert named in training.message
+
+
+def test_the_interleaved_schedule_holds_two_stages_per_rank():
+    assert [stages_per_rank(s) for s in ("1f1b", "interleaved_1f1b", "gpipe")] == [1, 2, 1]
+    [p] = layout_problems("pp", hosts=1, per_host=4, pipeline=4, n_layer=12, schedule="interleaved_1f1b")
+    assert p.path == REQUEST.pipeline and "8 equal stages" in p.message
+    assert layout_problems("pp", hosts=1, per_host=4, pipeline=4, n_layer=12) == []
+
+
+def test_micro_batches_default_to_twice_the_stages_and_split_the_pooled_batch():
+    assert microbatch_problems(None, 4, 1, 2) == []  # 8 micro-batches of the 8 pooled samples
+    [p] = microbatch_problems(None, 4, 1, 1)  # 8 micro-batches of 4 pooled samples
+    assert p.path == REQUEST.microbatches and "does not divide the 4 samples" in p.message
+
+
+def test_ranks_fill_the_mesh_tensor_innermost():
+    d = Degrees(pp=2, replicate=1, shard=2, tp=2)
+    coords = [rank_coordinates(r, d) for r in range(d.world)]
+    assert [c["tensor"] for c in coords[:4]] == [0, 1, 0, 1] and coords[4]["pipeline"] == 1
+    assert {tuple(c.values()) for c in coords} == {(p, 0, s, t) for p in range(2) for s in range(2) for t in range(2)}
+
+
+def test_the_interleaved_schedule_needs_micro_batches_its_rounds_divide():
+    # torch's ScheduleInterleaved1F1B: rounds = m // stages, and m % rounds must be 0 (10 over 4 stages: 2 rounds).
+    assert microbatch_problems(10, 4, 1, None, schedule="interleaved_1f1b") == []
+    [p] = microbatch_problems(9, 4, 1, None, schedule="interleaved_1f1b")  # 2 rounds do not divide 9
+    assert p.path == REQUEST.microbatches and "2 rounds" in p.message
+    assert microbatch_problems(9, 4, 1, None) == []  # 1F1B takes any count from the stage count up
+    [p] = microbatch_problems(9, 4, 1, None, HYPERPARAMETERS, "interleaved_1f1b")
+    assert p.path == "pp_microbatches" and p.message.startswith("pp_microbatches=9")
+
+
+def test_a_grouped_batch_is_read_once_per_batch_group():
+    from contract.parallel import batch_ranks
+
+    assert batch_ranks(16, 8, 1) == 16 and batch_ranks(16, 8, 1, per_group=True) == 2
+    assert batch_ranks(16, 2, 4, per_group=True) == 2
+    # A pipeline step then splits the group's own micro-batch, not the pooled one: 4 chunks of 4 samples.
+    assert microbatch_problems(4, 2, 2, 4, per_group=True) == []
+    [p] = microbatch_problems(8, 2, 2, 4, per_group=True)
+    assert "does not divide the 4 samples a pipeline step gets (micro_batch_size 4 per batch group)" in p.message

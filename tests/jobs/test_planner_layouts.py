@@ -1,0 +1,212 @@
+"""Every parallel layout the training package runs is a planner candidate: tensor degrees under a node's width,
+pipelines beside data parallelism (fewer stages than nodes, several stages per node), the interleaved schedule;
+the table shows each strategy's best few; and what `trainctl plan` shows renders to a request the launcher's rules
+accept and the training package builds the same mesh from."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import training.config as training_config
+from jobs import catalog
+from jobs.parallelism import check_parallelism
+from jobs.planning import plan_request
+from jobs.planning.candidates import SHOWN_PER_STRATEGY, best, evaluate, layouts, shown
+from jobs.planning.layout import Layout, numerics
+from jobs.planning.memory import memory_per_gpu
+from jobs.planning.shape import model_facts
+from jobs.planning.timing import step_time
+from jobs.platform_rules import validate_for_platform
+from jobs.render import render_create_training_job
+from jobs.request import parse_request
+from training.mesh import resolve_degrees
+
+from .test_training_contract import toolkit_args
+
+DATASET = "s3://mltrain-datasets-123456789012-us-east-1/tokens/train/"
+GPT_7B = model_facts("gpt", "7b")  # 32 layers, 32 heads
+
+
+def shapes(lays) -> set[tuple]:
+    return {(lay.strategy, lay.tensor, lay.pipeline, lay.shard, lay.schedule) for lay in lays}
+
+
+def test_tensor_degrees_under_the_node_width_shard_the_rest():
+    lays = [lay for lay in layouts(GPT_7B, 4, 8) if lay.strategy == "tp"]
+    assert [(lay.tensor, lay.shard) for lay in lays] == [(2, 16), (4, 8), (8, 4)]
+
+
+def test_pipelines_beside_data_parallelism_and_several_stages_per_node():
+    lays = layouts(GPT_7B, 4, 8)
+    # Fewer stages than nodes: 2 stages of 2 nodes each, FSDP over a stage's 16 ranks (8 with tensor 2).
+    assert {("pp", 1, 2, 16, "1f1b"), ("hybrid", 2, 2, 8, "1f1b")} <= shapes(lays)
+    # More stages than nodes: 2 per node (4 ranks each), 4 per node with tensor 2 (2 ranks each).
+    assert {("pp", 1, 8, 4, "1f1b"), ("hybrid", 2, 16, 1, "1f1b")} <= shapes(lays)
+    # The interleaved schedule where the layers split into 2 stages per rank: 32 layers hold 16 x 2, not 32 x 2.
+    assert ("pp", 1, 16, 2, "interleaved_1f1b") in shapes(lays)
+    assert ("pp", 1, 32, 1, "interleaved_1f1b") not in shapes(lays) and ("pp", 1, 32, 1, "1f1b") in shapes(lays)
+    for lay in lays:
+        stage = lay.gpus // lay.pipeline  # consecutive ranks: whole nodes or a part of one, never two parts
+        assert stage % lay.gpus_per_node == 0 or lay.gpus_per_node % stage == 0, lay
+        assert lay.replicate * lay.shard * lay.tensor * lay.pipeline == lay.gpus, lay
+
+
+def test_one_node_gets_pipelines_too():
+    assert {("pp", 1, 2, 4, "1f1b"), ("pp", 1, 8, 1, "1f1b"), ("hybrid", 4, 2, 1, "1f1b")} <= shapes(layouts(GPT_7B, 1, 8))
+
+
+def test_the_interleaved_bubble_is_torchs():
+    n = numerics({"micro_batch_size": 1, "global_batch_size": 64})
+    spec = catalog.lookup("ml.p4de.24xlarge")
+    for schedule, v in (("1f1b", 1), ("interleaved_1f1b", 2)):
+        lay = Layout("hybrid", 8, 8, tensor=8, pipeline=8, microbatches=64, schedule=schedule)
+        # (p - 1) / (v m + p - 1): 7/71 for 1F1B, 7/135 interleaved (torch's ScheduleInterleaved1F1B, v = 2)
+        assert step_time(GPT_7B, n, spec, lay).bubble == pytest.approx(7 / (v * 64 + 7))
+
+
+def test_gpipe_holds_every_micro_batch_and_interleaving_a_little_more_than_1f1b():
+    n = numerics({"micro_batch_size": 4})
+    mem = {s: memory_per_gpu(GPT_7B, n, Layout("pp", 2, 8, shard=8, pipeline=2, microbatches=8, schedule=s)).activations
+           for s in ("1f1b", "interleaved_1f1b", "gpipe")}
+    # The blocks' activations scale with the micro-batches in flight on the first stage: 1F1B 2 (one per stage),
+    # interleaved 2 x (1 + (p - 1) / (p v)) = 2.5, GPipe all 8; the loss and the head's input do not.
+    assert mem["gpipe"] - mem["1f1b"] == pytest.approx(12 * (mem["interleaved_1f1b"] - mem["1f1b"]))
+    assert mem["interleaved_1f1b"] > mem["1f1b"]
+
+
+def test_the_table_shows_each_strategys_best_few_and_keeps_the_best():
+    n = numerics({"micro_batch_size": 2})
+    spec = catalog.lookup("ml.p4d.24xlarge")
+    cands = [evaluate(GPT_7B, n, spec, lay, None, False) for lay in layouts(GPT_7B, 4, 8)]
+    table = shown(cands)
+    strategies = {c.layout.strategy for c in cands}
+    assert len(cands) > 30 and len(table) <= SHOWN_PER_STRATEGY * len(strategies)
+    assert best(table) is best(cands) and best(cands) is not None
+    # A strategy none of whose layouts fits still shows its least hungry one.
+    ddp = [c for c in cands if c.layout.strategy == "ddp"]
+    assert not any(c.fits for c in ddp) and ddp[0] in table
+
+
+SCENARIOS = [
+    ("7b", "ml.p4d.24xlarge", 4, {"micro_batch_size": 2}),
+    ("7b", "ml.g5.12xlarge", 4, {"micro_batch_size": 8, "activation_checkpointing": True}),
+    ("1b", "ml.p4d.24xlarge", 1, {"micro_batch_size": 4}),
+]
+
+
+@pytest.mark.parametrize(("size", "instance_type", "count", "hps"), SCENARIOS)
+def test_every_layout_the_plan_shows_renders_to_a_request_the_rules_accept(platform, size, instance_type, count, hps):
+    base = {"name": "layout", "model": "gpt", "model_size": size, "dataset": DATASET,
+            "instance": {"type": instance_type, "count": count}, "hyperparameters": hps}
+    result = plan_request(parse_request({**base, "strategy": "fsdp"}))
+    per_host = catalog.lookup(instance_type).accelerators
+    mine = [c for c in result.candidates if (c.instance_type, c.layout.nodes) == (instance_type, count)]
+    runnable = [c for c in mine if not c.layout.problems(32 if size == "7b" else None, None, hps["micro_batch_size"])]
+    assert len({c.layout.strategy for c in runnable}) >= 4
+    for c in runnable:
+        fields = c.to_dict()["request"]
+        req = parse_request({**base, **fields})
+        validate_for_platform(req, platform)
+        create = render_create_training_job(req, platform, run_id="layout-0a1b2c3d", attempt=1)
+        values = {k: json.loads(v) for k, v in create["HyperParameters"].items()}
+        assert values["strategy"] == c.layout.strategy
+        if c.layout.strategy in ("ddp", "fsdp", "single"):
+            continue
+        cfg = training_config.parse_args(toolkit_args(create["HyperParameters"]), env={})
+        mesh = resolve_degrees(cfg, count * per_host, per_host)
+        assert (mesh.pp, mesh.replicate, mesh.shard, mesh.tp) == (
+            c.layout.pipeline, c.layout.replicate, c.layout.shard, c.layout.tensor), fields
+        assert cfg.pp_schedule == c.layout.schedule or c.layout.pipeline == 1
+
+
+def test_a_shown_layout_the_package_refuses_says_so_through_the_same_rule():
+    # 16 micro-batches of a 2-stage pipeline's 4 pooled samples: the plan may show the layout (its numbers are
+    # real), the request rules refuse it with the field to change.
+    lay = Layout("pp", 2, 8, shard=8, pipeline=2, microbatches=16)
+    [p] = lay.problems(32, 32, 2)
+    assert p.path == "parallel.pipeline_microbatches" and "does not divide the 4 samples" in p.message
+    assert check_parallelism("pp", hosts=2, per_host=8, pipeline=2, microbatches=16, micro_batch_size=2) == [p]
+
+
+def test_selective_checkpointing_costs_between_none_and_full():
+    # Memory: the blocks keep r.h + 8a.h per token (training.speedups keeps attention's and the 1st and 3rd
+    # matmuls' outputs; tests/training/test_selective_checkpointing.py measures it), against 2r.h + 15a.h without
+    # checkpointing and r.h with full. Time: the elementwise passes and 5/12 of the matmuls again, not the whole
+    # forward.
+    spec = catalog.lookup("ml.p4de.24xlarge")
+    lay = Layout("fsdp", 1, 8, shard=8)
+    policies = {"none": {}, "full": {"activation_checkpointing": True},
+                "selective": {"activation_checkpointing": True, "activation_checkpointing_policy": "selective"}}
+    n = {k: numerics({"micro_batch_size": 4, **v}) for k, v in policies.items()}
+    mem = {k: memory_per_gpu(GPT_7B, v, lay).activations for k, v in n.items()}
+    time = {k: step_time(GPT_7B, v, spec, lay).compute for k, v in n.items()}
+    assert mem["full"] < mem["selective"] < mem["none"] and time["none"] < time["selective"] < time["full"]
+    h, tokens, layers = GPT_7B.hidden, 4 * GPT_7B.tokens, GPT_7B.layers
+    # bf16 under FSDP: a = r = 2; the difference to full is the 8a.h each block keeps beyond its input.
+    assert mem["selective"] - mem["full"] == pytest.approx(tokens * layers * 8 * 2 * h)
+    # The 7b forward is compute bound: selective's extra is near 5/12 of full's.
+    assert (time["selective"] - time["none"]) / (time["full"] - time["none"]) == pytest.approx(5 / 12, abs=0.05)
+    # Without activation_checkpointing the policy changes nothing.
+    off = numerics({"micro_batch_size": 4, "activation_checkpointing_policy": "selective"})
+    assert memory_per_gpu(GPT_7B, off, lay).activations == mem["none"]
+
+
+def grouped_request(per_group: bool | None, **fields):
+    hps = {"micro_batch_size": 1, "global_batch_size": 2}
+    if per_group is not None:
+        hps["micro_batch_per_group"] = per_group
+    return parse_request({"name": "grouped", "model": "gpt", "model_size": "7b", "dataset": DATASET,
+                          "instance": {"type": "ml.p4d.24xlarge", "count": 2}, "hyperparameters": hps, **fields})
+
+
+TP8 = {"strategy": "tp", "parallel": {"tensor_parallel_degree": 8}}
+
+
+def test_a_global_batch_smaller_than_the_gpus_runs_one_micro_batch_per_batch_group(platform):
+    # 16 GPUs as tensor 8 x data 2: a global batch of 2 is one sample per batch group.
+    req = grouped_request(True, **TP8)
+    validate_for_platform(req, platform)
+    create = render_create_training_job(req, platform, run_id="grouped-0a1b2c3d", attempt=1)
+    cfg = training_config.parse_args(toolkit_args(create["HyperParameters"]), env={})
+    assert cfg.micro_batch_per_group and cfg.batch_layout(16 // 8) == (2, 1)
+    # Without it every rank reads its own micro-batch: 2 samples do not split over 16 ranks, and the rule says so.
+    from contract.errors import RequestInvalid
+
+    with pytest.raises(RequestInvalid) as info:
+        validate_for_platform(grouped_request(None, **TP8), platform)
+    assert [p.path for p in info.value.problems] == ["hyperparameters.global_batch_size"]
+
+
+def test_the_planner_offers_grouped_batches_where_pooled_ones_cannot_split():
+    result = plan_request(grouped_request(None))
+    mine = [c for c in result.candidates if (c.instance_type, c.layout.nodes) == ("ml.p4d.24xlarge", 2)]
+    # Data-parallel layouts need 16 samples; tensor and pipeline layouts run on 2 with a grouped batch.
+    assert mine and all(c.layout.strategy in ("tp", "pp", "hybrid") and c.per_group for c in mine)
+    for c in mine:
+        assert c.step_samples == 2 and c.layout.data_parallel <= 2  # 1 batch group: 2 micro-batches accumulate
+        assert c.to_dict()["request"]["hyperparameters"] == {"micro_batch_per_group": True}
+    assert result.recommendation in mine
+
+
+def test_auto_runs_a_grouped_batch_only_when_the_request_asks_for_it():
+    # auto renders degrees, not micro_batch_per_group: a grouped candidate would be refused by the training
+    # package's batch arithmetic without it.
+    result = plan_request(grouped_request(None, strategy="auto"))
+    assert result.auto is None or not result.auto.per_group
+    grouped = [c for c in result.candidates if c.per_group]
+    assert grouped and "micro_batch_per_group" in result.scope.refusal(grouped[0])
+    asked = grouped_request(True, strategy="auto")
+    pick = plan_request(asked).auto
+    assert pick is not None and pick.per_group and pick.step_samples == 2
+
+
+def test_auto_with_a_grouped_batch_renders_and_the_package_takes_it(platform):
+    # The request rules count the planner's batch groups (its pick's degrees), as the training package will.
+    req = grouped_request(True, strategy="auto")
+    validate_for_platform(req, platform)
+    create = render_create_training_job(req, platform, run_id="grouped-0a1b2c3d", attempt=1)
+    cfg = training_config.parse_args(toolkit_args(create["HyperParameters"]), env={})
+    data = 16 // (cfg.tp_degree * cfg.pp_degree)
+    assert cfg.micro_batch_per_group and cfg.strategy in ("tp", "pp", "hybrid") and cfg.batch_layout(data)[0] == 2
