@@ -5,8 +5,11 @@ What runs is what the container would run, as far as it exists here: the entry s
 as rendered into ContainerEntrypoint (but for the stop file's path), in the working folder where it finds a stand-in for the image's
 start_with_right_hostname.sh. The stand-in, like the image's script and the toolkit under it, runs the
 toolkit's torch_distributed command (torchrun over the entry script, 2 processes) as a child, without exec,
-forwarding no signal. SIGTERM goes to the entry shell only, as SageMaker sends it to PID 1. The stop-time
-save is made 35 s slow: longer than the old torchrun's grace, well inside SageMaker's 120 s.
+forwarding no signal. SIGTERM goes to the entry shell only, as SageMaker sends it to PID 1. torchrun's grace
+after a signal is cut to TORCHRUN_GRACE_S (TORCH_ELASTIC_SHUTDOWN_TIMEOUT: torch 2.12+ reads it, and on 2.8 the
+tests/training/torchrun_grace shim makes torchrun read it), and the stop-time save is made slower than that grace:
+were torchrun signalled, it would kill the ranks mid-save. (It proves what a 35 s save against 2.8's fixed 30 s
+proved, in seconds.)
 
 The edge: the image's own script (its hostname shim, its CUDA compat step) and SageMaker's process launch
 are not here.
@@ -15,6 +18,7 @@ are not here.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import threading
@@ -33,7 +37,11 @@ from training.environment import stop_file_path
 
 pytestmark = pytest.mark.slow
 
-SLOW_STOP_SAVE_S = 35
+# torchrun's grace after a signal, and a stop-time save 3 s longer (the SIGKILL would land mid-save), well inside
+# SageMaker's 120 s.
+TORCHRUN_GRACE_S = 3
+SLOW_STOP_SAVE_S = TORCHRUN_GRACE_S + 3
+GRACE_SHIM = Path(__file__).parent / "torchrun_grace"
 
 
 def container(tmp_path: Path, work: Path, data: dict, stop_file: Path) -> tuple[list[str], dict, Path]:
@@ -52,6 +60,8 @@ def container(tmp_path: Path, work: Path, data: dict, stop_file: Path) -> tuple[
     # parallel with SM_HOSTS set would read.
     entry = [part.replace(STOP_FILE, str(stop_file)) for part in container_entrypoint()]
     assert entry != container_entrypoint()
+    env = {**env, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(TORCHRUN_GRACE_S),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(GRACE_SHIM), env.get("PYTHONPATH")]))}
     return entry, env, image_root
 
 
@@ -74,6 +84,7 @@ def test_sagemakers_sigterm_to_the_container_entry_stops_the_ranks_after_a_slow_
     assert code == 0, output[-3000:]
     assert SLOW_STOP_SAVE_S < took < 90, output[-3000:]  # the save finished, inside SageMaker's 120 s
     assert "[container] SIGTERM" in output and stop_file.exists()
+    assert f"[torchrun-grace] {TORCHRUN_GRACE_S} s" in output  # the short grace was torchrun's
     status = json.loads((work / "output" / "data" / "training_status.json").read_text())
     assert status["status"] == "stopped" and 3 <= status["step"] < LOCAL_HPS["max_steps"]
     assert (work / "checkpoints" / f"step-{status['step']}" / "COMPLETE.json").exists()
