@@ -20,7 +20,9 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -44,6 +46,12 @@ SLOW_STOP_SAVE_S = TORCHRUN_GRACE_S + 3
 GRACE_SHIM = Path(__file__).parent / "torchrun_grace"
 
 
+def grace_env() -> dict[str, str]:
+    """The environment that gives torchrun TORCHRUN_GRACE_S after a signal, on every tested torch."""
+    return {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(TORCHRUN_GRACE_S),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(GRACE_SHIM), os.environ.get("PYTHONPATH")]))}
+
+
 def container(tmp_path: Path, work: Path, data: dict, stop_file: Path) -> tuple[list[str], dict, Path]:
     """The rendered entry, its environment, and the folder it starts in (holding the image's stand-in)."""
     request = create_request({**LOCAL_HPS, "checkpoint_interval": 0})  # only the stop's own save
@@ -60,8 +68,7 @@ def container(tmp_path: Path, work: Path, data: dict, stop_file: Path) -> tuple[
     # parallel with SM_HOSTS set would read.
     entry = [part.replace(STOP_FILE, str(stop_file)) for part in container_entrypoint()]
     assert entry != container_entrypoint()
-    env = {**env, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(TORCHRUN_GRACE_S),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(GRACE_SHIM), env.get("PYTHONPATH")]))}
+    env = {**env, **grace_env()}
     return entry, env, image_root
 
 
@@ -94,6 +101,36 @@ def test_sagemakers_sigterm_to_the_container_entry_stops_the_ranks_after_a_slow_
     assert run_local(create_request(LOCAL_HPS), workdir=work, nproc=2, data_dirs=data) == 0
     resumed, reference = weights(work), weights(two_rank_runs / "local_reference")
     assert all(torch.equal(resumed[k], reference[k]) for k in reference)
+
+
+# A worker that ignores SIGTERM: only torchrun's SIGKILL, after its grace, ends it.
+STUBBORN_WORKER = """\
+import pathlib, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+pathlib.Path(sys.argv[1]).touch()
+time.sleep(120)
+"""
+
+
+def test_signalled_torchrun_kills_its_workers_after_the_short_grace(tmp_path):
+    """The stop test above is as strong as this: torchrun, signalled, SIGKILLs a worker TORCHRUN_GRACE_S later
+    (not 30 s), so a save slower than that would have been cut had the entry signalled torchrun."""
+    worker, ready = tmp_path / "worker.py", tmp_path / "ready"
+    worker.write_text(STUBBORN_WORKER)
+    torchrun = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+                                 str(worker), str(ready)], env={**os.environ, **grace_env()}, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not ready.exists() and torchrun.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert ready.exists(), torchrun.communicate(timeout=30)[0][-3000:]
+    sent = time.monotonic()
+    torchrun.send_signal(signal.SIGTERM)
+    output = torchrun.communicate(timeout=120)[0]
+    took = time.monotonic() - sent
+    # At least the grace; the bound above it allows a loaded machine and stays far below 2.8's fixed 30 s.
+    assert TORCHRUN_GRACE_S <= took < TORCHRUN_GRACE_S + 12, output[-3000:]
+    assert f"[torchrun-grace] {TORCHRUN_GRACE_S} s" in output
 
 
 def test_the_container_entry_passes_the_image_scripts_exit_status_through(tmp_path):
