@@ -53,13 +53,12 @@ def run(console: Console, label: str, interrupt_at: int | None, *extra: str, req
     relative to the working folder (--out)."""
     # --oversubscribe: the demo shows two ranks even on a one-CPU machine (the models are tiny). --data: the
     # folder under --out, wherever that is (the request's own dataset path is relative to the repository).
-    cmd = [sys.executable, "-m", "cli", "local", str(ROOT / request), "--nproc", "2", "--oversubscribe",
+    cmd = [sys.executable, "-m", "cli", "local", str(request), "--nproc", "2", "--oversubscribe",
            "--workdir", str(workdir), "--data", str(data), *extra]
     console.rule(f"[bold]{label}[/bold]")
     console.print(f"$ trainctl local {request.relative_to(ROOT)} {' '.join(cmd[5:])}", soft_wrap=True, highlight=False)
     started = time.time()
-    proc = subprocess.Popen(cmd, cwd=Path.cwd(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            bufsize=1)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     records: list[dict[str, float]] = []
     sent = False
     assert proc.stdout is not None
@@ -81,6 +80,7 @@ def _echo(console: Console, line: str) -> None:
     """A streamed line to the terminal; through the console (so into the transcript) when it is an event."""
     if not any(event in line for event in EVENTS):
         sys.stdout.write(line)
+        sys.stdout.flush()  # in order with the console's lines when the output is a pipe
         return
     console.print(line.rstrip("\n").replace(f"{Path.cwd()}/", ""), markup=False, highlight=False, soft_wrap=True)
 
