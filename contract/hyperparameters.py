@@ -72,10 +72,15 @@ def _check_model(model: str) -> str | None:
     return f"{model!r}: use {', '.join(REFERENCE_MODELS)}, or 'package.module:factory' for your own model"
 
 
+# A URI's scheme (`s3://`, `file://`): init_from takes a path inside the container, never a URI. A plain pattern
+# (no flags) so the request's JSON Schema refuses the same values (its `not_pattern` annotation).
+URI_SCHEME = r"^[A-Za-z][A-Za-z0-9+.-]*://"
+
+
 def _check_init_from(path: str) -> str | None:
     # Only the form: the launcher checks requests with this rule where the container's files do not exist; the
     # training package says whether the path is there when it uses it.
-    if re.match(r"^[a-z][a-z0-9+.-]*://", path, re.I):
+    if re.match(URI_SCHEME, path):
         return (f"{path!r}: give a path inside the container (a channel's or a file system's folder), not a URI: "
                 "a checkpoint step folder `.../step-N`, a checkpoint folder, or a `model.safetensors` file")
     return None
@@ -160,7 +165,7 @@ class TrainConfig:
     init_from: str | None = field(default=None, metadata=_hp(
         "start from these weights (a checkpoint's `step-N` folder, a checkpoint folder: its newest complete step, "
         "or a `model.safetensors`) at step 0 with a fresh optimizer; ignored once the run has checkpoints of its "
-        "own", check=_check_init_from))
+        "own", check=_check_init_from, not_pattern=URI_SCHEME))
     # Torch-native model parallelism (hsdp, tp, pp, hybrid): set by the launcher from the request's `parallel`.
     tp_degree: int = field(default=1, metadata=_hp("ranks a layer's tensors are split over", "platform", min=1))
     pp_degree: int = field(default=1, metadata=_hp("pipeline stages", "platform", min=1))

@@ -19,15 +19,18 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import itertools
 import json
+import sys
 import unicodedata
 from typing import Any
 
 from contract.errors import Problem
 from contract.hyperparameters import TrainConfig, canonical_name, hyperparameter_fields
 from contract.schema.core import field_types, parse_value
+from contract.schema.json_schema import value_schema
 from jobs.api_limits import MAX_HYPERPARAMETER_JSON
-from jobs.command_line import SAFE_KEY, TOOLKIT_PREFIX, unsafe_characters, value_problem
+from jobs.command_line import SAFE_KEY, SAFE_TEXT, TOOLKIT_PREFIX, unsafe_characters, value_problem
 
 # What a request's `hyperparameters` may set.
 SETTABLE_HYPERPARAMETERS = frozenset(hyperparameter_fields("user"))
@@ -60,6 +63,7 @@ def platform_hyperparameter_count(model_parallel: bool, groups: bool) -> int:
 # The training package's own description of each hyperparameter: its type and rules (range, choices, checks).
 _TYPES = field_types(TrainConfig)
 _RULES = {f.name: f.metadata for f in dataclasses.fields(TrainConfig)}
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 
 
 def _value_problem(name: str, value: Any) -> str | None:
@@ -128,3 +132,41 @@ def _settable_problem(key: str, value: Any) -> str | None:
     if message := _value_problem(name, value):
         return f"{message} (the training package's {name})"
     return None
+
+
+def spellings(name: str) -> tuple[str, ...]:
+    """Every key a request may write `name` as: each `_` as `_` or `-` (`_settable_problem` reads `-` as `_`)."""
+    parts = name.split("_")
+    return tuple(parts[0] + "".join(sep + part for sep, part in zip(joins, parts[1:], strict=True))
+                 for joins in itertools.product("_-", repeat=len(parts) - 1))
+
+
+def hyperparameters_json_schema() -> dict[str, Any]:
+    """A request's `hyperparameters` as JSON Schema, from the same table `check_hyperparameters` reads: every
+    settable name in each spelling, with its type, range and choices; any other key refused (the platform's and
+    unknown ones, as the rules refuse them); one spelling per name. Not in it: a number over 2,500 digits."""
+    patterns, one_spelling = {}, {}
+    for name in sorted(SETTABLE_HYPERPARAMETERS):
+        pattern = "^" + name.replace("_", "[_-]") + "$"
+        patterns[pattern] = _settable_value_schema(name)
+        # A dashed spelling present: no other spelling of the name (the canonical one included).
+        for spelling in spellings(name)[1:]:
+            one_spelling[spelling] = {"propertyNames": {"anyOf": [{"const": spelling}, {"not": {"pattern": pattern}}]}}
+    return {"type": "object", "patternProperties": patterns, "additionalProperties": False,
+            "dependentSchemas": one_spelling}
+
+
+def _settable_value_schema(name: str) -> dict[str, Any]:
+    rules = _RULES[name]
+    # nullable=False: a null value is refused (remove the key to get the default).
+    out = value_schema(_TYPES[name], rules, nullable=False)
+    if out.get("type") == "string" and "enum" not in out:
+        # value_problem's rule: one shell word, and CreateTrainingJob's length once JSON-encoded (SAFE_TEXT holds
+        # no character JSON escapes, so the encoding adds only the two quotes).
+        out.update(pattern=f"^(?:{SAFE_TEXT.pattern})$", maxLength=MAX_HYPERPARAMETER_JSON - 2)
+    if out.get("type") == "number" and "maximum" not in out:
+        out["maximum"] = sys.float_info.max  # value_problem refuses infinities
+    out["description"] = rules["doc"]
+    if _DEFAULTS[name] not in (None, dataclasses.MISSING):
+        out["default"] = _DEFAULTS[name]
+    return out

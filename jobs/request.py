@@ -19,9 +19,9 @@ from typing import Any
 from contract.errors import Problem, RequestInvalid
 from contract.schema import json_schema, parse_dataclass
 from jobs.api_limits import MAX_REQUEST_BYTES, MAX_REQUEST_DEPTH, PLATFORM_ENVIRONMENT
-from jobs.command_line import SAFE_KEY, SAFE_TEXT
+from jobs.command_line import SAFE_TEXT
 from jobs.environment_rules import ENV_NAME, ENV_VALUE, REFUSED, SECRET_ARN
-from jobs.hyperparameter_rules import PLATFORM_OWNED
+from jobs.hyperparameter_rules import hyperparameters_json_schema
 from jobs.platform_rules import validate_for_platform
 from jobs.request_fields import IMAGE_URI, dataset_kind, fsx_path
 from jobs.request_rules import cross_field_problems
@@ -83,18 +83,16 @@ def request_json_schema() -> dict[str, Any]:
     """The job request as a JSON Schema (draft 2020-12), for editors and the console's input box.
 
     It catches shapes, types, ranges and choices, and the character rules that a pattern can say (what reaches
-    the toolkit's command line, variable names, image URIs, secret ARNs); the allow-lists that depend on the
-    platform, spellings of the platform's keys other than its own, and cross-field rules need code, so
-    `parse_request` and `validate_for_platform` stay the authority.
+    the toolkit's command line, variable names, image URIs, secret ARNs); `hyperparameters` lists every
+    hyperparameter a request may set, as jobs.hyperparameter_rules does. The allow-lists that depend on the
+    platform and cross-field rules need code, so `parse_request` and `validate_for_platform` stay the authority.
     """
     schema = json_schema(JobRequest, title="Job request",
                          description="A training run for the SageMaker training platform's launcher (trainctl "
                                      "submit).")
     props = schema["properties"]
     safe = _anchored(SAFE_TEXT.pattern)
-    props["hyperparameters"].update({
-        "propertyNames": {"pattern": _anchored(SAFE_KEY.pattern), "not": {"enum": sorted(PLATFORM_OWNED)}},
-        "additionalProperties": {"anyOf": [{"type": ["number", "boolean"]}, {"type": "string", "pattern": safe}]}})
+    props["hyperparameters"].update(hyperparameters_json_schema())
     names = {"pattern": _anchored(ENV_NAME.pattern), "not": {"pattern": _refused_names_pattern()}}
     props["environment"].update({"propertyNames": names, "additionalProperties": {
         "type": "string", "pattern": _anchored(ENV_VALUE.pattern)}})

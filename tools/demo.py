@@ -7,10 +7,16 @@ loss, validation loss and throughput against steps (`trainctl local --chart`) to
 Then the image path: JPEGs in an ImageFolder tree (generated: colour classes), converted to WebDataset tar shards
 (`python -m training.prepare_images`), and a ViT trained on them by examples/local-vit-jpeg.json (2 processes,
 a loader worker each decoding and augmenting ahead of the step; `data_wait_ms` on its metric lines).
+
+What it prints through its console (stages, the stop and the resume, the table, the summaries) is also its
+transcript, written to .demo/transcript.txt: README's demo block is that file (`python -m tools.readme_demo`
+pastes it; tests/cli/test_demo_transcript.py runs the demo and fails when README's block has another shape).
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import shutil
 import signal
 import subprocess
@@ -25,29 +31,39 @@ from contract.metrics import DATA_WAIT_MS, STEP, TOKENS_PER_SEC, TRAIN_LOSS, VAL
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUEST = ROOT / "examples" / "local-fsdp.json"
-DATA = ROOT / "data" / "stdlib-bytes"
-WORKDIR = ROOT / ".demo" / "local-fsdp"
-CHART = WORKDIR / "chart.png"
-INTERRUPT_AT_STEP = 70
 VIT_REQUEST = ROOT / "examples" / "local-vit-jpeg.json"
-JPEGS = ROOT / "data" / "jpeg-colours"
-VIT_WORKDIR = ROOT / ".demo" / "local-vit-jpeg"
+INTERRUPT_AT_STEP = 70
+# Under --out (default: the repository); shown relative to it, so a transcript reads the same wherever it ran.
+DATA = Path("data") / "stdlib-bytes"
+WORKDIR = Path(".demo") / "local-fsdp"
+CHART = WORKDIR / "chart.png"
+JPEGS = Path("data") / "jpeg-colours"
+VIT_WORKDIR = Path(".demo") / "local-vit-jpeg"
+TRANSCRIPT = Path(".demo") / "transcript.txt"
+# The console's width, fixed: the transcript wraps the same on every terminal.
+WIDTH = 110
+# The streamed lines the transcript keeps: the stop, the resume and each run's end (the metric lines are the table).
+EVENTS = ("[local] stopping", "[train] stopped at step", "stopped at step", "[checkpoint] resumed from",
+          "done at step", "[train] completed at step", "chart:")
 
 
 def run(console: Console, label: str, interrupt_at: int | None, *extra: str, request: Path = REQUEST,
-        workdir: Path = WORKDIR) -> tuple[int, list[dict[str, float]], float]:
-    """Run `trainctl local` once, streaming its output; SIGTERM it after `interrupt_at` steps if given."""
-    # --oversubscribe: the demo shows two ranks even on a one-CPU machine (the models are tiny).
-    cmd = [sys.executable, "-m", "cli", "local", str(request), "--nproc", "2", "--oversubscribe", "--workdir",
-           str(workdir), *extra]
-    console.rule(f"[bold]{label}[/bold]: {' '.join(['trainctl', *cmd[3:]])}")
+        workdir: Path = WORKDIR, data: Path = DATA) -> tuple[int, list[dict[str, float]], float]:
+    """Run `trainctl local` once, streaming its output; SIGTERM it after `interrupt_at` steps if given. Paths are
+    relative to the working folder (--out)."""
+    # --oversubscribe: the demo shows two ranks even on a one-CPU machine (the models are tiny). --data: the
+    # folder under --out, wherever that is (the request's own dataset path is relative to the repository).
+    cmd = [sys.executable, "-m", "cli", "local", str(request), "--nproc", "2", "--oversubscribe",
+           "--workdir", str(workdir), "--data", str(data), *extra]
+    console.rule(f"[bold]{label}[/bold]")
+    console.print(f"$ trainctl local {request.relative_to(ROOT)} {' '.join(cmd[5:])}", soft_wrap=True, highlight=False)
     started = time.time()
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     records: list[dict[str, float]] = []
     sent = False
     assert proc.stdout is not None
     for line in proc.stdout:
-        sys.stdout.write(line)
+        _echo(console, line)
         # The launcher's own metric regexes: the demo reads the lines as SageMaker would.
         values = parse_metric_line(line)
         if values:
@@ -60,11 +76,36 @@ def run(console: Console, label: str, interrupt_at: int | None, *extra: str, req
     return proc.wait(), records, time.time() - started
 
 
-def main() -> int:
-    console = Console()
+def _echo(console: Console, line: str) -> None:
+    """A streamed line to the terminal; through the console (so into the transcript) when it is an event."""
+    if not any(event in line for event in EVENTS):
+        sys.stdout.write(line)
+        sys.stdout.flush()  # in order with the console's lines when the output is a pipe
+        return
+    console.print(line.rstrip("\n").replace(f"{Path.cwd()}/", ""), markup=False, highlight=False, soft_wrap=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT, help="folder for data/ and .demo/ (default: the repository)")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    # Every path below is relative to --out: the transcript names them the same wherever the demo ran.
+    os.chdir(args.out)
+    # This checkout's packages in the commands it starts, whatever folder they run in.
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    console = Console(record=True, width=WIDTH)
+    code = demo(console)
+    TRANSCRIPT.parent.mkdir(parents=True, exist_ok=True)
+    TRANSCRIPT.write_text(console.export_text())
+    return code
+
+
+def demo(console: Console) -> int:
     if not (DATA / "train").is_dir():
-        console.rule("[bold]prepare[/bold]: python -m training.prepare")
-        subprocess.run([sys.executable, "-m", "training.prepare", "--out", str(DATA)], cwd=ROOT, check=True)
+        # Not in the transcript (plain print): whether it runs depends on what an earlier demo left.
+        print("prepare: python -m training.prepare", flush=True)
+        subprocess.run([sys.executable, "-m", "training.prepare", "--out", str(DATA)], check=True)
     shutil.rmtree(WORKDIR, ignore_errors=True)
 
     code1, first, t1 = run(console, "run 1", INTERRUPT_AT_STEP)
@@ -91,7 +132,7 @@ def main() -> int:
                   f"run 2 logged first at step {resumed_at}")
     console.print(f"{TRAIN_LOSS} {losses[0]:.3f} -> {losses[-1]:.3f}; wall time {t1:.0f} s + {t2:.0f} s; "
                   f"model: {WORKDIR / 'model' / 'model.safetensors'}")
-    console.print(f"chart of both runs (loss, validation loss, tokens/s by step): {CHART.relative_to(ROOT)}",
+    console.print(f"chart of both runs (loss, validation loss, tokens/s by step): {CHART}",
                   soft_wrap=True)  # one line, whatever the width: a path to click or copy
     return vit_on_jpegs(console)
 
@@ -112,13 +153,14 @@ def write_jpeg_folder(root: Path, per_class: int = 64, classes: int = 3, side: i
 
 def vit_on_jpegs(console: Console) -> int:
     if not (JPEGS / "shards" / "train").is_dir():
-        console.rule("[bold]prepare[/bold]: python -m training.prepare_images")
+        print("prepare: python -m training.prepare_images", flush=True)
         write_jpeg_folder(JPEGS / "imagefolder")
         subprocess.run([sys.executable, "-m", "training.prepare_images", "--imagefolder", str(JPEGS / "imagefolder"),
                         "--out", str(JPEGS / "shards"), "--image-size", "32", "--val-fraction", "0.2",
-                        "--shard-samples", "64"], cwd=ROOT, check=True)
+                        "--shard-samples", "64"], check=True)
     shutil.rmtree(VIT_WORKDIR, ignore_errors=True)
-    code, records, seconds = run(console, "ViT on JPEG tar shards", None, request=VIT_REQUEST, workdir=VIT_WORKDIR)
+    code, records, seconds = run(console, "ViT on JPEG tar shards", None, request=VIT_REQUEST, workdir=VIT_WORKDIR,
+                                 data=JPEGS / "shards")
     if code != 0:
         console.print(f"[red]demo failed: the ViT run exited {code}[/red]")
         return 1

@@ -42,6 +42,15 @@ def _object_schema(cls: type) -> dict[str, Any]:
     return out
 
 
+def value_schema(tp: Any, rules: dict[str, Any], nullable: bool = True) -> dict[str, Any]:
+    """The JSON Schema of one value of type `tp` under a field's rules (min, max, choices, pattern, max_length,
+    and `not_pattern`: a pattern the value must not match). `nullable=False` drops the null an Optional allows,
+    for documents that refuse null where the dataclass default is None (a request's hyperparameters)."""
+    if not nullable:
+        tp = unwrap_optional(tp)[0]
+    return _value_schema(tp, rules)
+
+
 def _value_schema(tp: Any, rules: dict[str, Any]) -> dict[str, Any]:
     tp, optional = unwrap_optional(tp)
     origin = typing.get_origin(tp)
@@ -69,6 +78,8 @@ def _value_schema(tp: Any, rules: dict[str, Any]) -> dict[str, Any]:
                 out["maxLength"] = rules["max_length"]
             if rules.get("pattern") is not None:
                 out["pattern"] = f"^(?:{rules['pattern']})$"
+            if rules.get("not_pattern") is not None:
+                out["not"] = {"pattern": rules["not_pattern"]}
         if rules.get("choices"):
             out["enum"] = list(rules["choices"])
     if optional:

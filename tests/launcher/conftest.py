@@ -35,6 +35,12 @@ def platform_settings() -> dict:
 
 @pytest.fixture(scope="module")
 def harness(launcher_template: dict, platform_settings: dict):
-    """Module-scoped: its moto mock and patches must not outlive the scenarios (other rooms share the worker)."""
-    with LauncherHarness(launcher_definition(launcher_template), platform_settings) as world:
-        yield world
+    """Module-scoped: its moto mock and patches must not outlive the scenarios (other rooms share the worker).
+
+    The SDK's retries keep their number (4 tries for Prepare's and a stop's calls, jobs.handler) but not their
+    sleeps: standard mode backs off up to 1, 2 and 4 s a throttled call, real seconds no scenario checks (the
+    throttled-stop scenario alone slept ~25 s of its 27)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("botocore.retries.standard.ExponentialBackoff.delay_amount", lambda self, context: 0)
+        with LauncherHarness(launcher_definition(launcher_template), platform_settings) as world:
+            yield world

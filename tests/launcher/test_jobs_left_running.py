@@ -154,8 +154,8 @@ def test_a_throttled_stop_is_tried_again_until_it_is_taken(harness, monkeypatch)
     import dataclasses
 
     monkeypatch.setattr("jobs.handler.decide", lambda event, context: (_ for _ in ()).throw(KeyError("run")))
-    # The SDK tries 4 times per call (sleeping between tries: each run takes a few seconds here): throttled through
-    # 5 runs of Summarize, more than a function fault's FUNCTION_RETRIES.
+    # The SDK tries 4 times per call (without its sleeps: the harness fixture): throttled through 5 runs of
+    # Summarize, more than a function fault's FUNCTION_RETRIES.
     training = ("Starting", "Downloading", *["Training"] * 20, "Uploading", "Completed")  # a look-up moves it on
     outcome = dataclasses.replace(sm.created_then_5xx(), throttled_stops=20, secondary=training)
     result = harness.run(job_request(), [outcome], name="stop-throttled", timeout=90)

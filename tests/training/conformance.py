@@ -17,6 +17,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as torch_dist
 from torch.distributed.tensor import DTensor
@@ -91,15 +92,17 @@ def _whole(model: torch.nn.Module, grads: bool) -> tuple[dict[str, torch.Tensor]
     if not torch_dist.is_initialized():
         return local, 0.0
     everyone = [None] * torch_dist.get_world_size()
-    torch_dist.all_gather_object(everyone, local)
+    # As numpy arrays: pickled as raw bytes, where each tensor would be rebuilt through torch.load's storage
+    # machinery on every receiving rank (that unpickling was the observer's largest cost; same float32 values).
+    torch_dist.all_gather_object(everyone, {k: v.numpy() for k, v in local.items()})
     merged, spread = {}, 0.0
     for part in everyone:
         for k, v in part.items():
             if k in merged:
-                spread = max(spread, (merged[k] - v).abs().max().item())
+                spread = max(spread, float(np.abs(merged[k] - v).max()))
             else:
                 merged[k] = v
-    return merged, spread
+    return {k: torch.from_numpy(v) for k, v in merged.items()}, spread
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:

@@ -5,8 +5,11 @@ What runs is what the container would run, as far as it exists here: the entry s
 as rendered into ContainerEntrypoint (but for the stop file's path), in the working folder where it finds a stand-in for the image's
 start_with_right_hostname.sh. The stand-in, like the image's script and the toolkit under it, runs the
 toolkit's torch_distributed command (torchrun over the entry script, 2 processes) as a child, without exec,
-forwarding no signal. SIGTERM goes to the entry shell only, as SageMaker sends it to PID 1. The stop-time
-save is made 35 s slow: longer than the old torchrun's grace, well inside SageMaker's 120 s.
+forwarding no signal. SIGTERM goes to the entry shell only, as SageMaker sends it to PID 1. torchrun's grace
+after a signal is cut to TORCHRUN_GRACE_S (TORCH_ELASTIC_SHUTDOWN_TIMEOUT: torch 2.12+ reads it, and on 2.8 the
+tests/training/torchrun_grace shim makes torchrun read it), and the stop-time save is made slower than that grace:
+were torchrun signalled, it would kill the ranks mid-save. (It proves what a 35 s save against 2.8's fixed 30 s
+proved, in seconds.)
 
 The edge: the image's own script (its hostname shim, its CUDA compat step) and SageMaker's process launch
 are not here.
@@ -15,8 +18,11 @@ are not here.
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -33,7 +39,17 @@ from training.environment import stop_file_path
 
 pytestmark = pytest.mark.slow
 
-SLOW_STOP_SAVE_S = 35
+# torchrun's grace after a signal, and a stop-time save 3 s longer (the SIGKILL would land mid-save), well inside
+# SageMaker's 120 s.
+TORCHRUN_GRACE_S = 3
+SLOW_STOP_SAVE_S = TORCHRUN_GRACE_S + 3
+GRACE_SHIM = Path(__file__).parent / "torchrun_grace"
+
+
+def grace_env() -> dict[str, str]:
+    """The environment that gives torchrun TORCHRUN_GRACE_S after a signal, on every tested torch."""
+    return {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(TORCHRUN_GRACE_S),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(GRACE_SHIM), os.environ.get("PYTHONPATH")]))}
 
 
 def container(tmp_path: Path, work: Path, data: dict, stop_file: Path) -> tuple[list[str], dict, Path]:
@@ -52,6 +68,7 @@ def container(tmp_path: Path, work: Path, data: dict, stop_file: Path) -> tuple[
     # parallel with SM_HOSTS set would read.
     entry = [part.replace(STOP_FILE, str(stop_file)) for part in container_entrypoint()]
     assert entry != container_entrypoint()
+    env = {**env, **grace_env()}
     return entry, env, image_root
 
 
@@ -74,6 +91,7 @@ def test_sagemakers_sigterm_to_the_container_entry_stops_the_ranks_after_a_slow_
     assert code == 0, output[-3000:]
     assert SLOW_STOP_SAVE_S < took < 90, output[-3000:]  # the save finished, inside SageMaker's 120 s
     assert "[container] SIGTERM" in output and stop_file.exists()
+    assert f"[torchrun-grace] {TORCHRUN_GRACE_S} s" in output  # the short grace was torchrun's
     status = json.loads((work / "output" / "data" / "training_status.json").read_text())
     assert status["status"] == "stopped" and 3 <= status["step"] < LOCAL_HPS["max_steps"]
     assert (work / "checkpoints" / f"step-{status['step']}" / "COMPLETE.json").exists()
@@ -83,6 +101,36 @@ def test_sagemakers_sigterm_to_the_container_entry_stops_the_ranks_after_a_slow_
     assert run_local(create_request(LOCAL_HPS), workdir=work, nproc=2, data_dirs=data) == 0
     resumed, reference = weights(work), weights(two_rank_runs / "local_reference")
     assert all(torch.equal(resumed[k], reference[k]) for k in reference)
+
+
+# A worker that ignores SIGTERM: only torchrun's SIGKILL, after its grace, ends it.
+STUBBORN_WORKER = """\
+import pathlib, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+pathlib.Path(sys.argv[1]).touch()
+time.sleep(120)
+"""
+
+
+def test_signalled_torchrun_kills_its_workers_after_the_short_grace(tmp_path):
+    """The stop test above is as strong as this: torchrun, signalled, SIGKILLs a worker TORCHRUN_GRACE_S later
+    (not 30 s), so a save slower than that would have been cut had the entry signalled torchrun."""
+    worker, ready = tmp_path / "worker.py", tmp_path / "ready"
+    worker.write_text(STUBBORN_WORKER)
+    torchrun = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+                                 str(worker), str(ready)], env={**os.environ, **grace_env()}, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not ready.exists() and torchrun.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert ready.exists(), torchrun.communicate(timeout=30)[0][-3000:]
+    sent = time.monotonic()
+    torchrun.send_signal(signal.SIGTERM)
+    output = torchrun.communicate(timeout=120)[0]
+    took = time.monotonic() - sent
+    # At least the grace; the bound above it allows a loaded machine and stays far below 2.8's fixed 30 s.
+    assert TORCHRUN_GRACE_S <= took < TORCHRUN_GRACE_S + 12, output[-3000:]
+    assert f"[torchrun-grace] {TORCHRUN_GRACE_S} s" in output
 
 
 def test_the_container_entry_passes_the_image_scripts_exit_status_through(tmp_path):
