@@ -14,7 +14,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from jobs.request_fields import dataset_kind
+from jobs.request.field_rules import dataset_kind
 
 META = "meta.json"
 MAX_META_BYTES = 1 << 16  # the prepare tools write a few hundred bytes; a larger object is not one of theirs

@@ -22,8 +22,10 @@ from typing import Annotated
 
 import typer
 
-from cli import local_runner, logs, render, runs, schema, status, stop, submit, version
 from cli.aws import DEFAULT_PREFIX, Aws
+from cli.commands import json_schema as schema
+from cli.commands import local as local_runner
+from cli.commands import logs, render, runs, status, stop, submit, version
 from cli.errors import user_errors
 from cli.options import (
     DEPLOYED,
@@ -311,8 +313,8 @@ def local_command(
     if chart is None:
         raise typer.Exit(local_runner.run_local_command(request, nproc=nproc, workdir=workdir, data=data,
                                                         oversubscribe=oversubscribe))
-    from cli.charts import chart_local_run, check_chart_option
     from cli.request_file import load_request
+    from cli.views.charts import chart_local_run, check_chart_option
 
     check_chart_option(chart)  # before the run: a missing matplotlib is no reason to train for nothing
     workdir = workdir or local_runner.DEFAULT_WORKDIR_ROOT / load_request(request).request.name

@@ -17,7 +17,7 @@ class LoadedRequest:
     path: Path
     # The document as the user wrote it: what `submit` sends as the execution input.
     document: dict[str, Any]
-    # jobs.request.JobRequest: the parsed, validated request with its defaults filled in.
+    # jobs.request.parse.JobRequest: the parsed, validated request with its defaults filled in.
     request: Any
 
 
@@ -109,7 +109,7 @@ def load_request(path: Path) -> LoadedRequest:
 def parse_loaded(path: Path, document: dict[str, Any]) -> LoadedRequest:
     """Validate a job request document read from `path` (perhaps with a field set by trainctl since)."""
     from contract.errors import RequestInvalid
-    from jobs.request import parse_request
+    from jobs.request.parse import parse_request
 
     try:
         request = parse_request(document)
@@ -122,7 +122,7 @@ def parse_loaded(path: Path, document: dict[str, Any]) -> LoadedRequest:
 def validate_for_platform(loaded: LoadedRequest, platform: Any) -> None:
     """The platform-dependent rules (allowed instance types, training plans, FSx), as one UserError."""
     from contract.errors import RequestInvalid
-    from jobs.request import validate_for_platform as _validate
+    from jobs.request.parse import validate_for_platform as _validate
 
     try:
         _validate(loaded.request, platform)

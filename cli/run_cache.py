@@ -3,7 +3,7 @@ against the planner's figure (the `measured` section Summarize writes: jobs.plan
 
 `trainctl runs` and `trainctl show` read executions' summaries from Step Functions anyway; they keep each run's
 `measured` section in ~/.cache/trainctl/measured-runs.json ($XDG_CACHE_HOME/trainctl when set, beside the price
-cache: cli.prices), keyed by training job name, the KEEP given last (trainctl runs gives them oldest run first).
+cache: cli.price_source), keyed by training job name, the KEEP given last (trainctl runs gives them oldest run first).
 `trainctl plan` then reads that file, with no AWS call: `--runs cache` (the default), `--runs FILE.json` (a JSON
 list of such sections, e.g. a team's shared one) or `--runs none` (the published rows only). A file that cannot be read, or a section it cannot use, is
 said so and left out; the plan goes on.

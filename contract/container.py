@@ -29,7 +29,7 @@ ENV_CHECKPOINT_DIR = "TRAINING_CHECKPOINT_DIR"
 # it finds to tell its own attempt from a job that took the name.
 ENV_RUN_ID = "TRAINING_RUN_ID"
 # Not a SageMaker variable: the request's `secrets` as JSON, {"ENV_NAME": "<Secrets Manager ARN>"}. Only ARNs
-# travel through the execution and the job; the container entry (jobs.container_entry) reads each secret with
+# travel through the execution and the job; the container entry (jobs.render.container_entry) reads each secret with
 # the execution role and exports it as ENV_NAME before the training command starts.
 ENV_SECRET_ARNS = "TRAINING_SECRET_ARNS"
 
@@ -50,7 +50,7 @@ STOP_KILL_AFTER_SECONDS = 120
 # start_with_right_hostname.sh train`, which neither handles nor forwards SIGTERM, and the toolkit under it
 # forwards nothing either (aws/sagemaker-training-toolkit issues 125 and 173, aws/deep-learning-containers
 # issue 632): a training script never sees the stop. The platform therefore starts those images through its
-# own entry (jobs.container_entry), which turns SIGTERM into this file; every rank polls it once per step,
+# own entry (jobs.render.container_entry), which turns SIGTERM into this file; every rank polls it once per step,
 # and its modification time is when the stop came.
 STOP_FILE = "/tmp/trainctl-stop"
 # Not a SageMaker variable: `trainctl local` and tests move the stop file with it.

@@ -3,7 +3,7 @@
 On an error it knows, the package writes ONE line to contract.container.FAILURE_FILE and exits non-zero;
 SageMaker turns that file into the job's FailureReason (after "AlgorithmError: "). The line is
     [training:<code>] <message naming the field, the value and the fix>
-and the launcher's failure rule table (jobs.classify) matches the code.
+and the launcher's failure rule table (jobs.retry.classify) matches the code.
 """
 
 from __future__ import annotations

@@ -204,7 +204,7 @@ class TrainConfig:
     mp_parameters: dict[str, Any] = field(default_factory=dict, metadata=_hp(
         "SMP v2 configuration (smp strategy)", "platform", keys=SmpParameters))
     # Paths: SageMaker's environment by default; the package also takes them as arguments (tests, bench), never from
-    # a request (jobs.hyperparameter_rules refuses them: a path moved off /opt/ml/checkpoints is not synced).
+    # a request (jobs.request.hyperparameter_rules refuses them: a path moved off /opt/ml/checkpoints is not synced).
     checkpoint_dir: str = field(default="", metadata=_hp("checkpoint folder", "container"))
     model_dir: str = field(default="", metadata=_hp("final model folder", "container"))
     output_data_dir: str = field(default="", metadata=_hp("metrics and status folder", "container"))
@@ -233,7 +233,7 @@ def batch_layout(world_size: int, micro_batch_size: int, global_batch_size: int 
     One optimizer step = micro_batch_size x world size x grad accumulation samples, for every strategy: each rank
     reads its own micro-batch, and tensor/pipeline groups pool their ranks' micro-batches (training.step) rather
     than share one, so every rank counts. The training package calls this at startup (TrainConfig.batch_layout)
-    and the launcher before launch (jobs.platform_rules), so a request is refused by the same arithmetic.
+    and the launcher before launch (jobs.request.platform_rules), so a request is refused by the same arithmetic.
     """
     per_step = micro_batch_size * world_size
     if global_batch_size is None:

@@ -39,7 +39,7 @@ CHECKPOINT_AGE_S = "checkpoint_age_s"  # seconds since the newest complete check
 CHECKPOINT_OVERDUE = "checkpoint_overdue"
 # Where this attempt's seconds went so far (training.meter.AttemptClock), cumulative, so the last value
 # SageMaker keeps of each (FinalMetricDataList) is the attempt's total: the launcher's run record
-# (jobs.run_record) reads them to split the attempt's billed time into goodput and its losses.
+# (jobs.outcome.run_record) reads them to split the attempt's billed time into goodput and its losses.
 STARTUP_S = "startup_s"  # from the training process's start to its first step (imports, model build, restore)
 TRAIN_S = "train_s"  # in training steps
 CHECKPOINT_S = "checkpoint_s"  # the step loop blocked by checkpoint saves (the stall, not an async save's tail)

@@ -9,7 +9,7 @@ Sources (every figure below cites one of these by its tag):
            table with JavaScript). The figures kept here before were a 2024 list written from memory, without a
            source, so they were removed. The planner takes its prices as an input instead (jobs.planning.
            plan_request(prices=...): instance type -> USD per hour); `trainctl plan --prices` reads them from the
-           AWS Price List API (cli/prices.py, which cites the API's documentation) or from a file the user
+           AWS Price List API (cli/price_source.py, which cites the API's documentation) or from a file the user
            writes. Without a table a type's cost is "price unknown" and sizing.budget_usd cannot be checked.
   [spot]   ASSUMPTIONS, not published figures for these instance types. AWS states only an upper bound for the
            saving: managed Spot training optimizes cost "up to 90%" over on demand (SageMaker developer guide,

@@ -5,14 +5,14 @@ environment variable PLATFORM_SETTINGS. Standard library plus boto3 (the Python 
 only where the handlers call SageMaker), so the function's code is just the `jobs/` folder.
 
     prepare   {"state_shape", "request", "execution": {"name", "start_time"}} -> {"run", "launch": {"create"}}
-              (a request with `resume_run` lists and describes the run's earlier jobs first: jobs.resume)
+              (a request with `resume_run` lists and describes the run's earlier jobs first: jobs.retry.resume)
     decide    {"request", "run", "failure": {"Error", "Cause"?}} -> {"run", "decision", "launch"?}
               (retry: "launch": {"create"}; watch: "launch": the failure again, to look again;
                succeed: "launch": {"job"})
     summarize {"run", "launch"?: {"job"}, "decision"?}          -> {"succeeded", "subject", "message", "summary"}
 
 The request is the execution's input: Prepare and Decide get it from the state machine, it is not in the
-state (jobs.state_size). An execution keeps the definition it started with; since the functions are versioned
+state (jobs.request.state_size). An execution keeps the definition it started with; since the functions are versioned
 (platform_constructs.launcher_functions) it also keeps their code, but executions started before that call the
 functions unqualified, hence their newest code: the handlers also answer that definition (STATE_SHAPE 1:
 run.request, "create", "job", "failure").
@@ -30,20 +30,19 @@ from typing import Any
 
 from contract.container import ENV_RUN_ID
 from contract.errors import Problem, RequestInvalid
-from jobs import run as runs
-from jobs.classify import Category, Failure, classify_launch, ended_job_in
+from jobs.outcome.run_record import cluster_types, job_figures, measured_save_seconds
+from jobs.outcome.summary import describe_in_words, summary
 from jobs.platform import PlatformSettings
-from jobs.platform_rules import validate_for_platform
-from jobs.policy import Action, succeeded, watch
-from jobs.policy import decide as decide_next
 from jobs.prices import API_REGION, SERVICE_CODE, instance_filters, products_to_prices
-from jobs.render import checkpoint_s3_uri, new_run_id, render_create_training_job
-from jobs.request import parse_request
-from jobs.resume import attempt_number, check_init_run, resume_point, run_token
-from jobs.run import RunState
-from jobs.run_record import cluster_types, job_figures, measured_save_seconds
-from jobs.state_size import state_size_problem
-from jobs.summary import describe_in_words, summary
+from jobs.render.training_job import checkpoint_s3_uri, new_run_id, render_create_training_job
+from jobs.request.parse import parse_request
+from jobs.request.platform_rules import validate_for_platform
+from jobs.request.state_size import state_size_problem
+from jobs.retry import run_state as runs
+from jobs.retry.classify import Category, Failure, classify_launch, ended_job_in
+from jobs.retry.policy import Action, decide_next, succeeded, watch_again
+from jobs.retry.resume import attempt_number, check_init_run, resume_point, run_token
+from jobs.retry.run_state import RunState
 
 log = logging.getLogger(__name__)
 log.setLevel(logging.INFO)
@@ -54,7 +53,7 @@ clock = time.time
 # The state's shape the state machine's definition moves (its Prepare sends it as `state_shape`): 2, the request
 # read from the execution's input and the attempt under `launch`; 1 (or none), the definition before, which
 # carried the request in the run state and the attempt under `create`, `job` and `failure`. Remove 1 with
-# jobs.run._LEGACY_RUN_ID.
+# jobs.retry.run_state._LEGACY_RUN_ID.
 STATE_SHAPE = 2
 
 
@@ -112,7 +111,7 @@ def _continue_run(run: RunState, request, platform: PlatformSettings) -> float |
 def jobs_of_run(run: RunState, region: str | None = None) -> list[dict[str, Any]]:
     """DescribeTrainingJob of every job of the run's earlier executions: those whose names carry the run id's
     random part (ListTrainingJobs NameContains, every page) and whose Environment carries its marker
-    (jobs.run.is_ours: a name proves nothing). A failed call raises: Prepare fails and nothing is launched."""
+    (jobs.retry.run_state.is_ours: a name proves nothing). A failed call raises: Prepare fails and nothing is launched."""
     client = _sagemaker(region, attempts=4)  # Prepare has no Wait state to retry a throttled call from
     found = []
     for page in client.get_paginator("list_training_jobs").paginate(NameContains=run_token(run.run_id)):
@@ -214,7 +213,7 @@ def name_taken(run: RunState, squatter: dict[str, Any]) -> Failure:
 def _watch(request, run: RunState, failure_event: dict[str, Any], error: str) -> dict[str, Any]:
     """The attempt's job runs (or cannot be looked up): wait and look again; the failure travels along."""
     failure = classify_launch(failure_event, None)
-    decision = watch(request, run, failure, error, now=clock(), job_limit_seconds=run.current.limit_seconds)
+    decision = watch_again(request, run, failure, error, now=clock(), job_limit_seconds=run.current.limit_seconds)
     log.info("run %s attempt %s: %s", run.run_id, run.attempt, decision.reason)
     if decision.action is Action.FAIL:
         current = run.current

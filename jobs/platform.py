@@ -17,7 +17,7 @@ from typing import Any
 
 from contract.errors import Invalid, Problem
 from contract.schema import join, json_schema, meta, parse_dataclass
-from jobs.api_limits import MAX_JOB_TAGS
+from jobs.request.limits import MAX_JOB_TAGS
 
 
 class PlatformSettingsInvalid(Invalid, ValueError):
@@ -64,7 +64,7 @@ def image_repositories_problem(repositories: tuple[str, ...] | list[str]) -> str
 
 
 def _env_patterns(value: Any) -> str | list[tuple[int, str]] | None:
-    """Names or `PREFIX*` patterns: what a request's `environment` may set on top of jobs.environment_rules'."""
+    """Names or `PREFIX*` patterns: what a request's `environment` may set on top of jobs.request.environment_rules'."""
     if problem := _strings(value):
         return problem
     return [(i, f"{item!r}: give a variable name or a prefix ending in '*', e.g. MYLIB_*") for i, item in
@@ -133,7 +133,7 @@ class PlatformSettings:
     # The execution role reads the dataset bucket only under this prefix (platform_constructs.roles).
     dataset_prefix: str | None = field(default=None, metadata=meta(
         "key prefix of the dataset bucket the training jobs may read (null: not published; not checked)"))
-    # jobs.environment_rules: requests may set these on top of its allow-list, never its refused names.
+    # jobs.request.environment_rules: requests may set these on top of its allow-list, never its refused names.
     environment_patterns: list[str] = field(default_factory=list, metadata=meta(
         "environment variable names or `PREFIX*` patterns requests may set, on top of the default allow-list",
         check=_env_patterns))
@@ -141,7 +141,7 @@ class PlatformSettings:
     job_tags: dict[str, str] = field(default_factory=dict, metadata=meta(
         "tags written on every job of this launcher besides the run's own (a team's cost allocation tag)",
         max=MAX_JOB_TAGS))
-    # jobs.images: requests' `image` must come from these or from the registries of the images above.
+    # jobs.render.images: requests' `image` must come from these or from the registries of the images above.
     allowed_image_repositories: list[str] = field(default_factory=list, metadata=meta(
         "ECR repositories requests' `image` may come from (`<registry>/<repo>`, or `<registry>/` for all), on top "
         "of the AWS registries of the platform's own images", check=_repositories))

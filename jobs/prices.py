@@ -1,5 +1,5 @@
 """What SageMaker training costs per instance-hour, as the AWS Price List API answers it: which products and
-rates count. trainctl (cli.prices: plan, show, runs) and the launcher's Summarize (the run record's cost) read
+rates count. trainctl (cli.price_source: plan, show, runs) and the launcher's Summarize (the run record's cost) read
 the API's answer through this one module.
 
 The AWS Price List API, as this module reads it (sources, read 2026):

@@ -208,7 +208,7 @@ class PlatformConfig:
     allowed_instance_types: tuple[str, ...] = _f(
         ("ml.p5.48xlarge", "ml.p4d.24xlarge", "ml.g5.12xlarge", "ml.g6e.12xlarge", "ml.c5.2xlarge"),
         "Instance types a job may request", expects=_LIST, check=_instance_types)
-    # Request policy (jobs.environment_rules, jobs.images): published in the platform settings of the same names.
+    # Request policy (jobs.request.environment_rules, jobs.render.images): published in the platform settings of the same names.
     environment_patterns: tuple[str, ...] = _f((), "Variable names or PREFIX* patterns a job's environment may set "
                                                "on top of the default allow-list (NCCL_*, TORCH_*, HF_*...); the "
                                                "refused ones (LD_*, PYTHON*, AWS_*...) stay refused",

@@ -2,7 +2,7 @@
 telling the team's run-notifications topic when the month's actual cost passes 80% and its forecast 100%.
 
 The tag (`<name_prefix>:team`, platform_constructs.teams.team_tags) is on every job the team's launcher renders
-(jobs.render, PlatformSettings.job_tags). AWS Budgets filters on it only once the platform team has activated it
+(jobs.render.training_job, PlatformSettings.job_tags). AWS Budgets filters on it only once the platform team has activated it
 as a cost allocation tag in the Billing console (an account-level step no stack can take; docs/SECURITY.md);
 until then the budget sees no cost. A budget watches, it does not stop jobs: each run's own cost is in its
 summary and `trainctl runs`.

@@ -14,7 +14,7 @@ import aws_cdk as cdk
 from constructs import Construct
 from sagemaker.core import image_uris
 
-from jobs.images import PYTORCH_FRAMEWORK, SMP_FRAMEWORK
+from jobs.render.images import PYTORCH_FRAMEWORK, SMP_FRAMEWORK
 
 # A GPU and a CPU instance type only steer the resolver to the -gpu- or -cpu- image tag.
 _PROBE_INSTANCE = {"gpu": "ml.p5.48xlarge", "cpu": "ml.c5.2xlarge"}

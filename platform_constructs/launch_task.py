@@ -8,7 +8,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from jobs.render import CREATE_REQUEST_KEYS
+from jobs.render.training_job import CREATE_REQUEST_KEYS
 
 # Step Functions creates and uses this EventBridge rule to learn when a `.sync` training job ends.
 SYNC_EVENTS_RULE = "StepFunctionsGetEventsForSageMakerTrainingJobsRule"

@@ -22,7 +22,7 @@ Summarize (or, when Summarize itself fails, StopCurrentJob) stops the job the ru
 NextAttempt, the Wait states and the Choices are not Tasks and can carry no Catch: they only move paths
 that Decide always writes.
 
-The state does not grow with the request (jobs.state_size): it is {"run": the run state, "launch": ...,
+The state does not grow with the request (jobs.request.state_size): it is {"run": the run state, "launch": ...,
 "decision"?, "result"?}, where `launch` is what the Launch state takes or gave: {"create": the attempt's
 CreateTrainingJob request}, then {"job": the job's description} or the Catch's {"Error", "Cause"}, each in the
 place of the one before. The request itself is the execution's input: Prepare and Decide read it from the
@@ -49,7 +49,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from jobs.handler import STATE_SHAPE, JobsStillRunning
-from jobs.policy import (
+from jobs.retry.policy import (
     FUNCTION_RETRIES,
     FUNCTION_RETRY_SECONDS,
     STOP_RETRIES,

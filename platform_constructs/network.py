@@ -25,7 +25,7 @@ INTERFACE_ENDPOINTS = {
     "Monitoring": ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_MONITORING,
     "Sts": ec2.InterfaceVpcEndpointAwsService.STS,
     "StepFunctions": ec2.InterfaceVpcEndpointAwsService.STEP_FUNCTIONS,
-    # A request's `secrets` are read in the container at start (jobs.container_entry).
+    # A request's `secrets` are read in the container at start (jobs.render.container_entry).
     "SecretsManager": ec2.InterfaceVpcEndpointAwsService.SECRETS_MANAGER,
 }
 TRAINING_SUBNETS = "training"

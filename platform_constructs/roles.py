@@ -15,7 +15,7 @@ from constructs import Construct
 
 from contract.container import LOG_GROUP
 from contract.metrics import METRIC_NAMESPACE
-from jobs.images import PYTORCH_FRAMEWORK, SMP_FRAMEWORK
+from jobs.render.images import PYTORCH_FRAMEWORK, SMP_FRAMEWORK
 from platform_constructs.nag import acknowledge, logical_id, nag_form
 
 ECR_REGISTRY = re.compile(r"(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?")
@@ -49,8 +49,8 @@ class ExecutionRole(Construct):
         for sid, bucket in (("Checkpoints", checkpoint_bucket), ("Outputs", output_bucket)):
             grant_prefix_read_write(role, bucket, f"{name_prefix}/", sid)
         key.grant_encrypt_decrypt(role)
-        # A request's `secrets` are read in the container (jobs.container_entry): only the team's own, named
-        # `<name_prefix>/...` (jobs.platform_rules refuses other ARNs before anything launches).
+        # A request's `secrets` are read in the container (jobs.render.container_entry): only the team's own, named
+        # `<name_prefix>/...` (jobs.request.platform_rules refuses other ARNs before anything launches).
         role.add_to_policy(iam.PolicyStatement(
             sid="OwnSecrets", actions=["secretsmanager:GetSecretValue"],
             resources=[secrets_arn(name_prefix)]))
@@ -173,7 +173,7 @@ def secrets_arn(name_prefix: str) -> str:
 
 
 def ecr_repository_arns(source: str) -> list[str]:
-    """The ECR repository ARNs of an allowed image source (jobs.images: `<registry>/<repo>` is that repository and
+    """The ECR repository ARNs of an allowed image source (jobs.render.images: `<registry>/<repo>` is that repository and
     those under it, `<registry>/` every repository); [] for a registry outside ECR."""
     registry, _, repository = source.partition("/")
     found = ECR_REGISTRY.fullmatch(registry)

@@ -15,8 +15,8 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from jobs.images import PYTORCH_FRAMEWORK, SMP_FRAMEWORK
 from jobs.platform import FsxSettings, PlatformSettings, TrainingPlan
+from jobs.render.images import PYTORCH_FRAMEWORK, SMP_FRAMEWORK
 from platform_constructs.buckets import AccessLogBucket, SecureBucket
 from platform_constructs.dataset_fs import DatasetFileSystem
 from platform_constructs.encryption import PlatformKey, key_user_path
@@ -52,7 +52,7 @@ class JobDefaults:
     """What jobs may use and get by default: the platform settings' policy part (instance types are the teams')."""
     training_plans: Sequence[TrainingPlan]
     default_warm_pool_minutes: int
-    # Names or PREFIX* patterns a request's environment may set on top of jobs.environment_rules' allow-list.
+    # Names or PREFIX* patterns a request's environment may set on top of jobs.request.environment_rules' allow-list.
     environment_patterns: Sequence[str]
 
 
@@ -143,7 +143,7 @@ class PlatformStack(cdk.Stack):
                   images: ImageTable, image_mapping: ImageMapping, fsx_settings: FsxSettings | None,
                   jobs: JobDefaults) -> PlatformSettings:
         """One team's platform settings document: values are tokens the deploy resolves. Its name_prefix is the
-        team's, so jobs.render names its jobs, checkpoints and outputs under the team's prefix."""
+        team's, so jobs.render.training_job names its jobs, checkpoints and outputs under the team's prefix."""
         checkpoints, outputs, datasets = buckets
         return PlatformSettings(
             name_prefix=team.name_prefix,

@@ -83,11 +83,11 @@ def job_description(lines: list[str], definitions: list[dict[str, str]]) -> dict
 
 
 def launcher_side(lines: list[str]) -> dict:
-    from jobs.render import render_create_training_job
-    from jobs.request import parse_request
-    from jobs.run import finish_attempt, new_run, start_attempt
-    from jobs.run_record import job_figures
-    from jobs.summary import describe_in_words, summary
+    from jobs.outcome.run_record import job_figures
+    from jobs.outcome.summary import describe_in_words, summary
+    from jobs.render.training_job import render_create_training_job
+    from jobs.request.parse import parse_request
+    from jobs.retry.run_state import finish_attempt, new_run, start_attempt
     from tests.jobs.conftest import load_platform
 
     request = parse_request(json.loads((ROOT / "examples" / "ddp-gpt-125m.json").read_text()))
@@ -104,9 +104,9 @@ def launcher_side(lines: list[str]) -> dict:
 
 
 def trainctl_side(job: dict, metrics_file: Path) -> dict:
-    from cli.charts import read_metrics_file, render, split_runs, throughput_metric
-    from cli.executions import job_metrics
-    from cli.progress import Snapshot, ordered_metrics
+    from cli.execution_history import job_metrics
+    from cli.views.charts import read_metrics_file, render, split_runs, throughput_metric
+    from cli.views.progress import Snapshot, ordered_metrics
 
     snapshot = Snapshot("RUNNING", "Launch", 1, "gpt-1", "ml.p4d.24xlarge", "InProgress", "Training",
                         ordered_metrics(job_metrics(job)))

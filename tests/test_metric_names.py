@@ -27,11 +27,11 @@ OTHER_FIELDS = {
     ("training/checkpoint.py", "step"): "a checkpoint's completion marker",
     ("training/outcome.py", "step"): "the status file and the exported model's config",
     ("training/data.py", "epoch"): "the sampler state a checkpoint holds",
-    ("cli/local_runner.py", "step"): "the status file (training.outcome)",
-    ("cli/runs.py", "step"): "the run record's field (jobs.run_record)",
-    ("jobs/run_record.py", "step"): "jobs.run.Attempt's and the run record's field",
-    ("jobs/run_record.py", "checkpoint_saves"): "jobs.run.Attempt's field",
-    ("jobs/summary.py", "step"): "the run record's field (jobs.run_record)",
+    ("cli/commands/local.py", "step"): "the status file (training.outcome)",
+    ("cli/commands/runs.py", "step"): "the run record's field (jobs.outcome.run_record)",
+    ("jobs/outcome/run_record.py", "step"): "jobs.retry.run_state.Attempt's and the run record's field",
+    ("jobs/outcome/run_record.py", "checkpoint_saves"): "jobs.retry.run_state.Attempt's field",
+    ("jobs/outcome/summary.py", "step"): "the run record's field (jobs.outcome.run_record)",
 }
 # Named inside longer strings (messages, labels) too; the plain words (step, epoch, lr, mfu) are prose as often.
 DISTINCT = tuple(name for name in METRIC_NAMES if "_" in name)

@@ -90,7 +90,7 @@ class AttemptClock:
     """Where this attempt's seconds went, as cumulative metrics (contract.metrics: startup_s, train_s,
     checkpoint_s, eval_s) on every metrics line and once more when the attempt ends.
 
-    The launcher's run record (jobs.run_record) reads their last values from the job to split the billed time
+    The launcher's run record (jobs.outcome.run_record) reads their last values from the job to split the billed time
     into productive training and the losses (startup, checkpoint stalls, evaluation); the work redone after a
     failure it reads from checkpoint_age_s. Rank 0's clock speaks for the job: the ranks step together.
     """

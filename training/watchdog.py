@@ -44,7 +44,7 @@ from training.stragglers import Stragglers, Window
 
 # Test-only injections (tests/training/test_watchdog.py), read once at start: "RANK:STEP" makes that rank block
 # forever after completing that step; "RANK:SECONDS" ("*" for every rank) makes it sleep that long after each
-# step. Never set by the platform, nor by a request (no TRAINING_ name is on jobs.environment_rules' allow-list).
+# step. Never set by the platform, nor by a request (no TRAINING_ name is on jobs.request.environment_rules' allow-list).
 ENV_TEST_HANG = "TRAINING_TEST_HANG_AT"
 ENV_TEST_SLOW = "TRAINING_TEST_SLOW_RANK"
 

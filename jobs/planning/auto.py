@@ -1,8 +1,8 @@
 """`strategy: auto`: which of one shape's sized layouts a request may run, and the pick among them.
 
-Auto picks among jobs.planning.layout.AUTO_STRATEGIES; the renderer sends the pick's degrees (jobs.planner), so a
+Auto picks among jobs.planning.layout.AUTO_STRATEGIES; the renderer sends the pick's degrees (jobs.planning.auto_strategy), so a
 torch-native pick must be a mesh the training package builds on the cluster the job gets:
-- its degrees pass jobs.parallelism.check_parallelism (the launcher's and training's own check) with the
+- its degrees pass jobs.request.parallelism.check_parallelism (the launcher's and training's own check) with the
   request's micro_batch_size and pipeline schedule;
 - the sized shape is the whole cluster of one instance type (not cut by sizing.max_gpus, no instance_groups);
 - tp, pp and hybrid only for the reference models: they opt in to layer splitting (`tp_plan`, `blocks`,

@@ -9,7 +9,7 @@ adds jobs.catalog.SPOT_INTERRUPTIONS_PER_INSTANCE_MONTH. The optimal interval is
 1974, Daly 2006); each interruption loses half an interval plus the restart.
 
 The launcher sends the interval as the `checkpoint_minutes` hyperparameter of every attempt that sets none
-(jobs.planner.attempt_cadence), and on a training plan aligns it so that a save ends before the instances are
+(jobs.planning.auto_strategy.attempt_cadence), and on a training plan aligns it so that a save ends before the instances are
 reclaimed (before_plan_end).
 """
 
@@ -54,7 +54,7 @@ def state_bytes(m: ModelFacts, n: Numerics) -> float:
 def cadence(state_bytes: float, nodes: int, spot: bool, async_checkpoint: bool,
             measured_stall_s: float | None = None) -> Cadence:
     """`measured_stall_s`: the seconds one save stalled the training loop, as an earlier attempt of the run
-    measured them (jobs.run_record.measured_save_seconds; an async save's stall as it was), in place of the
+    measured them (jobs.outcome.run_record.measured_save_seconds; an async save's stall as it was), in place of the
     model above."""
     if measured_stall_s is not None:
         stall = measured_stall_s

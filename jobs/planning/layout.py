@@ -12,13 +12,13 @@ from typing import Any
 
 from contract.hyperparameters import TRAINING_STRATEGIES, TrainConfig, canonical_name
 from contract.parallel import LAYER_SPLITTING, MODEL_PARALLEL, batch_ranks, resolve_degrees, stages_per_rank
-from jobs.parallelism import check_parallelism, parallel_hyperparameters
 from jobs.planning.shape import PlanInputError
+from jobs.request.parallelism import check_parallelism, parallel_hyperparameters
 
 DEGREES = ("replicate", "shard", "tensor", "pipeline")
 # What `strategy: auto` may resolve to: every strategy the training package runs but smp (its own image, and
 # SMP's degrees are not the planner's). For hsdp, tp, pp and hybrid the renderer sends the chosen layout's
-# degrees (jobs.planner.Plan.parallel), so the job runs the mesh the planner sized.
+# degrees (jobs.planning.auto_strategy.Plan.parallel), so the job runs the mesh the planner sized.
 AUTO_STRATEGIES = tuple(s for s in TRAINING_STRATEGIES if s != "smp")
 # Strategies that split layers (contract.parallel.LAYER_SPLITTING): the model must opt in (`tp_plan`, `blocks` and
 # `pipeline_edges`), which the reference models do; the planner cannot see whether a model of one's own does.
@@ -83,7 +83,7 @@ class Layout:
         return {name: getattr(self, name) for name in DEGREES}
 
     def problems(self, layers: int | None, heads: int | None, micro_batch_size: int, per_group: bool = False) -> list:
-        """jobs.parallelism.check_parallelism of these degrees and schedule (the launcher's and the training
+        """jobs.request.parallelism.check_parallelism of these degrees and schedule (the launcher's and the training
         package's own check): e.g. a pipeline whose stages do not split the layers, or micro-batches that do not
         divide."""
         return check_parallelism(
@@ -107,7 +107,7 @@ class Layout:
         return {"strategy": self.strategy, "parallel": parallel}
 
     def hyperparameters(self) -> dict[str, Any]:
-        """What the launcher sends for this layout (jobs.parallelism.parallel_hyperparameters); {} for data-only."""
+        """What the launcher sends for this layout (jobs.request.parallelism.parallel_hyperparameters); {} for data-only."""
         return parallel_hyperparameters(self.strategy, self.tensor, self.pipeline,
                                         self.shard if self.strategy in MODEL_PARALLEL else 0,
                                         self.microbatches if self.pipeline > 1 else None, self.schedule)

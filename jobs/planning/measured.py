@@ -3,7 +3,7 @@ same layout (the run record's `measured` section, written by Summarize), and the
 
 A run's `measured` section is read from its last training job's description alone (DescribeTrainingJob, as
 Summarize holds it): the instance type and count (ResourceConfig), the strategy, degrees, model and numerics the
-launcher sent (HyperParameters: jobs.render.training_hyperparameters) and the training package's last
+launcher sent (HyperParameters: jobs.render.training_job.training_hyperparameters) and the training package's last
 step_time_ms and mfu (FinalMetricDataList). The planner sizes that layout (jobs.planning.timing.step_time), so
 how far it was off is known when the run ends. A model of one's own (no preset) is recorded without a
 prediction: its `model_shape` is the request's and never reaches the job.
@@ -40,7 +40,7 @@ REQUIRED = ("instance_type", "model", "strategy", "step_time_s", "predicted_step
 
 
 def _decoded(hyperparameters: Mapping[str, str]) -> dict[str, Any]:
-    """The job's hyperparameters as the launcher meant them (it JSON-encodes each value: jobs.render)."""
+    """The job's hyperparameters as the launcher meant them (it JSON-encodes each value: jobs.render.training_job)."""
     out = {}
     for key, value in (hyperparameters or {}).items():
         try:

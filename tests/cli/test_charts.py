@@ -11,8 +11,16 @@ import boto3
 import pytest
 
 from cli.aws import Aws
-from cli.charts import RunMetrics, execution_runs, read_metrics_file, render, series, split_runs, write_chart
-from cli.executions import describe
+from cli.execution_history import describe
+from cli.views.charts import (
+    RunMetrics,
+    execution_runs,
+    read_metrics_file,
+    render,
+    series,
+    split_runs,
+    write_chart,
+)
 from contract.metrics import format_metrics
 from tests.cli import machines
 from tests.cli.conftest import DATA, REGION, run
@@ -97,8 +105,8 @@ def _log_lines(job: str, *lines: str) -> None:
 @pytest.fixture
 def two_attempts(deployed, platform_doc):
     from jobs.platform import PlatformSettings
-    from jobs.render import new_run_id, render_create_training_job
-    from jobs.request import parse_request
+    from jobs.render.training_job import new_run_id, render_create_training_job
+    from jobs.request.parse import parse_request
 
     request = parse_request(json.loads((DATA / "ddp.json").read_text()))
     create = render_create_training_job(request, PlatformSettings.from_dict(platform_doc),
@@ -169,7 +177,7 @@ def test_without_matplotlib_chart_says_how_to_install_it(monkeypatch, tmp_path):
 
 def test_local_chart_draws_the_work_folders_runs(tmp_path, monkeypatch):
     """The engine is stood in for by one that appends this run's records, as the training loop does."""
-    import cli.local
+    import cli.container_emulator
 
     monkeypatch.chdir(tmp_path)
     for split in ("train", "validation"):
@@ -182,7 +190,7 @@ def test_local_chart_draws_the_work_folders_runs(tmp_path, monkeypatch):
             f.write(json.dumps(_record(2, train_loss=2.0, time=time.time())) + "\n")
         return 0
 
-    monkeypatch.setattr(cli.local, "run_local", run_local)
+    monkeypatch.setattr(cli.container_emulator, "run_local", run_local)
     result = run("local", DATA / "local-tiny.json", "--workdir", workdir, "--chart", tmp_path / "c.png")
     assert result.exit_code == 0, result.output
     assert f"chart: {tmp_path / 'c.png'}" in result.stdout

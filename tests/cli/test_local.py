@@ -1,4 +1,4 @@
-"""trainctl local: the request rendered for this machine, the channels and workdir handed to cli.local."""
+"""trainctl local: the request rendered for this machine, the channels and workdir handed to cli.container_emulator."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from cli.commands.local import run_request_locally
 from cli.errors import UserError
-from cli.local_runner import run_request_locally
 from cli.request_file import load_request
 from tests.cli.conftest import DATA, run
 
@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 class FakeRunLocal:
-    """Stands in for cli.local.run_local where only the arguments trainctl hands over are under test."""
+    """Stands in for cli.container_emulator.run_local where only the arguments trainctl hands over are under test."""
 
     def __init__(self, code: int = 0) -> None:
         self.code = code

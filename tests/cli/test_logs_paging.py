@@ -8,7 +8,7 @@ import pytest
 from botocore.stub import Stubber
 
 from cli.aws import Aws
-from cli.logs import follow_job_logs, print_job_logs
+from cli.commands.logs import follow_job_logs, print_job_logs
 from contract.container import LOG_GROUP
 
 JOB = "mltrain-run-a1"

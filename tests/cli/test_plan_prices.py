@@ -17,13 +17,13 @@ from botocore.exceptions import EndpointConnectionError
 from botocore.stub import Stubber
 from rich.console import Console
 
-from cli import prices
+from cli import price_source as prices
 from cli.aws import Aws
 from cli.errors import UserError
-from cli.plan_view import plan_json, print_sizing, sizing_result
+from cli.views.plan import plan_json, print_sizing, sizing_result
 from jobs.catalog import SPOT_SAVINGS
 from jobs.prices import products_to_prices
-from jobs.request import parse_request
+from jobs.request.parse import parse_request
 from tests.cli.conftest import DATA, run
 
 REGION = "us-east-1"

@@ -9,11 +9,11 @@ import pytest
 from rich.console import Console
 
 from cli.errors import UserError
-from cli.plan_view import draw_chart, plan_json, print_sizing, sizing_result
-from cli.prices import load_price_file
+from cli.price_source import load_price_file
+from cli.views.plan import draw_chart, plan_json, print_sizing, sizing_result
 from jobs.catalog import lookup
 from jobs.planning.calibration import calibration_of
-from jobs.request import parse_request
+from jobs.request.parse import parse_request
 
 
 def sized(prices=None, **fields):

@@ -11,14 +11,14 @@ import math
 
 import pytest
 
-from cli import prices as cli_prices
+from cli import price_source as cli_prices
 from cli.errors import UserError
+from jobs.outcome.run_record import run_cost
 from jobs.planning import PlanInputError
 from jobs.prices import PRICE_RULE, products_to_prices, usd_per_hour
-from jobs.run_record import run_cost
 from tests.cli.test_plan_prices import NOW, REGION, product
+from tests.jobs.outcome.test_run_record import attempt
 from tests.jobs.test_prices import sized
-from tests.jobs.test_run_record import attempt
 
 TYPE = "ml.p4d.24xlarge"
 # Each bad price as JSON writes it (a file, the cache) and as the API would carry it (its decimal strings).

@@ -11,8 +11,8 @@ import pytest
 from moto import mock_aws
 
 from jobs.platform import PlatformSettings
-from jobs.render import new_run_id, render_create_training_job
-from jobs.request import parse_request
+from jobs.render.training_job import new_run_id, render_create_training_job
+from jobs.request.parse import parse_request
 from tests.cli import machines
 from tests.cli.conftest import DATA, ROLE, run
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from cli.plan_view import retry_rows
-from jobs.request import parse_request
-from jobs.request_schema import RetryPolicy
+from cli.views.plan import retry_rows
+from jobs.request.parse import parse_request
+from jobs.request.schema import RetryPolicy
 
 
 def test_every_retry_setting_is_shown_with_its_value():

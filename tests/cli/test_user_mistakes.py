@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.version import DISTRIBUTION
+from cli.commands.version import DISTRIBUTION
 from tests.cli.conftest import DATA, run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,7 +44,7 @@ def _local_request(tmp_path, **changes) -> Path:
 
 
 class FakeRunLocal:
-    """Stands in for cli.local.run_local: what trainctl hands over, no process started."""
+    """Stands in for cli.container_emulator.run_local: what trainctl hands over, no process started."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[dict, dict]] = []
@@ -76,7 +76,7 @@ def test_an_fsx_dataset_locally_suggests_a_local_folder_and_runs_with_one(tmp_pa
     for split in ("train", "validation"):
         (tmp_path / "copy" / split).mkdir(parents=True)
     fake = FakeRunLocal()
-    monkeypatch.setattr("cli.local.run_local", fake)
+    monkeypatch.setattr("cli.container_emulator.run_local", fake)
     result = run("local", request, "--data", tmp_path / "copy", "--nproc", "1", "--workdir", tmp_path / "w")
     assert result.exit_code == 0, result.output
     create, kwargs = fake.calls[0]
@@ -122,12 +122,12 @@ def test_local_without_torch_says_what_to_install_and_its_data_hint_works(tmp_pa
 def test_a_worker_killed_by_sigkill_is_reported_as_such(tmp_path, monkeypatch):
     """The real torchrun, one worker that the kernel's OOM killer would kill: it was reported as 'exited with
     status 1'."""
-    import cli.local
+    import cli.container_emulator
 
     killer = tmp_path / "oom.py"
     killer.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
-    launch = cli.local._launch_command
-    monkeypatch.setattr(cli.local, "_launch_command",
+    launch = cli.container_emulator._launch_command
+    monkeypatch.setattr(cli.container_emulator, "_launch_command",
                         lambda hps, entry, nproc, log_dir: launch(hps, str(killer), nproc, log_dir))
     for split in ("train", "validation"):
         (tmp_path / "corpus" / split).mkdir(parents=True)
@@ -141,10 +141,10 @@ def test_a_worker_killed_by_sigkill_is_reported_as_such(tmp_path, monkeypatch):
 
 def test_nproc_above_the_cpus_needs_oversubscribe(tmp_path, monkeypatch):
     """--nproc 1000 started some 200 workers and took 14 GB before anything failed."""
-    monkeypatch.setattr("cli.local._gpu_count", lambda: 0)  # a CPU machine, without importing torch for it
+    monkeypatch.setattr("cli.container_emulator._gpu_count", lambda: 0)  # a CPU machine, without importing torch for it
     cpus = len(os.sched_getaffinity(0))
     fake = FakeRunLocal()
-    monkeypatch.setattr("cli.local.run_local", fake)
+    monkeypatch.setattr("cli.container_emulator.run_local", fake)
     (tmp_path / "corpus" / "train").mkdir(parents=True)
     args = ("local", _local_request(tmp_path), "--nproc", "1000", "--data", tmp_path / "corpus",
             "--workdir", tmp_path / "w")

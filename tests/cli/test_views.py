@@ -10,8 +10,8 @@ import boto3
 from rich.console import Console
 
 from cli.aws import Aws
-from cli.executions import view_from
-from cli.progress import watch
+from cli.execution_history import view_from
+from cli.views.progress import follow
 from tests.cli import machines
 from tests.cli.conftest import REGION
 
@@ -78,8 +78,8 @@ def test_a_finished_runs_summary_fills_the_attempts():
 
 def test_progress_on_a_terminal_is_a_live_table(deployed, platform_doc):
     from jobs.platform import PlatformSettings
-    from jobs.render import render_create_training_job
-    from jobs.request import parse_request
+    from jobs.render.training_job import render_create_training_job
+    from jobs.request.parse import parse_request
     from tests.cli.conftest import DATA
 
     request = parse_request(json.loads((DATA / "ddp.json").read_text()))
@@ -90,7 +90,7 @@ def test_progress_on_a_terminal_is_a_live_table(deployed, platform_doc):
         stateMachineArn=machine, name="live", input="{}")["executionArn"]
     screen = io.StringIO()
     console = Console(file=screen, force_terminal=True, width=120, color_system=None)
-    view = watch(Aws(region=REGION), arn, console=console, interval=0.05)
+    view = follow(Aws(region=REGION), arn, console=console, interval=0.05)
     assert view.status == "SUCCEEDED"
     text = screen.getvalue()
     assert "live-a1 (ml.g5.12xlarge)" in text and "Completed / Completed" in text

@@ -137,7 +137,7 @@ def test_no_teams_is_one_default_team_with_the_platform_names():
 
 def test_a_platform_may_be_named_local():
     # trainctl local's settings are marked by their type (jobs.platform.LocalPlatformSettings), not by this name:
-    # a deployed platform named local keeps every request check (tests/jobs/test_batch_rules.py).
+    # a deployed platform named local keeps every request check (tests/jobs/request/test_batch_rules.py).
     assert load_config({**cdk_json_context(), "name_prefix": "local"}).name_prefix == "local"
 
 

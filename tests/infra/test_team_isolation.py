@@ -14,9 +14,9 @@ import pytest
 import app as cdk_app
 from contract.errors import RequestInvalid
 from jobs.platform import PlatformSettings
-from jobs.platform_rules import validate_for_platform
-from jobs.render import render_create_training_job
-from jobs.request import parse_request
+from jobs.render.training_job import render_create_training_job
+from jobs.request.parse import parse_request
+from jobs.request.platform_rules import validate_for_platform
 from tests.conftest import ROOT
 from tests.infra.iam_eval import ACCOUNT, REGION, Matrix, Templates
 

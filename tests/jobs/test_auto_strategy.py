@@ -2,7 +2,7 @@
 
 What is checked is what the job would meet: the rendered CreateTrainingJob request's hyperparameters, decoded
 and read by the training package (training.config, training.mesh) on the cluster's world, and the launcher's
-own check (jobs.parallelism.check_parallelism).
+own check (jobs.request.parallelism.check_parallelism).
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import training.config as training_config
 from contract.errors import RequestInvalid
 from contract.models import PRESETS
 from jobs import catalog
-from jobs.parallelism import check_parallelism
-from jobs.planner import plan_for_request
 from jobs.planning import plan_request
-from jobs.platform_rules import validate_for_platform
-from jobs.render import render_create_training_job
-from jobs.request import parse_request
+from jobs.planning.auto_strategy import plan_for_request
+from jobs.render.training_job import render_create_training_job
+from jobs.request.parallelism import check_parallelism
+from jobs.request.parse import parse_request
+from jobs.request.platform_rules import validate_for_platform
 from training.mesh import resolve_degrees
 
 from .conftest import assert_valid_create_request

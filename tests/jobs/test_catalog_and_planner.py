@@ -6,7 +6,7 @@ import boto3
 import pytest
 
 from jobs import catalog
-from jobs.planner import plan
+from jobs.planning.auto_strategy import plan
 
 
 def test_catalog_types_are_training_instance_types_of_the_api():

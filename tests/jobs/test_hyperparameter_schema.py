@@ -1,5 +1,5 @@
 """The request's JSON Schema carries the hyperparameter table (names in every spelling, types, ranges, choices)
-and accepts exactly the `hyperparameters` that jobs.hyperparameter_rules accepts, over a matrix built from the
+and accepts exactly the `hyperparameters` that jobs.request.hyperparameter_rules accepts, over a matrix built from the
 same table: each settable hyperparameter's default and bounds, one step past each bound, wrong types, null, its
 dashed spellings alone and beside the canonical one; then the platform's keys, unknown keys and the values the
 command line refuses."""
@@ -15,9 +15,9 @@ from jsonschema import Draft202012Validator
 
 from contract.hyperparameters import TrainConfig
 from contract.schema.core import field_types, unwrap_optional
-from jobs.api_limits import MAX_HYPERPARAMETER_JSON
-from jobs.hyperparameter_rules import SETTABLE_HYPERPARAMETERS, check_hyperparameters, spellings
-from jobs.request import parse_request, request_json_schema
+from jobs.request.hyperparameter_rules import SETTABLE_HYPERPARAMETERS, check_hyperparameters, spellings
+from jobs.request.limits import MAX_HYPERPARAMETER_JSON
+from jobs.request.parse import parse_request, request_json_schema
 
 FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 TYPES = {name: unwrap_optional(tp)[0] for name, tp in field_types(TrainConfig).items()}

@@ -15,9 +15,9 @@ import pytest
 import training.config as training_config
 from jobs import catalog
 from jobs.planning import plan_request
-from jobs.platform_rules import validate_for_platform
-from jobs.render import render_create_training_job
-from jobs.request import parse_request
+from jobs.render.training_job import render_create_training_job
+from jobs.request.parse import parse_request
+from jobs.request.platform_rules import validate_for_platform
 from training.mesh import resolve_degrees
 from training.strategies.pp import microbatches
 

@@ -106,7 +106,7 @@ def test_candidates_carry_the_error_band_of_their_generation():
     band, rows = calibration_of(GPUS["L40S"])  # Ada has no published row: it borrows Ampere's constant
     assert band is None and rows and all(r.startswith("none of its own: ada borrows ampere") for r in rows)
     from jobs.planning import plan_request
-    from jobs.request import parse_request
+    from jobs.request.parse import parse_request
     doc = plan_request(parse_request({"name": "cal", "dataset": "s3://bucket/data/", "model": "gpt",
                                       "model_size": "350m", "instance": {"type": "ml.p5.48xlarge"}})).to_dict()
     for c in [doc["recommendation"], *doc["candidates"]]:

@@ -21,7 +21,7 @@ from contract.data_formats import (
 from jobs.catalog import lookup
 from jobs.planning import PlanInputError, plan_request
 from jobs.planning.candidates import STARTUP_HOURS
-from jobs.request import parse_request
+from jobs.request.parse import parse_request
 
 
 def plan(model="vit", size="base", instance="ml.p5.48xlarge", fmt=None, meta=None, input_mode="File", **hp):

@@ -11,16 +11,16 @@ import pytest
 
 import training.config as training_config
 from jobs import catalog
-from jobs.parallelism import check_parallelism
 from jobs.planning import plan_request
 from jobs.planning.candidates import SHOWN_PER_STRATEGY, best, evaluate, layouts, shown
 from jobs.planning.layout import Layout, numerics
 from jobs.planning.memory import memory_per_gpu
 from jobs.planning.shape import model_facts
 from jobs.planning.timing import step_time
-from jobs.platform_rules import validate_for_platform
-from jobs.render import render_create_training_job
-from jobs.request import parse_request
+from jobs.render.training_job import render_create_training_job
+from jobs.request.parallelism import check_parallelism
+from jobs.request.parse import parse_request
+from jobs.request.platform_rules import validate_for_platform
 from training.mesh import resolve_degrees
 
 from .test_training_contract import toolkit_args

@@ -14,7 +14,7 @@ from jobs.planning.layout import Layout, numerics
 from jobs.planning.measured import measured_section, usable
 from jobs.planning.shape import model_facts
 from jobs.planning.timing import step_time
-from jobs.request import parse_request
+from jobs.request.parse import parse_request
 
 P5, P4D = "ml.p5.48xlarge", "ml.p4d.24xlarge"
 HPS = {"micro_batch_size": 4, "global_batch_size": 512, "precision": "bf16", "activation_checkpointing": True}
@@ -23,7 +23,7 @@ HPS = {"micro_batch_size": 4, "global_batch_size": 512, "precision": "bf16", "ac
 def described_job(step_ms: float | None = 400.0, *, instance_type: str = P5, count: int = 2, strategy: str = "fsdp",
                   model: str = "gpt", size: str = "1b", name: str = "job-a1", **hps) -> dict:
     """A DescribeTrainingJob answer as Summarize holds it: hyperparameters JSON-encoded as the launcher sends them
-    (jobs.render), the toolkit's own keys beside them, the training package's last metrics."""
+    (jobs.render.training_job), the toolkit's own keys beside them, the training package's last metrics."""
     sent = {"sagemaker_program": "train.py", "strategy": strategy, "model": model, "model_size": size,
             **HPS, **hps}
     metrics = [] if step_ms is None else [{"MetricName": STEP_TIME_MS, "Value": step_ms},

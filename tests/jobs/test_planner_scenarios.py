@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jobs.planning import PlanInputError, plan_request
-from jobs.request import parse_request
+from jobs.request.parse import parse_request
 
 DATASET = "s3://bucket/data/"
 

@@ -1,5 +1,5 @@
 """Prices: the planner takes them as an input (instance type -> USD per hour) and says "price unknown" rather than
-invent one. Every price here is synthetic; where real ones come from is cli/prices.py."""
+invent one. Every price here is synthetic; where real ones come from is cli/price_source.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from jobs import catalog
 from jobs.planning import PlanInputError, plan_request
 from jobs.planning.warnings import cheapest
-from jobs.request import parse_request
+from jobs.request.parse import parse_request
 
 
 def sized(instance_type: str, prices=None, count: int = 1, **sizing):

@@ -8,8 +8,8 @@ import json
 import pytest
 
 import training.config as training_config
-from jobs.render import new_run_id, render_create_training_job
-from jobs.request import parse_request
+from jobs.render.training_job import new_run_id, render_create_training_job
+from jobs.request.parse import parse_request
 
 from .conftest import REQUEST_EXAMPLES
 

@@ -9,7 +9,7 @@ import json
 import pytest
 from cfnlint.api import lint
 
-from jobs.render import CREATE_REQUEST_KEYS
+from jobs.render.training_job import CREATE_REQUEST_KEYS
 from tests.launcher.definition import (
     UnresolvedIntrinsic,
     contains_intrinsic,
@@ -142,7 +142,7 @@ def test_lambda_tasks_run_the_jobs_handlers(resolved):
         assert callable(getattr(handler_module, handler.rsplit(".", 1)[1]))
     # Lambda's service errors first; then a refused request, never retried; then the handlers' own errors and
     # timeouts, a few times (retriers match in order).
-    from jobs.policy import (
+    from jobs.retry.policy import (
         FUNCTION_RETRIES,
         STOP_RETRIES,
         STOP_RETRY_MAX_SECONDS,

@@ -50,7 +50,7 @@ def test_one_fault_in_any_launcher_function_does_not_end_the_run(harness, monkey
 
 
 def test_a_function_that_keeps_timing_out_still_ends_the_run_with_a_notification(harness, monkeypatch):
-    from jobs.policy import FUNCTION_RETRIES
+    from jobs.retry.policy import FUNCTION_RETRIES
 
     calls = failing_first(monkeypatch, "decide", FAULTS["timeout"], times=99)
     result = harness.run(job_request(spot=True), [sm.spot_interrupted()], name="function-fault-persistent",

@@ -7,7 +7,7 @@ InProgress: asserted on the world's own job list, not on what the launcher belie
 
 from __future__ import annotations
 
-from jobs.policy import (
+from jobs.retry.policy import (
     FUNCTION_RETRIES,
     STOP_RETRIES,
     STOP_RETRY_MAX_SECONDS,

@@ -1,6 +1,6 @@
 """The issue's hostile request through the synthesized state machine: Prepare ends the execution with
 RequestInvalid naming every abused field, and nothing is launched. A request with secrets launches with their
-ARNs only. (Every field, variable and spelling one by one: tests/jobs/test_request_hardening.py.)"""
+ARNs only. (Every field, variable and spelling one by one: tests/jobs/request/test_request_hardening.py.)"""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ import pytest
 from moto.sagemaker.models import sagemaker_backends
 
 from contract.container import ENV_RUN_ID
-from jobs import render
+from jobs.render import training_job as render
 from tests.launcher import sagemaker_sync as sm
 from tests.launcher.definition import ACCOUNT, REGION
 from tests.launcher.harness import STATE_MACHINE_ROLE

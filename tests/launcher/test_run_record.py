@@ -13,10 +13,10 @@ import json
 
 import pytest
 
-from jobs.planner import attempt_cadence
-from jobs.request import parse_request
-from jobs.run import Attempt
-from jobs.run_record import run_cost
+from jobs.outcome.run_record import run_cost
+from jobs.planning.auto_strategy import attempt_cadence
+from jobs.request.parse import parse_request
+from jobs.retry.run_state import Attempt
 from tests.launcher import sagemaker_sync as sm
 from tests.launcher.inputs import job_request
 

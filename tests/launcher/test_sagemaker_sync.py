@@ -11,8 +11,8 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from jobs.platform import PlatformSettings
-from jobs.render import render_create_training_job
-from jobs.request import parse_request
+from jobs.render.training_job import render_create_training_job
+from jobs.request.parse import parse_request
 from tests.launcher import sagemaker_sync as sm
 from tests.launcher.definition import REGION
 from tests.launcher.inputs import SETTINGS_FILE, job_request

@@ -1,7 +1,7 @@
 """The launcher's state at its largest, through the synthesized state machine.
 
 The request travels once (the execution's input, read by Prepare and Decide from the context object), and the
-state holds one request-sized thing at a time (jobs.state_size), so the largest request the request rules accept
+state holds one request-sized thing at a time (jobs.request.state_size), so the largest request the request rules accept
 (every large field at its limit, retry.max_attempts at its maximum) stays well under Step Functions' 256 KiB per
 state: here it runs through every attempt it may have, each state's input and output and each task's input
 measured (moto does not enforce the limit: the history's events are), against the guard's estimate and the
@@ -18,8 +18,9 @@ import pytest
 
 from contract.errors import RequestInvalid
 from contract.metrics import MAX_METRIC_DEFINITIONS, MAX_REGEX_LENGTH, METRIC_NAMES
-from jobs import handler, state_size
-from jobs.api_limits import (
+from jobs import handler
+from jobs.request import state_size
+from jobs.request.limits import (
     MAX_ENVIRONMENT,
     MAX_ENVIRONMENT_TEXT,
     MAX_METRIC_NAME,
@@ -27,8 +28,8 @@ from jobs.api_limits import (
     MAX_TAG_KEY,
     MAX_TAG_VALUE,
 )
-from jobs.request_schema import JobRequest, RetryPolicy
-from jobs.state_size import largest_state_bytes
+from jobs.request.schema import JobRequest, RetryPolicy
+from jobs.request.state_size import largest_state_bytes
 from tests.launcher import sagemaker_sync as sm
 from tests.launcher.inputs import job_request
 from tests.launcher.paths import RETRY, SUCCESS_TAIL

@@ -88,7 +88,7 @@ LOCAL_HPS = {"strategy": "fsdp", "model": "gpt", "model_size": "tiny", "checkpoi
 
 
 def local_reference_run(root: Path, corpus: Path) -> dict:
-    from cli.local import script_args
+    from cli.container_emulator import script_args
 
     env = {"SM_CHANNEL_TRAIN": str(corpus / "train"), "SM_CHANNEL_VALIDATION": str(corpus / "validation"),
            "SM_MODEL_DIR": str(root / "model"), "SM_OUTPUT_DATA_DIR": str(root / "output"),

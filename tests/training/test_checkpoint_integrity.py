@@ -18,7 +18,7 @@ from torch import nn
 from torch.distributed.checkpoint import FileSystemWriter
 
 from contract.failures import FailureCode, parse_failure_line
-from jobs.classify import Category, Response, classify_description
+from jobs.retry.classify import Category, Response, classify_description
 from tests.training.helpers import config, free_port, max_diff, weights
 from training import state as training_state
 from training.checkpoint import (

@@ -1,7 +1,7 @@
 """SageMaker's stop through the platform's container entry, on the torch of the environment (CI runs this file on
 the pinned torch and on the default image's, 2.8.0, whose torchrun gives a fixed 30 s after a signal).
 
-What runs is what the container would run, as far as it exists here: the entry shell of jobs.container_entry,
+What runs is what the container would run, as far as it exists here: the entry shell of jobs.render.container_entry,
 as rendered into ContainerEntrypoint (but for the stop file's path), in the working folder where it finds a stand-in for the image's
 start_with_right_hostname.sh. The stand-in, like the image's script and the toolkit under it, runs the
 toolkit's torch_distributed command (torchrun over the entry script, 2 processes) as a child, without exec,
@@ -30,9 +30,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from cli.local import prepare_layout, run_local
+from cli.container_emulator import prepare_layout, run_local
 from contract.container import ENV_HOSTS, ENV_STOP_FILE, STOP_FILE
-from jobs.container_entry import IMAGE_START, container_entrypoint
+from jobs.render.container_entry import IMAGE_START, container_entrypoint
 from tests.training.helpers import LOCAL_HPS, create_request, sigterm_at_step, weights
 from training.checkpoint import ENV_TEST_STOP_SAVE_DELAY
 from training.environment import stop_file_path

@@ -46,7 +46,7 @@ def short_request(tmp_path: Path, corpus: Path, example: str, **parallel) -> Pat
 ], ids=["tp", "pp", "hybrid"])
 def test_a_model_parallel_request_runs_through_trainctl_local(tmp_path, corpus, capfd, example, nproc, parallel,
                                                              expected):
-    from cli.local_runner import run_request_locally
+    from cli.commands.local import run_request_locally
     from cli.request_file import load_request
 
     path = short_request(tmp_path, corpus, example, **parallel)

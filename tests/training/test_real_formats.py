@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from cli.local import run_local
+from cli.container_emulator import run_local
 from tests.training.formats import documents, train_tokenizer, write_imagefolder, write_jsonl
 from tests.training.helpers import config, create_request, spawn, weights
 from training.data import GlobalBatchSampler, TokenDataset

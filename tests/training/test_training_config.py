@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from cli.local import decode_hyperparameters, script_args
+from cli.container_emulator import decode_hyperparameters, script_args
 from contract.errors import ConfigError
 from contract.hyperparameters import TrainConfig
 from contract.metrics import METRIC_NAMES, format_metrics
@@ -125,7 +125,7 @@ def test_several_instances_without_torchrun_is_a_clear_error(capsys, monkeypatch
 
 
 def test_local_run_refuses_a_channel_it_cannot_mount(tmp_path):
-    from cli.local import LocalRunError, run_local
+    from cli.container_emulator import LocalRunError, run_local
 
     request = {"HyperParameters": {"strategy": '"ddp"'},
                "InputDataConfig": [{"ChannelName": "train", "DataSource": {

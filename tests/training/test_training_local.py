@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cli.local import run_local
+from cli.container_emulator import run_local
 from tests.training.helpers import LOCAL_HPS, SEQ, create_request, sigterm_at_step, weights
 
 pytestmark = pytest.mark.slow
@@ -71,7 +71,7 @@ def test_an_hsdp_request_runs_through_trainctl_local_stops_and_resumes(tmp_path,
     """The whole `trainctl local` path for a torch-native strategy: the request's `parallel` section is
     validated against --nproc, rendered into the mesh hyperparameters, trained on 4 processes, stopped by
     SIGTERM, resumed, and it ends on the weights of an uninterrupted run."""
-    from cli.local_runner import run_request_locally
+    from cli.commands.local import run_request_locally
     from cli.request_file import load_request
 
     loaded = load_request(hsdp_request(tmp_path, corpus))
@@ -99,10 +99,10 @@ def test_a_planner_layout_runs_through_trainctl_local(tmp_path, corpus):
     """A candidate `trainctl plan` shows for a tiny GPT on 4 GPUs, tensor 2 x data 2 on a global batch of 2 (one
     micro-batch per batch group), rendered from its `request` fields and trained by `trainctl local` on 4
     processes: the request the planner says runs it, runs."""
-    from cli.local_runner import run_request_locally
+    from cli.commands.local import run_request_locally
     from cli.request_file import load_request
     from jobs.planning import plan_request
-    from jobs.request import parse_request
+    from jobs.request.parse import parse_request
 
     base = json.loads((Path(__file__).resolve().parents[2] / "examples" / "local-tp.json").read_text())
     base.update(dataset=str(corpus / "train"), validation_dataset=str(corpus / "validation"), checkpoint_interval=100,

@@ -1,0 +1,1 @@
+"""One module per trainctl command (or pair of commands); cli.main wires them into the app."""

@@ -1,0 +1,262 @@
+"""`trainctl local`: render a request for this machine and hand it to the container emulator (cli/container_emulator.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.util
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from cli.console import out
+from cli.errors import UserError
+from cli.platform_source import local_platform
+from cli.request_file import LoadedRequest, load_request, validate_for_platform
+from contract.container import STATUS_FILE
+from contract.errors import ConfigError
+from contract.hyperparameters import TrainConfig, batch_layout, canonical_name
+
+# Where `trainctl local` keeps a request's run when no --workdir is given; running again resumes it.
+DEFAULT_WORKDIR_ROOT = Path(".trainctl") / "local"
+
+
+def data_channels(data: Path | None) -> dict[str, Path] | None:
+    """--data DIR: DIR/train and DIR/validation when DIR has a train folder, else DIR itself as train."""
+    if data is None:
+        return None
+    if data.exists() and not data.is_dir():
+        raise UserError(f"--data {data}: is a file; --data takes a folder (the dataset's shards and meta.json, or "
+                        "its train and validation folders)", f"pass the folder that holds it: --data {data.parent}")
+    if not data.is_dir():
+        raise UserError(f"--data {data}: no such directory",
+                        "create it (python -m training.prepare --out DIR), or pass an existing folder")
+    if (data / "train").is_dir():
+        channels = {"train": data / "train"}
+        if (data / "validation").is_dir():
+            channels["validation"] = data / "validation"
+        return channels
+    return {"train": data}
+
+
+def request_channels(create: dict[str, Any]) -> dict[str, Path] | None:
+    """The channels of a request whose datasets are local folders (rendered as file:// URIs)."""
+    channels = {}
+    for channel in create.get("InputDataConfig") or []:
+        uri = channel["DataSource"].get("S3DataSource", {}).get("S3Uri", "")
+        if uri.startswith("file://"):
+            channels[channel["ChannelName"]] = Path(uri.removeprefix("file://")).expanduser()
+    return channels or None
+
+
+def with_local_data(loaded: LoadedRequest, channels: dict[str, Path] | None) -> LoadedRequest:
+    """--data's folders in place of the request's datasets, before the request is checked: a dataset this machine
+    cannot read (fsx:, or s3:// through FSx) must not refuse a run that reads the local copy instead."""
+    if not channels:
+        return loaded
+    changes: dict[str, Any] = {"dataset": channels["train"].resolve().as_uri(), "input_mode": None}
+    if "validation" in channels:
+        changes["validation_dataset"] = channels["validation"].resolve().as_uri()
+    return dataclasses.replace(loaded, request=dataclasses.replace(loaded.request, **changes))
+
+
+def render_for_local(loaded: LoadedRequest) -> dict[str, Any]:
+    """The CreateTrainingJob request SageMaker would get, rendered against this machine's placeholder settings."""
+    from cli.views.plan import PLAN_NONCE, plan_run_id
+    from jobs.render.training_job import render_create_training_job
+
+    request = loaded.request
+    settings = local_platform(request.framework_version)
+    validate_for_platform(loaded, settings)
+    # A run id stable per request name, not a random one: the container gets it as TRAINING_RUN_ID, and the
+    # training package resumes only checkpoints its own run wrote, so a second `trainctl local` must resume.
+    return render_create_training_job(request, settings, run_id=plan_run_id(request.name), attempt=1,
+                                      name_nonce=PLAN_NONCE)
+
+
+def run_request_locally(loaded: LoadedRequest, *, workdir: Path | None, nproc: int | None, data: Path | None,
+                        run_local: Callable[..., int] | None = None) -> int:
+    """Render, then run. `run_local` defaults to cli.container_emulator.run_local (imported here, not at the top: it
+    brings torch, which the other commands do not need)."""
+    given = data_channels(data)
+    create = render_for_local(with_local_data(loaded, given))
+    values = {canonical_name(k): json.loads(v) for k, v in (create.get("HyperParameters") or {}).items()}
+    if values.get("strategy") == "single":
+        if nproc is not None and nproc > 1:
+            raise UserError(f"--nproc {nproc} with strategy 'single': that strategy runs one process",
+                            "drop --nproc, or set the request's strategy to ddp or fsdp")
+        processes = 1
+    else:
+        from cli.container_emulator import default_nproc
+
+        processes = nproc or default_nproc()
+    _check_parallelism(loaded, values, processes)
+    _check_batch(values, processes)
+    channels = given or request_channels(create)
+    for name, path in (channels or {}).items():
+        if not path.is_dir():
+            raise UserError(f"the {name} data folder {path} does not exist",
+                            "create it (python -m training.prepare --out DIR), or pass --data DIR")
+    from cli.container_emulator import LocalRunError
+
+    if run_local is None:
+        from cli.container_emulator import run_local
+    workdir = workdir or DEFAULT_WORKDIR_ROOT / loaded.request.name
+    _check_workdir(workdir)
+    try:
+        return run_local(create, workdir=workdir, nproc=nproc, data_dirs=channels)
+    except LocalRunError as exc:  # e.g. a channel on S3 or FSx with no local folder given
+        raise UserError(str(exc), "pass --data DIR with the dataset's local copy") from None
+
+
+def _check_parallelism(loaded: LoadedRequest, values: dict[str, Any], processes: int) -> None:
+    """The degrees the job will run, against this machine's processes, before any process starts. They are read
+    from the rendered hyperparameters: for `strategy: auto` that is the planner's pick, sized for the request's
+    instances rather than for this machine, so checking the request's own `parallel` section would miss it."""
+    from contract.parallel import MODEL_PARALLEL
+    from jobs.request.parallelism import rendered_problems
+
+    if values.get("strategy") not in MODEL_PARALLEL:
+        return
+    request = loaded.request
+    problems = rendered_problems(values, request.model, request.model_size, hosts=1, per_host=processes)
+    if not problems:
+        return
+    if request.strategy.value == "auto":
+        raise _auto_degrees_error(request, values, processes, problems)
+    raise UserError("; ".join(str(p) for p in problems),
+                    f"pass --nproc with a process count the degrees divide, or change {problems[0].path}")
+
+
+def _check_batch(values: dict[str, Any], processes: int) -> None:
+    """The batch sizes against this machine's processes, by the arithmetic the training package refuses them
+    with at startup (contract.hyperparameters.batch_layout): the launcher checks the cloud cluster the same way."""
+    from contract.parallel import LAYER_SPLITTING, batch_ranks
+
+    grouped = values.get("micro_batch_per_group") is True and values.get("strategy") in LAYER_SPLITTING
+    readers = batch_ranks(processes, values.get("tp_degree", 1), values.get("pp_degree", 1), grouped)
+    try:
+        batch_layout(readers, values.get("micro_batch_size", TrainConfig.micro_batch_size),
+                     values.get("global_batch_size"), values.get("grad_accum"))
+    except ConfigError as exc:
+        raise UserError(f"on {processes} local processes, {exc}",
+                        "pass --nproc with a process count that fits, or change hyperparameters.global_batch_size "
+                        "or micro_batch_size") from None
+
+
+def _auto_degrees_error(request: Any, values: dict[str, Any], processes: int, problems: list) -> UserError:
+    """`strategy: auto` whose pick cannot run here: say what was picked, for which cluster, and what would run."""
+    tensor, pipeline, shard = values.get("tp_degree", 1), values.get("pp_degree", 1), values.get("dp_shard", 0)
+    cluster = f"{request.instance.count} x {request.instance.type}" if request.instance else "the instance groups"
+    picked = (f"strategy 'auto' resolves to {values['strategy']} (tp_degree {tensor}, pp_degree {pipeline}, "
+              f"dp_shard {shard}), the planner's pick for {cluster}")
+    # tensor x pipeline x shard processes satisfy every world-size rule of jobs.request.parallelism.check_parallelism.
+    needed = tensor * pipeline * max(shard, 1)
+    return UserError(f"{picked}; it cannot run on {processes} local processes: "
+                     + "; ".join(p.message for p in problems),
+                     f"pass --nproc {needed}, or for this machine set strategy (e.g. fsdp) and `parallel` yourself")
+
+
+def _check_workdir(workdir: Path) -> None:
+    """The workdir and the folders the run writes must be folders (a rerun resumes from checkpoints/)."""
+    for path in (workdir, workdir / "checkpoints"):
+        if path.exists() and not path.is_dir():
+            raise UserError(f"--workdir {workdir}: {path} is a file, not a folder",
+                            "pass another --workdir, or remove the file")
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"--workdir {workdir}: cannot create it ({exc.strerror})", "pass another --workdir") from None
+    checkpoints = workdir / "checkpoints"
+    if checkpoints.is_dir() and not os.access(checkpoints, os.R_OK | os.X_OK):
+        raise UserError(f"the checkpoint folder {checkpoints} cannot be read",
+                        "fix its permissions, or pass another --workdir")
+
+
+def check_nproc(nproc: int | None, *, oversubscribe: bool) -> None:
+    """--nproc above this machine's GPUs (or CPUs) is refused unless --oversubscribe says it is meant: each
+    worker holds the model, its optimizer state and a data loader, so --nproc 1000 started some 200 workers and
+    took 14 GB before anything failed."""
+    if nproc is None or oversubscribe:
+        return
+    from cli.container_emulator import process_limit
+
+    limit, what = process_limit()
+    if nproc > limit:
+        raise UserError(f"--nproc {nproc}: this machine has {limit} {what}; more processes than {what} share them, "
+                        "each with its own copy of the model and optimizer state (memory grows with every one)",
+                        f"pass --nproc {limit} or fewer, or add --oversubscribe to start {nproc} anyway")
+
+
+# What the training package needs on this machine: the `[train]` extra, which a `[cli]` install goes without.
+TRAINING_MODULES = ("torch", "numpy", "safetensors")
+TRAIN_INSTALL = "pip install 'sagemaker-training-platform[train]' (in a checkout: make setup)"
+
+
+def check_training_modules() -> None:
+    """Refuse to start without the training package's dependencies: the workers' ModuleNotFoundError came as
+    torchrun's traceback, after the work folder was laid out."""
+    missing = [name for name in TRAINING_MODULES if not _importable(name)]
+    if missing:
+        raise UserError(f"trainctl local runs the training package on this machine, and it needs {', '.join(missing)}, "
+                        f"which this Python ({sys.executable}) does not have", TRAIN_INSTALL)
+
+
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a broken install, or a module blocked by an import hook
+        return False
+
+
+def run_local_command(request: Path, *, nproc: int | None, workdir: Path | None, data: Path | None,
+                      oversubscribe: bool = False) -> int:
+    """`trainctl local`: run the request here, print how it ended; returns the run's exit status."""
+    check_training_modules()
+    check_nproc(nproc, oversubscribe=oversubscribe)
+    loaded = load_request(request)
+    workdir = workdir or DEFAULT_WORKDIR_ROOT / loaded.request.name
+    started = time.time()
+    code = run_request_locally(loaded, workdir=workdir, nproc=nproc, data=data)
+    out().print(local_outcome(code, workdir, since=started))
+    return code
+
+
+def _killed_by(code: int) -> str | None:
+    """The signal a status of 128 + N stands for (cli.container_emulator reports a killed worker so), or None."""
+    try:
+        return signal.Signals(code - 128).name if code > 128 else None
+    except ValueError:
+        return None
+
+
+def _why(signal_name: str) -> str:
+    if signal_name == "SIGKILL":  # what nothing but the kernel (or a second Ctrl-C) sends a training worker
+        return ("; SIGKILL usually means this machine ran out of memory (the kernel's OOM killer): pass a smaller "
+                "--nproc, or lower micro_batch_size or seq_len")
+    return ""
+
+
+def local_outcome(code: int, workdir: Path, *, since: float) -> str:
+    """One line on how a local run ended, from the status file the training loop writes (this run's only)."""
+    status: dict = {}
+    path = workdir / "output" / "data" / STATUS_FILE
+    with contextlib.suppress(OSError, json.JSONDecodeError):
+        if path.stat().st_mtime >= since:
+            status = json.loads(path.read_text())
+    if code != 0:
+        logs = workdir / "output" / "logs"
+        if signal_name := _killed_by(code):
+            return (f"[red]a process of the run was killed by {signal_name}[/] (status {code}){_why(signal_name)}; "
+                    f"worker logs: {logs}")
+        return f"[red]the run exited with status {code}[/]; worker logs: {logs}"
+    if status.get("status") == "stopped":
+        return (f"stopped at step {status.get('step')} with a checkpoint in {workdir / 'checkpoints'}; "
+                f"run again with --workdir {workdir} to resume")
+    return (f"done at step {status.get('step', '?')}: model in {workdir / 'model'}, metrics in "
+            f"{workdir / 'output' / 'data'}")

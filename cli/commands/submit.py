@@ -1,0 +1,119 @@
+"""`trainctl submit` and `resume`: validate a request here, then start the launcher state machine with it."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rich.markup import escape
+
+from cli.aws import Aws, console_url
+from cli.console import out
+from cli.errors import UserError, stderr
+from cli.request_file import (
+    LoadedRequest,
+    load_request,
+    parse_loaded,
+    read_json_object,
+    validate_for_platform,
+)
+
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+# Step Functions allows more (no whitespace or URL-reserved characters); this subset is safe in URLs,
+# CloudWatch and shells, and it is what the launcher's run ids are built from.
+EXECUTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
+
+
+def default_execution_name(request_name: str, now: datetime | None = None) -> str:
+    """`<request name>-<UTC time>`, within Step Functions' 80 characters of [A-Za-z0-9_-]."""
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+    base = _NAME_UNSAFE.sub("-", request_name).strip("-")[: 80 - len(stamp) - 1] or "job"
+    return f"{base}-{stamp}"
+
+
+def submit_request(request: Path, aws: Aws, *, name: str | None, platform: Path | None,
+                   state_machine: str | None, wait: bool, interval: float) -> int:
+    """Start an execution; with `wait`, follow it to its end. Returns the exit status (1: the run failed)."""
+    return start_execution(load_request(request), aws, name=name, platform=platform, state_machine=state_machine,
+                           wait=wait, interval=interval)
+
+
+def resume_request(run_id: str, request: Path | None, aws: Aws, *, name: str | None, platform: Path | None,
+                   state_machine: str | None, wait: bool, interval: float, limit: int) -> int:
+    """Start an execution that continues run `run_id` with `request` (default: the request its last execution
+    was sent) and `resume_run` set: same run id and checkpoints, attempts numbered on. A run whose execution
+    still runs (training, or waiting between attempts) is refused here; the launcher's Prepare checks the rest
+    (no job of the run active, not completed, same model). With a request, a run whose executions are not
+    found (Step Functions keeps an execution's history 90 days; its checkpoints stay) is left to Prepare."""
+    from cli.commands.runs import find_run, search_run
+    from jobs.request.field_rules import check_run_id
+    from jobs.retry.resume import FIELD
+
+    if problem := check_run_id(run_id):
+        raise UserError(f"RUN: {problem}")
+    machine = aws.state_machine_arn(state_machine)
+    view = find_run(aws, machine, run_id, limit) if request is None else search_run(aws, machine, run_id, limit)
+    active = [e.name for e in view.executions if e.status == "RUNNING"] if view else []
+    if active:
+        raise UserError(f"run {run_id} is still active: execution {active[-1]} is RUNNING",
+                        f"wait for it to end, or `trainctl stop {active[-1]}`, then resume")
+    if request is None:
+        document, where = view.executions[-1].request, Path(f"<the request of {view.executions[-1].name}>")
+        if document is None:
+            raise UserError(f"the last execution of run {run_id} has no readable request",
+                            f"give the request file: trainctl resume {run_id} REQUEST.json")
+    else:
+        document, where = read_json_object(request, "job request"), request
+    earlier = document.get(FIELD)
+    if request is not None and earlier not in (None, run_id):
+        raise UserError(f"{request} sets {FIELD} {earlier!r}, not {run_id!r}",
+                        f"remove {FIELD} from the file (trainctl resume sets it), or resume that run")
+    loaded = parse_loaded(where, {**document, FIELD: run_id})
+    return start_execution(loaded, aws, name=name, platform=platform, state_machine=state_machine, wait=wait,
+                           interval=interval)
+
+
+def start_execution(loaded: LoadedRequest, aws: Aws, *, name: str | None, platform: Path | None,
+                    state_machine: str | None, wait: bool, interval: float) -> int:
+    """Check the request against the platform, then start the launcher with it as the input."""
+    from botocore.exceptions import ClientError
+
+    from cli.platform_source import load_platform
+
+    execution_name = name or default_execution_name(loaded.request.name)
+    if not EXECUTION_NAME.fullmatch(execution_name):
+        raise UserError(f"--name {execution_name!r} is not a valid execution name",
+                        "use 1-80 letters, digits, '-' and '_'")
+    settings = load_platform(platform, aws)
+    validate_for_platform(loaded, settings)
+    if platform is not None:  # the file says where the platform is deployed: start the execution there
+        note = aws.use_platform_region(settings.region, str(platform))
+        if note:
+            stderr.print(f"[yellow]note:[/] {escape(note)}")
+    machine = aws.state_machine_arn(state_machine)
+    try:
+        started = aws.client("stepfunctions").start_execution(
+            stateMachineArn=machine, name=execution_name, input=json.dumps(loaded.document))
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "ExecutionAlreadyExists":
+            raise UserError(f"an execution named {execution_name} already exists",
+                            "choose another --name") from None
+        raise
+    arn = started["executionArn"]
+    out().print(f"started [bold]{execution_name}[/]")
+    out().print(f"execution: {arn}")
+    out().print(f"console:   {console_url(arn)}")
+    return follow_to_the_end(aws, arn, interval) if wait else 0
+
+
+def follow_to_the_end(aws: Aws, arn: str, interval: float) -> int:
+    """Show the execution's progress until it ends, then its outcome; 0 when the run succeeded, else 1."""
+    from cli.views.executions import print_outcome, succeeded
+    from cli.views.progress import follow
+
+    console = out()
+    view = follow(aws, arn, console=console, interval=interval)
+    print_outcome(console, view)
+    return 0 if succeeded(view) else 1

@@ -1,0 +1,1 @@
+"""How trainctl prints things for people: executions, the plan, charts, live progress."""

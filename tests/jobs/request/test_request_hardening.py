@@ -1,0 +1,373 @@
+"""Hostile requests through the real Prepare Lambda handler, and the toolkit's command line of every request it
+accepts.
+
+Prepare (jobs.handler.prepare) runs here as the launcher runs it: PLATFORM_SETTINGS in its environment (the
+document the default synth publishes, examples/platform-settings.json, which has a dataset_prefix), the request
+in the event. Every hostile request must end in RequestInvalid with a problem on the field it abused, and no
+CreateTrainingJob request. What the platform's images then do with an accepted request is reproduced from
+sagemaker-training's own code (mapping.to_cmd_args, the `sagemaker_` split of environment.py, process.py's
+`" ".join(cmd)` run by /bin/sh): `shlex.split` must give back exactly the words meant, so no character was
+read by the shell.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import re
+import shlex
+import unicodedata
+
+import pytest
+
+from contract.errors import RequestInvalid
+from contract.schema import reference_rows
+from jobs import handler
+from jobs.platform import PlatformSettings
+from jobs.request.environment_rules import REFUSED
+from jobs.request.hyperparameter_rules import PLATFORM_OWNED
+from jobs.request.parse import JobRequest
+from tests.jobs.conftest import EXAMPLES
+
+SETTINGS = PlatformSettings.from_json((EXAMPLES / "platform-settings.json").read_text())
+TEAM_REPOSITORY = "123456789012.dkr.ecr.us-east-1.amazonaws.com/team-a/trainer"
+PLATFORM = dataclasses.replace(SETTINGS, allowed_image_repositories=[TEAM_REPOSITORY])
+BASE = json.loads((EXAMPLES / "ddp-gpt-125m.json").read_text())
+BUCKET = SETTINGS.dataset_bucket
+SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:mltrain/wandb-key"
+# What a shell reads as more than text, one or two of each kind: substitution, sequencing, redirection, quoting,
+# globbing, expansion, comments, whitespace. `x` around them keeps a value non-empty and in the field's shape.
+METACHARACTERS = ["$(id)", "`id`", ";id", "|id", "&id", ">x", "'", '"', "\\", "*", "?", "[a]", "{a,b}", "~",
+                  "!", "#", " x", "\tx", "\nx", "${IFS}"]
+
+
+@pytest.fixture
+def prepare(monkeypatch):
+    """The Prepare handler with this file's platform settings; returns the RequestInvalid problems by path."""
+    monkeypatch.setenv("PLATFORM_SETTINGS", PLATFORM.to_json())
+
+    def run(document: dict) -> dict[str, str]:
+        with pytest.raises(RequestInvalid) as info:
+            handler.prepare({"state_shape": handler.STATE_SHAPE, "request": document, "execution": {"name": "hostile"}})
+        return {p.path: p.message for p in info.value.problems}
+    return run
+
+
+def request(**changes) -> dict:
+    doc = copy.deepcopy(BASE)
+    doc.update(changes)
+    return doc
+
+
+def nested(section: str, key: str, value) -> dict:
+    doc = request()
+    doc[section] = {**doc.get(section, {}), key: value} if isinstance(doc.get(section), dict) else {key: value}
+    return doc
+
+
+def _hyperparameter(key: str, value: str):
+    return lambda bad: nested("hyperparameters", key, f"{value}{bad}")
+
+
+# (field path the problem must name, the request with `{}` where the hostile text goes). metrics[].regex is
+# the one free-text field left out: a regular expression needs ( ) [ ] \ *, and SageMaker applies it to the logs,
+# never to a shell or a variable.
+STRING_FIELDS = {
+    "name": lambda bad: request(name=f"run{bad}"),
+    "dataset": lambda bad: request(dataset=f"s3://{BUCKET}/datasets/tokens{bad}/"),
+    "validation_dataset": lambda bad: request(validation_dataset=f"s3://{BUCKET}/datasets/val{bad}/"),
+    "dataset@fsx": lambda bad: request(dataset=f"fsx:/datasets/tokens{bad}", input_mode="FSx",
+                                       validation_dataset=None),
+    "model": lambda bad: request(model=f"my_pkg.models:build{bad}"),
+    "model_size": lambda bad: request(model="my_pkg.models:build", model_size=f"big{bad}"),
+    "framework_version": lambda bad: request(framework_version=f"2.8.0{bad}"),
+    "image": lambda bad: request(image=f"{TEAM_REPOSITORY}:1{bad}"),
+    "training_plan": lambda bad: request(training_plan=f"plan{bad}"),
+    "resume_run": lambda bad: request(resume_run=f"gpt-125m-ddp-aaaaaaaaaaaaaaaa{bad}"),
+    "init_from_run": lambda bad: request(init_from_run=f"gpt-125m-ddp-aaaaaaaaaaaaaaaa{bad}"),
+    "instance.type": lambda bad: request(instance={"type": f"ml.g5.12xlarge{bad}"}),
+    "instance.fallbacks[0]": lambda bad: request(instance={"type": "ml.g5.12xlarge",
+                                                           "fallbacks": [f"ml.g6e.12xlarge{bad}"]}),
+    "instance_groups[0].name": lambda bad: request(instance=None, instance_groups=[
+        {"name": f"gpu{bad}", "type": "ml.g5.12xlarge"}]),
+    "instance_groups[0].type": lambda bad: request(instance=None, instance_groups=[
+        {"name": "gpu", "type": f"ml.g5.12xlarge{bad}"}]),
+    "strategy": lambda bad: request(strategy=f"ddp{bad}"),
+    "input_mode": lambda bad: request(input_mode=f"File{bad}"),
+    "parallel.pipeline_schedule": lambda bad: request(parallel={"pipeline_schedule": f"1f1b{bad}"}),
+    "model_shape.kind": lambda bad: request(model="my_pkg.models:build", model_shape={
+        "kind": f"decoder{bad}", "params": 1000000}),
+    "sizing.data_format": lambda bad: request(sizing={"data_format": f"webdataset{bad}"}),
+    "tags.team": lambda bad: nested("tags", "team", f"nlp{bad}"),
+    "metrics[0].name": lambda bad: request(metrics=[{"name": f"acc{bad}", "regex": "acc=([0-9.]+)"}]),
+    "environment.NCCL_DEBUG": lambda bad: nested("environment", "NCCL_DEBUG", f"WARN{bad}"),
+    "secrets.WANDB_API_KEY": lambda bad: nested("secrets", "WANDB_API_KEY", f"{SECRET}{bad}"),
+    **{f"hyperparameters.{key}": _hyperparameter(key, value)
+       for key, value in [("init_from", "/opt/ml/input/data/train/step-10"), ("precision", "bf16"),
+                          ("data", "auto"), ("optimizer", "adamw"), ("lr", "0.001"), ("max_steps", "100")]},
+}
+EXEMPT = {"metrics[].regex"}  # a regular expression; SageMaker applies it to the logs only
+
+
+def test_every_string_field_of_the_request_is_in_the_matrix():
+    strings = {path for path, kind, *_ in reference_rows(JobRequest) if kind.startswith(("string", "list of strings"))}
+    # instance.fallbacks[0] is the list `instance.fallbacks`; instance_groups[0].name is `instance_groups[].name`
+    covered = {re.sub(r"\[\d+\]", "[]", re.sub(r"\[\d+\]$", "", f.split("@")[0])) for f in STRING_FIELDS}
+    assert strings - covered - EXEMPT == set()
+
+
+# Names: the problem names the field by the hostile name itself.
+NAME_FIELDS = {
+    "hyperparameters": lambda bad: nested("hyperparameters", f"lr{bad}", 0.001),
+    "environment": lambda bad: nested("environment", f"NCCL_DEBUG{bad}", "WARN"),
+    "secrets": lambda bad: nested("secrets", f"WANDB_API_KEY{bad}", SECRET),
+    "tags": lambda bad: nested("tags", f"team{bad}", "nlp"),
+}
+
+
+def _hostile(fields) -> list:
+    """(field, metacharacters) pairs; a space in a tag is not hostile: CreateTrainingJob's pattern allows it,
+    and tags reach no process."""
+    return [pytest.param(f, bad, id=f"{f}-{ascii(bad)}") for f in fields for bad in METACHARACTERS
+            if not (f.startswith("tags") and bad == " x")]
+
+
+@pytest.mark.parametrize(("field", "bad"), _hostile(STRING_FIELDS))
+def test_shell_metacharacters_in_a_string_field_are_refused_naming_it(prepare, field, bad):
+    found = prepare(STRING_FIELDS[field](bad))
+    assert field.split("@")[0] in found, found
+
+
+@pytest.mark.parametrize(("section", "bad"), _hostile(NAME_FIELDS))
+def test_shell_metacharacters_in_a_key_are_refused_naming_it(prepare, section, bad):
+    found = prepare(NAME_FIELDS[section](bad))
+    assert any(path.startswith(f"{section}.") for path in found), found
+
+
+def test_the_issues_command_injection_is_refused_naming_the_key_the_value_and_the_fix(prepare):
+    found = prepare(nested("hyperparameters", "checkpoint_dir", "/opt/ml/checkpoints$(id>/tmp/x)"))
+    message = found["hyperparameters.checkpoint_dir"]
+    assert "/opt/ml/checkpoints$(id>/tmp/x)" in message and "remove it" in message
+
+
+def _spellings(key: str) -> list[str]:
+    """The ways a key reaches the toolkit, argparse or a reader as the same key."""
+    fullwidth = chr(ord(key[0]) - ord("a") + ord("ａ")) + key[1:]  # NFKC folds it back to `key`
+    assert unicodedata.normalize("NFKC", fullwidth) == key
+    return [key, key.upper(), key.replace("_", "-"), f"--{key}", f" {key} ", key.title(), fullwidth]
+
+
+@pytest.mark.parametrize("key", sorted(PLATFORM_OWNED | {"sagemaker_mpi_enabled", "sagemaker_anything"}))
+def test_a_platform_owned_hyperparameter_is_refused_under_every_spelling(prepare, key):
+    spellings = _spellings(key)
+    found = prepare(request(hyperparameters={s: "/opt/ml/x" for s in spellings}))
+    for spelled in spellings:
+        message = found.get(f"hyperparameters.{spelled}", "")
+        assert "platform" in message and "'/opt/ml/x'" in message, (spelled, found)
+
+
+def _refused_names() -> list[str]:
+    """A concrete name for every refused pattern, and the issue's own examples."""
+    names = {p.replace("*", "X") for p, _ in REFUSED}
+    return sorted(names | {"PYTHONWARNINGS", "BROWSER", "LD_PRELOAD", "BASH_ENV", "PYTHONPATH",
+                           "SAGEMAKER_TRAINING_MODULE", "TRAINING_STOP_FILE", "TRAINING_CHECKPOINT_DIR",
+                           "AWS_ACCESS_KEY_ID", "SM_HPS", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
+                           "ld_preload", "Path", "pythonPath"})  # names compare case-insensitively
+
+
+@pytest.mark.parametrize("everything", [False, True], ids=["default-patterns", "platform-allows-everything"])
+def test_every_refused_variable_is_refused_even_when_a_pattern_allows_it(prepare, monkeypatch, everything):
+    if everything:
+        monkeypatch.setenv("PLATFORM_SETTINGS", dataclasses.replace(PLATFORM, environment_patterns=["*"]).to_json())
+    names = _refused_names()
+    found = prepare(request(environment={name: "1" for name in names}))
+    assert set(found) == {f"environment.{name}" for name in names}, found
+    assert all("may not set it" in found[f"environment.{n}"] or "set by the platform" in found[f"environment.{n}"]
+               for n in names), found
+    secrets = prepare(request(secrets={name: SECRET for name in names}))
+    assert set(secrets) == {f"secrets.{name}" for name in names}, secrets
+
+
+def test_names_outside_the_allow_list_are_refused_unless_the_platform_adds_them(prepare, monkeypatch):
+    found = prepare(request(environment={"MYLIB_THREADS": "4", "NCCL_DEBUG": "WARN"}))
+    assert list(found) == ["environment.MYLIB_THREADS"] and "environment_patterns" in found["environment.MYLIB_THREADS"]
+    monkeypatch.setenv("PLATFORM_SETTINGS", dataclasses.replace(PLATFORM, environment_patterns=["MYLIB_*"]).to_json())
+    create = handler.prepare({"state_shape": handler.STATE_SHAPE, "request": request(environment={"MYLIB_THREADS": "4"}), "execution": {}})["launch"]["create"]
+    assert create["Environment"]["MYLIB_THREADS"] == "4"
+
+
+CREDENTIALS = {
+    "WANDB_API_KEY": "0123456789abcdef0123456789abcdef01234567",
+    "HF_TOKEN": "not-a-token-at-all",
+    "MYLIB_PASSWORD": "hunter2",
+    "NCCL_X": "AKIAIOSFODNN7EXAMPLE",
+    "TORCH_X": "-----BEGIN OPENSSH PRIVATE KEY-----",
+    "HF_X": "hf_abcdefghijklmnopqrstuvwxyz0123",
+    "WANDB_X": "q8Zr3LbT0xW9mKp2VnYs7HdJ4cFa6Ge1",  # 32 random letters and digits, no known prefix
+    "TORCH_Y": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",  # an AWS secret access key's shape
+    "NCCL_Y": "0123456789abcdef0123456789abcdef01234567",  # 40 hex digits, a W&B key's shape
+}
+
+
+# What training jobs put in their variables: paths, model ids, allocator settings, run names, a short hash.
+BENIGN = {
+    "HF_HOME": "/opt/ml/input/data/cache/huggingface-hub-2026",
+    "HF_HUB_CACHE": "/fsx/datasets/c4-en/v2/shard-00001-of-01024",
+    "HF_MODEL_ID": "meta-llama/Llama-3.1-8B-Instruct-2024-07-23",
+    "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,max_split_size_mb:128",
+    "TORCH_HOME": "/opt/ml/input/data/Llama3/checkpoints",
+    "WANDB_NAME": "my-team-project-2026-11-baseline-run-003",
+    "WANDB_BASE_URL": "https://wandb.example.com",
+    "WANDB_RUN_GROUP": "ThisIsMyLongCamelCaseName",
+    "WANDB_TAGS": "d41d8cd98f00b204e9800998ecf8427e",
+    "NCCL_SOCKET_IFNAME": "^lo,docker0",
+    "TOKENIZERS_PARALLELISM": "false",
+    "WANDB_JOB_TYPE": "pretrain-task-abcdefghijklmnopqrstu",  # `sk-` inside a word is no token prefix
+}
+
+
+def test_ordinary_values_are_not_taken_for_credentials(monkeypatch):
+    monkeypatch.setenv("PLATFORM_SETTINGS", PLATFORM.to_json())
+    create = handler.prepare({"state_shape": handler.STATE_SHAPE, "request": request(environment=BENIGN), "execution": {}})["launch"]["create"]
+    assert {k: create["Environment"][k] for k in BENIGN} == BENIGN
+
+
+def test_credential_looking_values_are_refused_with_a_pointer_to_secrets_and_never_echoed(prepare):
+    found = prepare(request(environment=CREDENTIALS))
+    assert set(found) == {f"environment.{name}" for name in CREDENTIALS}, found
+    for name, value in CREDENTIALS.items():
+        assert "`secrets`" in found[f"environment.{name}"] and value not in found[f"environment.{name}"]
+
+
+@pytest.mark.parametrize("arn", [
+    "arn:aws:secretsmanager:us-east-1:123456789012:secret:team-b/wandb-key",  # another team's (prefix's) secret
+    "arn:aws:secretsmanager:us-east-1:123456789012:secret:mltrain-dev/wandb-key",  # a prefix only starting alike
+    "arn:aws:secretsmanager:us-east-1:210987654321:secret:mltrain/wandb-key",  # another account
+    "arn:aws:secretsmanager:eu-west-1:123456789012:secret:mltrain/wandb-key",  # another region
+])
+def test_secrets_outside_the_platforms_scope_are_refused_naming_the_scope(prepare, arn):
+    message = prepare(request(secrets={"WANDB_API_KEY": arn}))["secrets.WANDB_API_KEY"]
+    assert "arn:aws:secretsmanager:us-east-1:123456789012:secret:mltrain/*" in message
+
+
+@pytest.mark.parametrize("image", [
+    "docker.io/library/ubuntu:22.04",
+    "123456789012.dkr.ecr.us-east-1.amazonaws.com/other:1",
+    f"{TEAM_REPOSITORY}-evil:1",  # a repository whose name only starts like an allowed one
+    "763104351884.dkr.ecr.us-east-1.amazonaws.com.evil.example/pytorch-training:2.8.0-gpu-py312",
+    "999999999999.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.8.0-gpu-py312",
+])
+def test_images_outside_the_allowed_repositories_are_refused_naming_them(prepare, image):
+    message = prepare(request(image=image))["image"]
+    assert image in message and TEAM_REPOSITORY in message and "763104351884.dkr.ecr.us-east-1.amazonaws.com/" in message
+
+
+@pytest.mark.parametrize("image", [f"{TEAM_REPOSITORY}:1", f"{TEAM_REPOSITORY}@sha256:{'a' * 64}",
+                                   "763104351884.dkr.ecr.us-east-1.amazonaws.com/huggingface-pytorch-training:2.5"])
+def test_images_from_the_allowed_repositories_run(monkeypatch, image):
+    monkeypatch.setenv("PLATFORM_SETTINGS", PLATFORM.to_json())
+    create = handler.prepare({"state_shape": handler.STATE_SHAPE, "request": request(image=image), "execution": {}})["launch"]["create"]
+    assert create["AlgorithmSpecification"]["TrainingImage"] == image
+
+
+# ---- the property: what Prepare accepts reaches the shell as the words meant ----
+
+SAFE = re.compile(r"[A-Za-z0-9._:/=+,@%-]+")  # the issue's safe set, independent of jobs.render.command_line
+
+
+def toolkit_words(hyperparameters: dict[str, str]) -> list[str]:
+    """sagemaker-training: values json-decoded (a value that is not JSON stays a string), `sagemaker_*` keys
+    split off (environment.py), then mapping.to_cmd_args: sorted keys, `--key` (or `-k`), objects as k=v,k=v,
+    None as '', anything else through str()."""
+    decoded = {}
+    for key, value in hyperparameters.items():
+        try:
+            decoded[key] = json.loads(value)
+        except ValueError:
+            decoded[key] = value
+    words = []
+    for key in sorted(k for k in decoded if not k.startswith("sagemaker_")):
+        value = decoded[key]
+        if hasattr(value, "items"):
+            value = ",".join(f"{k}={v}" for k, v in sorted(value.items()))
+        words += [f"--{key}" if len(key) > 1 else f"-{key}", "" if value is None else str(value)]
+    return words
+
+
+def accepted_requests() -> list[tuple[str, dict]]:
+    cloud = {p.stem: json.loads(p.read_text()) for p in sorted(EXAMPLES.glob("*.json"))
+             if p.name != "platform-settings.json" and not p.name.startswith("local-")}
+    variants = {
+        "every-string-hyperparameter": request(hyperparameters={
+            **BASE["hyperparameters"], "init_from": "/opt/ml/input/data/train/step-10", "data": "channels",
+            "optimizer": "sgd", "lr_schedule": "constant", "backend": "nccl", "lr": 1e-05, "compile": False,
+            "seed": 0, "checkpoint_minutes": 12.5, "eval-batches": 7}),
+        "custom-model": request(model="my_pkg.models:build", model_size="my-size_2", model_shape=None),
+        "environment-and-secrets": request(environment={"NCCL_SOCKET_IFNAME": "^lo,docker0", "HF_HOME": "/opt/ml/hf",
+                                                        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+                                           secrets={"WANDB_API_KEY": SECRET, "HF_TOKEN": SECRET + "-2"}),
+        "auto": request(strategy="auto"),
+        "tp": request(strategy="tp", parallel={"tensor_parallel_degree": 2}),
+        "pp": request(strategy="pp", instance={"type": "ml.g5.12xlarge", "count": 2}, parallel={
+            "pipeline_parallel_degree": 2, "pipeline_microbatches": 4, "pipeline_schedule": "interleaved_1f1b"}),
+        "hsdp": request(strategy="hsdp", instance={"type": "ml.g5.12xlarge", "count": 2}),
+        "fsx-through-the-linked-prefix": request(input_mode="FSx"),
+        "groups": request(instance=None, strategy="ddp", instance_groups=[
+            {"name": "gpu-a", "type": "ml.g5.12xlarge", "count": 2}, {"name": "cpu_b", "type": "ml.c5.2xlarge"}]),
+        "team-image": request(image=f"{TEAM_REPOSITORY}:2026-11"),
+    }
+    return [*cloud.items(), *variants.items()]
+
+
+@pytest.mark.parametrize(("label", "document"), accepted_requests(), ids=[n for n, _ in accepted_requests()])
+def test_every_accepted_request_reaches_the_shell_as_the_words_meant(monkeypatch, label, document):
+    monkeypatch.setenv("PLATFORM_SETTINGS", PLATFORM.to_json())
+    hyperparameters = handler.prepare({"state_shape": handler.STATE_SHAPE, "request": document, "execution": {}})["launch"]["create"]["HyperParameters"]
+    args = toolkit_words(hyperparameters)
+    command = ["/opt/conda/bin/torchrun", "--nnodes", "1", "--nproc_per_node", "4", "/opt/ml/code/train.py", *args]
+    assert shlex.split(" ".join(command)) == command, hyperparameters
+    # The platform's own values too, those off the command line included (a list item, an object's pairs).
+    for key, encoded in hyperparameters.items():
+        value = json.loads(encoded)
+        items = value if isinstance(value, list) else [f"{k}={v}" for k, v in value.items()] \
+            if isinstance(value, dict) else [value]
+        assert SAFE.fullmatch(key) and all(SAFE.fullmatch(str(item)) for item in items), (key, value)
+
+
+def test_the_fsx_path_comes_from_the_key_under_the_linked_prefix(monkeypatch, prepare):
+    """The file system links s3://<bucket>/<dataset_prefix> to /<linked_path>: the key below the prefix follows."""
+    monkeypatch.setenv("PLATFORM_SETTINGS", PLATFORM.to_json())
+    create = handler.prepare({"state_shape": handler.STATE_SHAPE, "request": request(input_mode="FSx"), "execution": {}})["launch"]["create"]
+    paths = [c["DataSource"]["FileSystemDataSource"]["DirectoryPath"] for c in create["InputDataConfig"]]
+    mount = SETTINGS.fsx.mount_name
+    assert paths == [f"/{mount}/datasets/tokens/openwebtext/train", f"/{mount}/datasets/tokens/openwebtext/validation"]
+    outside = prepare(request(input_mode="FSx", dataset=f"s3://{BUCKET}/elsewhere/tokens/", validation_dataset=None))
+    assert "outside what the file system links" in outside["dataset"] and f"s3://{BUCKET}/datasets/" in outside["dataset"]
+    # a prefix that only starts like the linked one is outside it too
+    assert "dataset" in prepare(request(input_mode="FSx", dataset=f"s3://{BUCKET}/datasets-old/x/",
+                                        validation_dataset=None))
+
+
+def test_with_teams_the_path_follows_the_file_systems_link_and_reads_stay_in_the_teams_prefix(monkeypatch, prepare):
+    """A team's dataset_prefix lies under the prefix the one file system links (fsx.linked_prefix)."""
+    team = dataclasses.replace(PLATFORM, dataset_prefix="datasets/team-a/",
+                               fsx=dataclasses.replace(SETTINGS.fsx, linked_prefix="datasets/"))
+    monkeypatch.setenv("PLATFORM_SETTINGS", team.to_json())
+    own = request(input_mode="FSx", dataset=f"s3://{BUCKET}/datasets/team-a/tokens/", validation_dataset=None)
+    create = handler.prepare({"state_shape": handler.STATE_SHAPE, "request": own, "execution": {}})["launch"]["create"]
+    directory = create["InputDataConfig"][0]["DataSource"]["FileSystemDataSource"]["DirectoryPath"]
+    assert directory == f"/{SETTINGS.fsx.mount_name}/datasets/team-a/tokens"
+    other = prepare(request(input_mode="FSx", dataset=f"s3://{BUCKET}/datasets/team-b/tokens/", validation_dataset=None))
+    assert "outside what the training jobs may read" in other["dataset"] and "datasets/team-a/" in other["dataset"]
+
+
+def test_the_renderer_refuses_a_value_that_slipped_past_the_rules():
+    """The last guard before the shell: a request-derived value no rule checked still ends as a bad request."""
+    from jobs.render.training_job import render_create_training_job
+    from jobs.request.parse import parse_request
+
+    slipped = dataclasses.replace(parse_request(request(model="my_pkg.models:build")), model_size="x;id")
+    with pytest.raises(RequestInvalid) as info:
+        render_create_training_job(slipped, PLATFORM, run_id="gpt-125m-ddp-aaaaaaaaaaaaaaaa", attempt=1)
+    assert [p.path for p in info.value.problems] == ["hyperparameters.model_size"]
