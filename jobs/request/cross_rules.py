@@ -39,7 +39,7 @@ def cross_field_problems(r: JobRequest) -> list[Problem]:
     _data_problems(r, add)
     _instance_problems(r, add)
     _budget_problems(r, specs, add)
-    _plan_problems(r, add)
+    _capacity_problems(r, add)
     _strategy_problems(r, specs, add)
     _api_limit_problems(r, add)
     for path, message in secrets_problems(r.environment, r.secrets):
@@ -110,7 +110,7 @@ def _budget_problems(r: JobRequest, specs: Specs, add: Add) -> None:
         add("retry.api_error_wait_max_seconds", "must be >= retry.api_error_wait_seconds")
 
 
-def _plan_problems(r: JobRequest, add: Add) -> None:
+def _capacity_problems(r: JobRequest, add: Add) -> None:
     """Warm pools, training plans and Spot."""
     groups = r.instance_groups
     if r.warm_pool_minutes and groups:

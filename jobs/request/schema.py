@@ -105,7 +105,9 @@ class MetricSpec:
 
 
 @dataclass(frozen=True)
-class RetryPolicy:
+class RetrySettings:
+    """The request's `retry` section: its knobs for jobs.retry.policy (which decides)."""
+
     max_attempts: int = field(default=8, metadata=meta(
         "most CreateTrainingJob attempts in one run, API errors included", min=1, max=30))
     max_total_hours: float | None = field(default=None, metadata=meta(
@@ -203,7 +205,7 @@ class JobRequest:
     metrics: tuple[MetricSpec, ...] = field(default=(), metadata=meta(
         "extra metric definitions on top of the training package's own",
         max=MAX_METRIC_DEFINITIONS - len(METRIC_NAMES)))
-    retry: RetryPolicy = field(default_factory=RetryPolicy, metadata=meta("the state machine's retry policy"))
+    retry: RetrySettings = field(default_factory=RetrySettings, metadata=meta("the state machine's retry policy"))
     resume_run: str | None = field(default=None, metadata=meta(
         "the run id of a run that ended (max runtime, attempts or time spent, stopped): continue it on its "
         "checkpoints, under its id, attempt numbers following on (`trainctl resume RUN`); model and model_size must "

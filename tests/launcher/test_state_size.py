@@ -28,13 +28,13 @@ from jobs.request.limits import (
     MAX_TAG_KEY,
     MAX_TAG_VALUE,
 )
-from jobs.request.schema import JobRequest, RetryPolicy
+from jobs.request.schema import JobRequest, RetrySettings
 from jobs.request.state_size import largest_state_bytes
 from tests.launcher import sagemaker_sync as sm
 from tests.launcher.inputs import job_request
 from tests.launcher.paths import RETRY, SUCCESS_TAIL
 
-MAX_ATTEMPTS = RetryPolicy.__dataclass_fields__["max_attempts"].metadata["max"]
+MAX_ATTEMPTS = RetrySettings.__dataclass_fields__["max_attempts"].metadata["max"]
 MAX_TAGS = JobRequest.__dataclass_fields__["tags"].metadata["max"]
 MAX_METRICS = MAX_METRIC_DEFINITIONS - len(METRIC_NAMES)
 
