@@ -45,6 +45,7 @@ from contract.container import (
     channel_variable,
 )
 from contract.failures import parse_failure_line
+from contract.hyperparameters import decode_hyperparameters
 
 # torchrun, minus the traceback it prints when a worker fails (the worker's own error is what to read). A worker
 # killed by a signal exits it as a shell reports one, 128 + the signal, so that trainctl can name the signal
@@ -64,17 +65,6 @@ HOST = "algo-1"
 
 class LocalRunError(ValueError):
     """A request this machine cannot run as given; the message names the field and the fix."""
-
-
-def decode_hyperparameters(encoded: dict[str, str]) -> dict[str, Any]:
-    """JSON-decode each value as the toolkit does; a value that is not JSON stays a string."""
-    decoded = {}
-    for key, value in encoded.items():
-        try:
-            decoded[key] = json.loads(value)
-        except (TypeError, json.JSONDecodeError):
-            decoded[key] = value
-    return decoded
 
 
 def script_args(hyperparameters: dict[str, Any]) -> list[str]:

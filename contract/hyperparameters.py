@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -268,3 +270,22 @@ def hyperparameter_fields(set_by: str | None = None) -> tuple[str, ...]:
 def canonical_name(key: str) -> str:
     """`model-size`, `--model_size` and `model_size` are one key: the toolkit and argparse treat them alike."""
     return key.lstrip("-").replace("-", "_")
+
+
+def encode_hyperparameters(values: Mapping[str, Any]) -> dict[str, str]:
+    """What a CreateTrainingJob's HyperParameters carry: every value JSON-encoded, as SDK v2 does (the in-container
+    toolkit json-decodes them). Strict JSON: a NaN or infinity (the request rules refuse them) fails here rather than
+    reach the container as a bare NaN token."""
+    return {k: json.dumps(v, allow_nan=False) for k, v in values.items()}
+
+
+def decode_hyperparameters(encoded: Mapping[str, Any]) -> dict[str, Any]:
+    """A job's HyperParameters as the launcher meant them, decoded as the toolkit decodes them: a value that is not
+    JSON (a job this platform did not render) stays a string."""
+    decoded = {}
+    for key, value in encoded.items():
+        try:
+            decoded[key] = json.loads(value)
+        except (TypeError, ValueError):
+            decoded[key] = value
+    return decoded

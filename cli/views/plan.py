@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from contract.hyperparameters import canonical_name
+from contract.hyperparameters import canonical_name, decode_hyperparameters
 from contract.parallel import MODEL_PARALLEL
 from jobs.outcome.summary import duration
 
@@ -35,13 +35,7 @@ def plan_run_id(request_name: str) -> str:
 
 
 def _hp(create: dict[str, Any], key: str) -> Any:
-    raw = (create.get("HyperParameters") or {}).get(key)
-    if raw is None:
-        return None
-    try:
-        return json.loads(raw)
-    except (TypeError, json.JSONDecodeError):
-        return raw
+    return decode_hyperparameters(create.get("HyperParameters") or {}).get(key)
 
 
 def _spec_text(instance_type: str) -> tuple[str, int]:

@@ -18,14 +18,13 @@ spread, and the generation's published band stays. No matching run: the candidat
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from contract.hyperparameters import TrainConfig
+from contract.hyperparameters import TrainConfig, decode_hyperparameters
 from contract.metrics import MFU, STEP_TIME_MS
 from contract.parallel import DATA_ONLY, MODEL_PARALLEL, microbatches, resolve_degrees
 from jobs import catalog
@@ -37,17 +36,6 @@ from jobs.planning.timing import step_time
 # The keys a `measured` section must hold to calibrate a plan; a record without them (older, or malformed) is
 # left out of the plan, counted, never a traceback.
 REQUIRED = ("instance_type", "model", "strategy", "step_time_s", "predicted_step_time_s")
-
-
-def _decoded(hyperparameters: Mapping[str, str]) -> dict[str, Any]:
-    """The job's hyperparameters as the launcher meant them (it JSON-encodes each value: jobs.render.training_job)."""
-    out = {}
-    for key, value in (hyperparameters or {}).items():
-        try:
-            out[key] = json.loads(value)
-        except (TypeError, ValueError):
-            out[key] = value
-    return out
 
 
 def job_layout(strategy: str, nodes: int, per_node: int, hps: Mapping[str, Any]) -> Layout | None:
@@ -76,7 +64,7 @@ def measured_section(job: Mapping[str, Any] | None, run_id: str = "") -> dict[st
     instance_type, count = resources.get("InstanceType"), resources.get("InstanceCount")
     if not _positive(step_ms) or not isinstance(instance_type, str) or not isinstance(count, int) or count < 1:
         return None
-    hps = _decoded(job.get("HyperParameters") or {})
+    hps = decode_hyperparameters(job.get("HyperParameters") or {})
     defaults = TrainConfig()
     section = {
         "run_id": run_id, "job_name": job.get("TrainingJobName", ""),

@@ -20,7 +20,6 @@ SMP v2 image supports are only as right as AWS's documentation.
 from __future__ import annotations
 
 import base64
-import json
 import re
 import secrets
 import time
@@ -37,7 +36,7 @@ from contract.container import (
     VALIDATION_CHANNEL,
 )
 from contract.errors import Problem, RequestInvalid
-from contract.hyperparameters import Strategy, canonical_name
+from contract.hyperparameters import Strategy, canonical_name, encode_hyperparameters
 from contract.metrics import metric_definitions
 from jobs import catalog
 from jobs.planning.auto_strategy import attempt_cadence, plan_for_request
@@ -174,9 +173,7 @@ def render_create_training_job(
         "TrainingJobName": name,
         "AlgorithmSpecification": _algorithm(request, platform, primary),
         "RoleArn": platform.execution_role_arn,
-        # Every value JSON-encoded, as SDK v2 does; the in-container toolkit json-decodes them. Strict JSON: a NaN or
-        # infinity (the request rules refuse them) fails here rather than reach the container as a bare NaN token.
-        "HyperParameters": {k: json.dumps(v, allow_nan=False) for k, v in hyperparameters.items()},
+        "HyperParameters": encode_hyperparameters(hyperparameters),
         "InputDataConfig": _channels(request, platform),
         "OutputDataConfig": {"S3OutputPath": output_s3_uri(platform, run_id), "KmsKeyId": platform.kms_key_arn},
         "ResourceConfig": _resources(request, platform, primary, plan),

@@ -12,11 +12,11 @@ shortage) has no job running, so it is not "active" to this check.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from contract.errors import Problem, RequestInvalid
+from contract.hyperparameters import decode_hyperparameters
 from jobs.request.schema import JobRequest
 from jobs.retry.run_state import RUNNING
 
@@ -72,22 +72,11 @@ def check_init_run(request: JobRequest, jobs: list[dict[str, Any]]) -> None:
 
 
 def _check_same_model(request: JobRequest, job: dict[str, Any], run_id: str, fix: str) -> None:
-    trained = _hyperparameters(job)
+    trained = decode_hyperparameters(job.get("HyperParameters") or {})
     for name in ("model", "model_size"):
         if name in trained and trained[name] != getattr(request, name):
             _refuse(name, f"run {run_id} trained {name} {trained[name]!r}, and its checkpoint cannot take "
                           f"{getattr(request, name)!r}: {fix.format(name=name)} ({trained[name]!r})")
-
-
-def _hyperparameters(job: dict[str, Any]) -> dict[str, Any]:
-    """The job's hyperparameters, decoded (the launcher JSON-encodes every value, as SDK v2 does)."""
-    decoded = {}
-    for key, value in (job.get("HyperParameters") or {}).items():
-        try:
-            decoded[key] = json.loads(value)
-        except (TypeError, ValueError):
-            decoded[key] = value
-    return decoded
 
 
 def _refuse(field: str, message: str) -> None:

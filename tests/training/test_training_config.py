@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from cli.container_emulator import decode_hyperparameters, script_args
+from cli.container_emulator import script_args
 from contract.errors import ConfigError
-from contract.hyperparameters import TrainConfig
+from contract.hyperparameters import TrainConfig, decode_hyperparameters
 from contract.metrics import METRIC_NAMES, format_metrics
 from training.config import ACCEPTED_HYPERPARAMETERS, parse_args, parse_mp_parameters
 from training.train import main
