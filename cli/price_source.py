@@ -20,13 +20,13 @@ import dataclasses
 import datetime as dt
 import difflib
 import json
-import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cli.cache_files import cache_file, replace_file
 from cli.errors import UserError
 from jobs.prices import (
     API_REGION,
@@ -224,8 +224,7 @@ def fetch_aws_prices(session: Any, region: str, now: dt.datetime) -> PriceTable:
 
 
 def cache_path(region: str) -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "trainctl" / f"prices-{region}.json"
+    return cache_file(f"prices-{region}.json")
 
 
 def read_cache(region: str, now: dt.datetime) -> PriceTable | None:
@@ -258,10 +257,7 @@ def write_cache(table: PriceTable) -> str | None:
            "region": table.region, "fetched": table.date.isoformat().replace("+00:00", "Z"),
            "usd_per_hour": table.prices, "unresolved": table.unresolved}
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".json.partial")
-        partial.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        partial.replace(path)
+        replace_file(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
     except OSError as exc:
         return f"the prices could not be cached in {path} ({exc}): the next plan asks the API again"
     return None

@@ -12,20 +12,19 @@ said so and left out; the plan goes on.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cli.cache_files import cache_file, replace_file
 from cli.errors import UserError
 
 KEEP = 500  # sections kept: the last given (a plan reads a few matching runs; the file stays small)
 
 
 def cache_path() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "trainctl" / "measured-runs.json"
+    return cache_file("measured-runs.json")
 
 
 @dataclass(frozen=True)
@@ -98,10 +97,7 @@ def remember(sections: Iterable[Mapping[str, Any] | None]) -> str | None:
         by_job.pop(section["job_name"], None)
         by_job[section["job_name"]] = dict(section)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".json.partial")
-        partial.write_text(json.dumps(list(by_job.values())[-KEEP:], indent=1) + "\n", encoding="utf-8")
-        partial.replace(path)
+        replace_file(path, json.dumps(list(by_job.values())[-KEEP:], indent=1) + "\n")
     except OSError as exc:
         return f"the run records could not be cached in {path} ({exc}): trainctl plan goes without them"
     return None
