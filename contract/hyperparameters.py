@@ -272,6 +272,11 @@ def canonical_name(key: str) -> str:
     return key.lstrip("-").replace("-", "_")
 
 
+def canonical_hyperparameters(values: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The values under their canonical names (a request may spell a key with dashes; the job gets it as written)."""
+    return {canonical_name(k): v for k, v in (values or {}).items()}
+
+
 def encode_hyperparameters(values: Mapping[str, Any]) -> dict[str, str]:
     """What a CreateTrainingJob's HyperParameters carry: every value JSON-encoded, as SDK v2 does (the in-container
     toolkit json-decodes them). Strict JSON: a NaN or infinity (the request rules refuse them) fails here rather than

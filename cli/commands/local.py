@@ -20,7 +20,12 @@ from cli.platform_source import local_platform
 from cli.request_file import LoadedRequest, load_request, validate_for_platform
 from contract.container import STATUS_FILE
 from contract.errors import ConfigError
-from contract.hyperparameters import TrainConfig, batch_layout, canonical_name
+from contract.hyperparameters import (
+    TrainConfig,
+    batch_layout,
+    canonical_hyperparameters,
+    decode_hyperparameters,
+)
 
 # Where `trainctl local` keeps a request's run when no --workdir is given; running again resumes it.
 DEFAULT_WORKDIR_ROOT = Path(".trainctl") / "local"
@@ -85,7 +90,7 @@ def run_request_locally(loaded: LoadedRequest, *, workdir: Path | None, nproc: i
     brings torch, which the other commands do not need)."""
     given = data_channels(data)
     create = render_for_local(with_local_data(loaded, given))
-    values = {canonical_name(k): json.loads(v) for k, v in (create.get("HyperParameters") or {}).items()}
+    values = canonical_hyperparameters(decode_hyperparameters(create.get("HyperParameters") or {}))
     if values.get("strategy") == "single":
         if nproc is not None and nproc > 1:
             raise UserError(f"--nproc {nproc} with strategy 'single': that strategy runs one process",

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from typing import Any
 
-from contract.hyperparameters import INPUT_BOUND_SHARE
+from contract.hyperparameters import INPUT_BOUND_SHARE, canonical_hyperparameters, decode_hyperparameters
 from contract.metrics import DATA_WAIT_MS, DATA_WAIT_SHARE
 from jobs.outcome.run_record import run_record
 from jobs.planning.measured import measured_section
@@ -60,8 +59,9 @@ def input_bound(metrics: dict[str, float], job: dict[str, Any] | None) -> dict[s
     """The last job's wait for data when it was over its input_bound_share (the training package's mean over the
     attempt, on its last metrics line), else None: the run's GPUs waited on its input pipeline."""
     share, wait_ms = metrics.get(DATA_WAIT_SHARE), metrics.get(DATA_WAIT_MS)
-    given = ((job or {}).get("HyperParameters") or {}).get("input_bound_share")
-    threshold = float(json.loads(given)) if given is not None else INPUT_BOUND_SHARE
+    # The job's hyperparameters as the request wrote them: `input-bound-share` is the same key.
+    given = canonical_hyperparameters(decode_hyperparameters((job or {}).get("HyperParameters") or {}))
+    threshold = float(given.get("input_bound_share", INPUT_BOUND_SHARE))
     if share is None or share <= threshold:
         return None
     return {DATA_WAIT_SHARE: share, DATA_WAIT_MS: wait_ms, "input_bound_share": threshold}

@@ -40,7 +40,7 @@ from contract.data_formats import (
     auto_workers,
     load_rate,
 )
-from contract.hyperparameters import INPUT_BOUND_SHARE, canonical_name
+from contract.hyperparameters import INPUT_BOUND_SHARE, canonical_hyperparameters
 from jobs.planning.shape import ModelFacts, PlanInputError
 
 _RATES = "contract/data_formats.py"
@@ -87,10 +87,6 @@ class InputCheck:
                 f"~{self.rate_per_process:,.0f} samples/s each supply {self.supply:,.0f}: "
                 f"{self.wait_share:.0%} of each step waits for data (input_bound_share {self.limit:g}; rates: "
                 f"{_RATES})")
-
-
-def _hyperparameter(hyperparameters: Mapping[str, Any] | None, name: str) -> Any:
-    return next((v for k, v in (hyperparameters or {}).items() if canonical_name(k) == name), None)
 
 
 def data_format(request: Any, m: ModelFacts, dataset_meta: Mapping[str, Any] | str | None) -> tuple[str | None, str]:
@@ -142,13 +138,14 @@ def check(rec: Any, m: ModelFacts, spec: Any, request: Any,
           dataset_meta: Mapping[str, Any] | str | None) -> InputCheck:
     """The input check for the recommended candidate on its instance type (`spec`: jobs.catalog.InstanceSpec)."""
     fmt, source = data_format(request, m, dataset_meta)
-    limit = _hyperparameter(request.hyperparameters, "input_bound_share")
+    hps = canonical_hyperparameters(request.hyperparameters)
+    limit = hps.get("input_bound_share")
     limit = INPUT_BOUND_SHARE if limit is None else float(limit)
     if fmt is None:
         return InputCheck(None, source, limit=limit)
     ranks = max(1, rec.layout.gpus // rec.layout.nodes)
     need = rec.throughput / (m.tokens if rec.throughput_unit == "tokens/s" else 1) / rec.layout.nodes
-    given = _hyperparameter(request.hyperparameters, "data_workers")
+    given = hps.get("data_workers")
     workers = int(given) if given is not None else auto_workers(fmt, spec.vcpus // ranks)
     work = _work(fmt, m)
     free = max(1, spec.vcpus - ranks)  # one vCPU per rank runs its training thread

@@ -10,7 +10,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from contract.hyperparameters import TRAINING_STRATEGIES, TrainConfig, canonical_name
+from contract.hyperparameters import (
+    TRAINING_STRATEGIES,
+    TrainConfig,
+    canonical_hyperparameters,
+)
 from contract.parallel import LAYER_SPLITTING, MODEL_PARALLEL, batch_ranks, resolve_degrees, stages_per_rank
 from jobs.planning.shape import PlanInputError
 from jobs.request.parallelism import check_parallelism, parallel_hyperparameters
@@ -166,7 +170,7 @@ class Numerics:
 
 def numerics(hyperparameters: dict[str, Any]) -> Numerics:
     """The request's hyperparameters over TrainConfig's defaults; `precision: auto` is bf16 on GPUs."""
-    given = {canonical_name(k): v for k, v in (hyperparameters or {}).items()}
+    given = canonical_hyperparameters(hyperparameters)
     known = {f.name for f in dataclasses.fields(TrainConfig)}
     cfg = TrainConfig(**{k: v for k, v in given.items() if k in known and k not in ("strategy", "model")})
     for name in ("micro_batch_size", "max_steps"):

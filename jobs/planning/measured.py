@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from contract.hyperparameters import TrainConfig, decode_hyperparameters
+from contract.hyperparameters import TrainConfig, canonical_hyperparameters, decode_hyperparameters
 from contract.metrics import MFU, STEP_TIME_MS
 from contract.parallel import DATA_ONLY, MODEL_PARALLEL, microbatches, resolve_degrees
 from jobs import catalog
@@ -64,7 +64,7 @@ def measured_section(job: Mapping[str, Any] | None, run_id: str = "") -> dict[st
     instance_type, count = resources.get("InstanceType"), resources.get("InstanceCount")
     if not _positive(step_ms) or not isinstance(instance_type, str) or not isinstance(count, int) or count < 1:
         return None
-    hps = decode_hyperparameters(job.get("HyperParameters") or {})
+    hps = canonical_hyperparameters(decode_hyperparameters(job.get("HyperParameters") or {}))
     defaults = TrainConfig()
     section = {
         "run_id": run_id, "job_name": job.get("TrainingJobName", ""),

@@ -9,7 +9,7 @@ the training package checks too, naming its hyperparameters where these name the
 from __future__ import annotations
 
 from contract.errors import Problem
-from contract.hyperparameters import TrainConfig, canonical_name
+from contract.hyperparameters import TrainConfig, canonical_hyperparameters
 from contract.models import PRESETS
 from contract.parallel import MODEL_PARALLEL, REQUEST, layout_problems, rank_coordinates, resolve_degrees
 
@@ -29,7 +29,7 @@ def check_parallelism(strategy: str, *, hosts: int, per_host: int, tensor: int =
 def request_problems(request, hosts: int, per_host: int) -> list[Problem]:
     """check_parallelism for a parsed JobRequest on `hosts` x `per_host` GPUs (processes, locally)."""
     preset = PRESETS.get(request.model, {}).get(request.model_size)
-    hps = {canonical_name(k): v for k, v in request.hyperparameters.items()}
+    hps = canonical_hyperparameters(request.hyperparameters)
     p = request.parallel
     return check_parallelism(
         request.strategy.value, hosts=hosts, per_host=per_host, tensor=p.tensor_parallel_degree,
@@ -43,7 +43,7 @@ def rendered_problems(values: dict, model: str, model_size: str, hosts: int, per
     """check_parallelism for a rendered job's hyperparameters (decoded): the degrees the job will actually run,
     the planner's for `strategy: auto`, on `hosts` x `per_host` processes."""
     preset = PRESETS.get(model, {}).get(model_size)
-    hps = {canonical_name(k): v for k, v in values.items()}
+    hps = canonical_hyperparameters(values)
     return check_parallelism(
         hps["strategy"], hosts=hosts, per_host=per_host, tensor=hps.get("tp_degree", 1),
         pipeline=hps.get("pp_degree", 1), shard=hps.get("dp_shard", 0), microbatches=hps.get("pp_microbatches"),

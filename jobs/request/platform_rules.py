@@ -12,6 +12,7 @@ from contract.hyperparameters import (
     Strategy,
     TrainConfig,
     batch_layout,
+    canonical_hyperparameters,
     canonical_name,
     nearest_global_batches,
 )
@@ -222,7 +223,7 @@ def _readers(request: JobRequest, instance_type: str, strategy: str, processes: 
     """The processes that read their own micro-batches: all of them, or with hyperparameters.micro_batch_per_group
     one per batch group of a tp, pp or hybrid layout (contract.parallel.batch_ranks): the request's degrees, or
     for `auto` the planner's pick on `instance_type`, which the renderer sends."""
-    hps = {canonical_name(k): v for k, v in request.hyperparameters.items()}
+    hps = canonical_hyperparameters(request.hyperparameters)
     if hps.get("micro_batch_per_group") is not True or strategy not in LAYER_SPLITTING:
         return processes
     if request.strategy is Strategy.AUTO:

@@ -172,3 +172,12 @@ def test_the_narrowest_tier_with_runs_is_the_one_used():
     smaller = plan_request(request(model_size="125m"), runs=same + other_size)
     tier = _candidate(smaller, P5, "fsdp", 2).to_dict()["measured_runs"]  # no 125m run: fsdp runs of any size
     assert (tier["count"], tier["matched_on"]) == (2, "instance type, model, strategy")
+
+
+def test_a_hyperparameter_the_request_spelled_with_dashes_is_recorded_as_the_job_ran_it():
+    # A request may write `micro-batch-size`; the launcher sends the key as written and the toolkit reads it alike.
+    job = described_job(400.0)
+    job["HyperParameters"] = {("micro-batch-size" if k == "micro_batch_size" else k): v
+                              for k, v in job["HyperParameters"].items()}
+    job["HyperParameters"]["micro-batch-size"] = json.dumps(2)
+    assert measured_section(job)["micro_batch_size"] == 2
