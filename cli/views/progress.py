@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from cli.aws import Aws
-from cli.execution_history import ExecutionView, describe, describe_job, job_metrics
+from cli.execution_history import AttemptView, ExecutionView, describe, describe_job, job_metrics
 from contract.metrics import METRIC_NAMES
 
 
@@ -64,8 +64,9 @@ def ordered_metrics(metrics: dict[str, float]) -> tuple[tuple[str, float], ...]:
     return tuple(known + sorted((n, v) for n, v in metrics.items() if n not in METRIC_NAMES))
 
 
-def snapshot(aws: Aws, view: ExecutionView) -> Snapshot:
-    latest = view.latest
+def snapshot(aws: Aws, view: ExecutionView, attempt: AttemptView | None = None) -> Snapshot:
+    """The execution as it stands, showing `attempt` (the latest when not given)."""
+    latest = attempt or view.latest
     job = describe_job(aws, latest.job_name) if latest else None
     return Snapshot(
         status=view.status,
@@ -84,20 +85,30 @@ def follow(aws: Aws, arn: str, *, console: Console, interval: float,
     """Poll the execution until it ends, showing each change; returns the final view."""
     live = console.is_terminal
     last: Snapshot | None = None
+    shown = 0  # the highest attempt number shown so far
     with Live(console=console, auto_refresh=False, transient=False) if live else _nothing() as display:
         while True:
             view = describe(aws, arn)
+            # An attempt that started and ended between two polls (a capacity error answered in seconds) is
+            # still shown, once, as it ended: the watch never hides an attempt the run spent.
+            for passed in [a for a in view.attempts[:-1] if a.number > shown]:
+                _print_line(console, snapshot(aws, view, passed))
             current = snapshot(aws, view)
+            shown = max(shown, current.attempt)
             if current != last:
                 if display is not None:
                     display.update(current.table(), refresh=True)
                 else:
-                    stamp = datetime.now(UTC).strftime("%H:%M:%S")
-                    console.print(escape(f"[{stamp}] {current.line()}"), highlight=False)
+                    _print_line(console, current)
                 last = current
             if view.status != "RUNNING":
                 return view
             sleep(interval)
+
+
+def _print_line(console: Console, snap: Snapshot) -> None:
+    stamp = datetime.now(UTC).strftime("%H:%M:%S")
+    console.print(escape(f"[{stamp}] {snap.line()}"), highlight=False)
 
 
 class _nothing:

@@ -95,3 +95,34 @@ def test_progress_on_a_terminal_is_a_live_table(deployed, platform_doc):
     text = screen.getvalue()
     assert "live-a1 (ml.g5.12xlarge)" in text and "Completed / Completed" in text
     assert "\x1b[" in text  # cursor movement: the table was redrawn in place, not printed line by line
+
+
+def test_an_attempt_that_ends_between_two_polls_is_still_shown_once(monkeypatch):
+    """A capacity error answered in seconds: the first poll sees no job, the next already sees the second
+    attempt. The watch prints the first attempt as it ended, once, before the second."""
+    from cli.execution_history import AttemptView, ExecutionView
+    from cli.views import progress
+
+    first = AttemptView(number=1, job_name="run-a1", instance_type="ml.p4d.24xlarge", spot=False,
+                        error="States.TaskFailed", category="capacity", action="retry")
+    second = AttemptView(number=2, job_name="run-a2", instance_type="ml.p5.48xlarge", spot=False)
+    views = iter([
+        ExecutionView(arn=ARN, name="run", status="RUNNING", start=None, stop=None, current_state="Prepare"),
+        ExecutionView(arn=ARN, name="run", status="RUNNING", start=None, stop=None, current_state="Launch",
+                      attempts=[first, second]),
+        ExecutionView(arn=ARN, name="run", status="RUNNING", start=None, stop=None, current_state="Launch",
+                      attempts=[first, second]),
+        ExecutionView(arn=ARN, name="run", status="SUCCEEDED", start=None, stop=None, current_state=None,
+                      attempts=[first, second]),
+    ])
+    jobs = {"run-a1": {"TrainingJobStatus": "Failed", "SecondaryStatus": "Failed"},
+            "run-a2": {"TrainingJobStatus": "Completed", "SecondaryStatus": "Completed"}}
+    monkeypatch.setattr(progress, "describe", lambda aws, arn: next(views))
+    monkeypatch.setattr(progress, "describe_job", lambda aws, name: jobs[name])
+    screen = io.StringIO()
+    follow(Aws(region=REGION), ARN, console=Console(file=screen, width=250), interval=0, sleep=lambda s: None)
+    lines = screen.getvalue().splitlines()
+    ones = [line for line in lines if "attempt=1 " in line]
+    assert len(ones) == 1 and "instance=ml.p4d.24xlarge" in ones[0] and "job_status=Failed/Failed" in ones[0]
+    twos = [i for i, line in enumerate(lines) if "attempt=2 " in line]
+    assert twos and lines.index(ones[0]) < twos[0]
