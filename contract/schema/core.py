@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import enum
+import functools
 import json
 import re
 import types
@@ -42,8 +43,11 @@ def _describe(value: Any) -> str:
     return f"{kind} {shown}".strip()
 
 
-def field_types(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+@functools.cache
+def field_types(cls: type) -> typing.Mapping[str, Any]:
+    # Cached: the annotations are strings (`from __future__ import annotations`), and resolving them compiles
+    # each one again on every call; a request parse asks for the same few dataclasses hundreds of times.
+    return types.MappingProxyType(typing.get_type_hints(cls))
 
 
 def unwrap_optional(tp: Any) -> tuple[Any, bool]:
