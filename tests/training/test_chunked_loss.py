@@ -15,29 +15,11 @@ peak here. jobs.planning.memory charges these (its docstring).
 
 from __future__ import annotations
 
-import json
-import tempfile
-from pathlib import Path
-
 import pytest
 import torch
 
+from bench.chunked_loss import peak_bytes
 from training.loss import CHUNK_TOKENS, chunked_cross_entropy, full_cross_entropy, loss_function
-
-
-def peak_bytes(loss_fn, logits: torch.Tensor, y: torch.Tensor) -> int:
-    """Peak bytes allocated over the loss's forward and backward beside what was allocated before (the logits),
-    from the CPU allocator's running total as torch.profiler records it."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        loss_fn(logits, y).backward()
-    with tempfile.TemporaryDirectory() as folder:
-        trace = Path(folder) / "trace.json"
-        prof.export_chrome_trace(str(trace))
-        events = [e["args"] for e in json.loads(trace.read_text())["traceEvents"] if e.get("name") == "[memory]"]
-    before = events[0]["Total Allocated"] - events[0]["Bytes"]
-    return max(e["Total Allocated"] for e in events) - before
 
 
 def logits_and_targets(shape: tuple[int, ...], vocab: int, dtype: torch.dtype, seed: int = 0):
