@@ -8,9 +8,10 @@ The loss is training.loss's: chunked (`loss_chunk_tokens`, one chunk's fp32 temp
 With `compile` the whole loss (fp32 upcast of the logits, log-softmax, NLL, and their backward) is compiled instead:
 eager it writes and reads the fp32 logits (batch x sequence x vocabulary, gigabytes at 1B scale) four times;
 compiled it reads the low-precision logits and writes their gradient, a few fused kernels, and keeps no fp32 copy
-(measured on CPU, tests/training/test_chunked_loss.py: the logits' gradient, 2 bytes an entry at bf16, where the
-compiled chunked loss kept 6: torch.compile's checkpoint keeps more than the fused whole loss). A pipeline calls the
-loss inside its schedule, stage by stage: kept eager there, chunked as set."""
+(measured on CPU, `python -m bench.chunked_loss`: beside the bf16 logits, their gradient's 2 bytes an entry, where
+the compiled chunked loss kept 6 and the eager chunked 4: under torch.compile the checkpointed chunks keep more than
+the fused whole loss). A pipeline calls the loss inside its schedule, stage by stage: kept eager there, chunked as
+set."""
 
 from __future__ import annotations
 

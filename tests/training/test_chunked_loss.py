@@ -116,8 +116,8 @@ def train(loss_chunk_tokens: int, precision: str, steps: int = 4) -> dict[str, t
 
 # Measured (torch 2.13 and 2.8.0, CPU, gpt tiny, 8 x 32 tokens, chunks of 100 tokens: 3 chunks, the last short,
 # 4 AdamW steps at lr 1e-2, the package's step): the weights exactly equal, fp32 and bf16 autocast: the logits'
-# gradient is exactly the full loss's (above), and the loss's value, which differs in its last bit, feeds no update
-# (a grad scaler multiplies the gradient, not by the value). Held equal.
+# gradient is exactly the full loss's (above), and the loss's value, which differs in its last bit, enters no update.
+# Held equal.
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_a_tiny_gpt_trains_to_the_same_weights_with_either_loss(precision):
     full, chunked = train(0, precision), train(100, precision)

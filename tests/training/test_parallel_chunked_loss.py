@@ -1,13 +1,13 @@
 """The chunked loss (training.loss, `loss_chunk_tokens`) where the package calls it on 2 gloo ranks: tensor parallel
 (sequence parallel, the logits gathered whole for the loss: training.strategies.tp), the pipeline's schedule (the
 last stage's loss inside torch's PipelineSchedule, training.pipeline) and FSDP, training and evaluating. Chunks of 5
-tokens (a 2 x 16-token micro-batch: 7 chunks, the last short; pooled under tp: 13) against the whole loss.
+tokens (a 2 x 16-token micro-batch: 7 chunks, the last short) against the whole loss.
 
-Measured (torch 2.13 and 2.8.0 alike, CPU, fp32, AdamW, 8 steps, an evaluation every 4; `-s` prints them): train and validation
-losses (about 4) apart by at most 4.8e-7, one fp32 ulp (1.2e-7 relative: the chunks' sums add in another order), the
-final weights equal (0.0: the logits' gradient is exactly the whole loss's, tests/training/test_chunked_loss.py), on
-every layout. Held at 1e-6 relative for the losses and 1e-6 for the weights, far below what training moves (> 0.3 in
-loss).
+Measured (torch 2.13 and 2.8.0 alike, CPU, fp32, AdamW, 8 steps, an evaluation every 4; `-s` prints them): train and
+validation losses (about 4) apart by at most 4.8e-7, one fp32 ulp (1.2e-7 relative: the chunks' sums add in another
+order), the final weights equal (0.0: the logits' gradient is exactly the whole loss's, tests/training/
+test_chunked_loss.py), on every layout. Held at 1e-6 relative for the losses and 1e-6 for the weights, far below
+what training moves (> 0.3 in loss).
 """
 
 from __future__ import annotations
