@@ -125,3 +125,35 @@ def test_a_tiny_gpt_trains_to_the_same_weights_with_either_loss(precision):
     worst = max((full[n] - chunked[n]).abs().max().item() for n in full)
     print(f"\n{precision}: largest weight difference after 4 steps {worst:.2e}")
     assert all(torch.equal(full[n], chunked[n]) for n in full)
+
+
+def test_with_compile_the_step_compiles_the_whole_loss_and_trains_alike():
+    """`compile` (outside a pipeline) compiles the whole loss, whatever loss_chunk_tokens says (training.step: fused,
+    it keeps no fp32 copy; bench.chunked_loss measures it). Measured (torch 2.13 and 2.8.0, CPU, gpt tiny, fp32, 2
+    steps): the weights equal to the eager whole loss's (0.0); held at 1e-6, room for fused kernels that round
+    otherwise."""
+    from bench.step_overhead import build, fixed_batch
+    from contract.hyperparameters import TrainConfig
+    from training.distributed import Dist
+    from training.optim import build_optimizer, build_scheduler
+    from training.precision import grad_scaler, resolve_precision
+    from training.step import TrainStep
+    from training.strategies import apply_strategy
+
+    device, results = torch.device("cpu"), {}
+    for compiled in (False, True):
+        cfg = TrainConfig(model="gpt", model_size="tiny", micro_batch_size=8, precision="fp32", max_steps=10 ** 6,
+                          warmup_steps=0, data="synthetic", lr=1e-2)
+        precision = resolve_precision("fp32", device)
+        par = apply_strategy(build(cfg, device), cfg, Dist(rank=0, world_size=1, local_rank=0, device=device), precision)
+        optimizer = build_optimizer(par.model, cfg)
+        step = TrainStep(par, optimizer, build_scheduler(optimizer, cfg), grad_scaler(precision, device), precision,
+                         device, cfg.grad_clip, compile_loss=compiled, loss_chunk_tokens=0 if not compiled else 100)
+        assert (step.loss_fn is not step.eager_loss) is compiled
+        x, y = fixed_batch(par.model, 8, device)
+        for _ in range(2):
+            step([(x, y)])
+        results[compiled] = {n: p.detach().clone() for n, p in par.model.named_parameters()}
+    worst = max((results[True][n] - results[False][n]).abs().max().item() for n in results[False])
+    print(f"\ncompiled against eager whole loss, largest weight difference after 2 steps: {worst:.2e}")
+    assert worst <= 1e-6
