@@ -16,13 +16,13 @@ block keeps only its input (r.h) and one block is live while it is recomputed. A
 (training.loss, chosen by training.step; `loss_bytes`), over the vocabulary V, the logits gathered whole under
 tensor parallelism (training.strategies.tp), beside the head's input ((r + a).h a token):
   - full (loss_chunk_tokens = 0; the calibration rows'): per token the logits (a), their fp32 copy (4) and its
-    log-softmax (4): (a + 8).V. (On CPU the start of backward holds 12.V beside the logits: the kept log-softmax,
-    its gradient and the input's; the rows, measured on an H100, are fitted with the forward's 8.)
+    log-softmax (4): (a + 8).V. (Measured on CPU with a bf16 head: 12.V, at backward's start the kept log-softmax,
+    its gradient and the input's; the H100 calibration rows are fitted with the forward's (a + 8).V.)
   - chunked (the default, c = loss_chunk_tokens tokens a chunk, each under torch.utils.checkpoint): per token
     the logits (a) and their gradient (a, filled chunk by chunk during backward, then concatenated once the
     logits are freed): 2a.V; and once, one chunk's fp32 temporaries at backward's peak (the recomputed
-    log-softmax, its gradient and the input's): 12.V.min(c, tokens). Measured on CPU
-    (tests/training/test_chunked_loss.py), 8192 tokens x 50368 at bf16: 2a.V exactly beside the logits.
+    log-softmax, its gradient and the input's): 12.V.min(c, tokens). Measured on CPU with a bf16 head
+    (tests/training/test_chunked_loss.py), 8192 tokens x 50,368: 2a.V a token + 10.V.c, this charge 4.8% above.
   - compiled (compile, outside a pipeline: training.step compiles the whole loss, fused): the logits and their
     gradient, 2a.V (measured on CPU: the gradient's a.V beside the logits, no fp32 copy).
 The time model's traffic reads the full loss's bytes whatever the form (jobs.planning.timing: the chunked and the
