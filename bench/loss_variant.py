@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from bench.step_overhead import build
 from contract.hyperparameters import TrainConfig
 from training.flops import honest_flops_per_sample
+from training.loss import full_cross_entropy as loss_fn
 from training.metrics import peak_flops
-from training.step import loss_fn
 
 
 def main() -> None:

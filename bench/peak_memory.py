@@ -11,6 +11,10 @@ test_planner_memory.py holds the planner to these figures within 10%. To re-meas
 (tests/jobs/test_planner_memory.py checks this command names exactly CALIBRATION's rows.) Paste the printed
 lines into CALIBRATION with the GPU, torch version and date. On a CPU it runs and says there is no peak to read
 (`python -m bench.peak_memory gpt:tiny:2` checks the harness).
+
+The rows were measured with the whole fp32 loss (training.loss.full_cross_entropy, the package's only loss then), and
+the planner evaluates them with it: the bench runs it too unless `--loss-chunk-tokens N` asks for the chunked loss
+(the package's default now, 1024; what the planner then charges is jobs.planning.memory's `loss_bytes`).
 """
 
 from __future__ import annotations
@@ -51,11 +55,11 @@ class Row:
         return (self.model, self.size, self.micro, self.checkpointing)
 
 
-def peak_gib(row: Row, device: torch.device, steps: int = 3) -> float | None:
+def peak_gib(row: Row, device: torch.device, steps: int = 3, loss_chunk_tokens: int = 0) -> float | None:
     """Peak allocated GiB over `steps` steady steps of the package's step; None where the device keeps no count."""
     cfg = TrainConfig(model=row.model, model_size=row.size, micro_batch_size=row.micro, precision="bf16",
                       activation_checkpointing=row.checkpointing, max_steps=10 ** 6, warmup_steps=0,
-                      data="synthetic")
+                      data="synthetic", loss_chunk_tokens=loss_chunk_tokens)
     step = package_step(cfg, device, resolve_precision(cfg.precision, device))
     x, y = fixed_batch(step.par.model, row.micro, device)
     step([(x, y)])  # creates the optimizer state
@@ -78,6 +82,8 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("rows", nargs="+", help="model:size:micro-batch[:ac], e.g. gpt:1b:8:ac")
     p.add_argument("--steps", type=int, default=3, help="steady steps the peak is taken over")
+    p.add_argument("--loss-chunk-tokens", type=int, default=0,
+                   help="the loss's chunk (0, the default: the whole fp32 loss the calibration rows were measured with)")
     args = p.parse_args(argv)
     try:
         rows = [Row.parse(text) for text in args.rows]
@@ -85,9 +91,10 @@ def main(argv: list[str] | None = None) -> None:
         p.error(str(exc))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
-    print(f"# {name}, torch {torch.__version__}, bf16 autocast, fp32 weights, fused AdamW: peak allocated GiB")
+    loss = f"loss in chunks of {args.loss_chunk_tokens} tokens" if args.loss_chunk_tokens else "whole fp32 loss"
+    print(f"# {name}, torch {torch.__version__}, bf16 autocast, fp32 weights, fused AdamW, {loss}: peak allocated GiB")
     for row in rows:
-        peak = peak_gib(row, device, args.steps)
+        peak = peak_gib(row, device, args.steps, args.loss_chunk_tokens)
         print(f"    {row.key()!r}: {peak:.2f}," if peak is not None else
               f"    {row.key()!r}: ran {args.steps} steps on the CPU; no peak to read (run it on a GPU)")
 

@@ -59,7 +59,8 @@ def package_step(cfg: TrainConfig, device: torch.device, precision) -> TrainStep
     optimizer = build_optimizer(par.model, cfg)
     scheduler = build_scheduler(optimizer, cfg)
     scaler = grad_scaler(precision, device)
-    return TrainStep(par, optimizer, scheduler, scaler, precision, device, cfg.grad_clip, compile_loss=cfg.compile)
+    return TrainStep(par, optimizer, scheduler, scaler, precision, device, cfg.grad_clip, compile_loss=cfg.compile,
+                     loss_chunk_tokens=cfg.loss_chunk_tokens)
 
 
 def plain_step_fn(cfg: TrainConfig, device: torch.device, dtype: torch.dtype):

@@ -51,6 +51,8 @@ DATA_MODES = ("auto", "channels", "synthetic")
 BACKENDS = ("auto", "gloo", "nccl", "smddp")
 LR_SCHEDULES = ("cosine", "constant")
 CHECKPOINTING_POLICIES = ("full", "selective")  # training.speedups says what each keeps
+# Tokens per chunk of the package's cross-entropy (training.loss says why this many); 0 computes it whole.
+LOSS_CHUNK_TOKENS = 1024
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,11 @@ class TrainConfig:
         "what activation_checkpointing recomputes: full (a block's whole forward) or selective (keeps attention's "
         "and every other matmul's outputs, recomputes the norms, activations and the matmuls between)",
         choices=CHECKPOINTING_POLICIES))
+    loss_chunk_tokens: int = field(default=LOSS_CHUNK_TOKENS, metadata=_hp(
+        "the cross-entropy in chunks of this many tokens (a classifier's: samples), each chunk's fp32 log-softmax recomputed in backward, "
+        "so one chunk's fp32 temporaries are alive at a time beside the logits and their gradient (0: the whole "
+        "micro-batch at once, its fp32 logits and log-softmax kept: vocabulary x 8 bytes a token more); with "
+        "compile, outside a pipeline, the loss is compiled whole (fused, it keeps no fp32 copy)", min=0))
     micro_batch_per_group: bool = field(default=False, metadata=_hp(
         "tp, pp, hybrid: micro_batch_size is each batch group's (the tensor and pipeline ranks of one group read the "
         "same samples) rather than each rank's (pooled by the group), so global_batch_size may be as small as the "

@@ -56,7 +56,8 @@ def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = No
     state.reopen(cfg.max_steps)
     announce(cfg, job, dist)
     train_step = TrainStep(job.par, optimizer, scheduler, scaler, job.precision, dist.device, cfg.grad_clip,
-                           compile_loss=cfg.compile, observe=observe)
+                           compile_loss=cfg.compile, observe=observe,
+                           loss_chunk_tokens=cfg.loss_chunk_tokens)
     evaluator = Evaluator(train_step, job.val_set, cfg, dist, job.global_batch, (job.data_rank, job.data_world))
     logger = MetricsLogger(cfg.output_data_dir, dist.is_main, cfg.max_steps)
     meter = StepMeter(dist, job.precision, cfg.effective_log_interval, cfg.max_steps, job.global_batch,

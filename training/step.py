@@ -4,9 +4,14 @@ clipping, optimizer, grad scaler, LR schedule. The benchmark times exactly this.
 Tensor- and pipeline-parallel ranks first pool their micro-batches (`share_batch`): the ranks of a batch
 group then run one model on the same samples. A pipeline runs forward and backward through its schedule.
 
-With `compile` the loss (fp32 upcast of the logits, log-softmax, NLL, and their backward) is compiled too: eager
-it writes and reads the fp32 logits (batch x sequence x vocabulary, gigabytes at 1B scale) four times; compiled
-it reads the low-precision logits and writes their gradient, a few fused kernels."""
+The loss is training.loss's: chunked (`loss_chunk_tokens`, one chunk's fp32 temporaries alive at a time) or whole.
+With `compile` the whole loss (fp32 upcast of the logits, log-softmax, NLL, and their backward) is compiled instead:
+eager it writes and reads the fp32 logits (batch x sequence x vocabulary, gigabytes at 1B scale) four times;
+compiled it reads the low-precision logits and writes their gradient, a few fused kernels, and keeps no fp32 copy
+(measured on CPU, `python -m bench.chunked_loss`: beside the bf16 logits, their gradient's 2 bytes an entry, where
+the compiled chunked loss kept 6 and the eager chunked 4: under torch.compile the checkpointed chunks keep more than
+the fused whole loss). A pipeline calls the loss inside its schedule, stage by stage: kept eager there, chunked as
+set."""
 
 from __future__ import annotations
 
@@ -14,9 +19,10 @@ import contextlib
 
 import torch
 import torch.distributed as torch_dist
-import torch.nn.functional as F
 from torch.distributed.tensor import DTensor
 
+from contract.hyperparameters import LOSS_CHUNK_TOKENS
+from training.loss import full_cross_entropy, loss_function
 from training.precision import Precision
 from training.strategies import Parallelized
 
@@ -41,13 +47,16 @@ def share_batch(x: torch.Tensor, y: torch.Tensor, group) -> tuple[torch.Tensor, 
 
 class TrainStep:
     def __init__(self, par: Parallelized, optimizer, scheduler, scaler, precision: Precision,
-                 device: torch.device, grad_clip: float, compile_loss: bool = False, observe=None) -> None:
+                 device: torch.device, grad_clip: float, compile_loss: bool = False, observe=None,
+                 loss_chunk_tokens: int = LOSS_CHUNK_TOKENS) -> None:
         self.model, self.par = par.model, par
         # observe(event, self) at "gradients" (unscaled, before clipping), "clipped" and "updated" (after the
         # optimizer): the conformance tests read each layout's whole gradient and weights there. None in jobs.
         self.observe = observe
-        # A pipeline calls the loss inside its schedule, stage by stage: kept eager there.
-        self.loss_fn = torch.compile(loss_fn) if compile_loss and par.pipeline is None else loss_fn
+        # The eager loss (what a pipeline's schedule calls); compiled, outside a pipeline, the whole loss (see above).
+        self.eager_loss = loss_function(loss_chunk_tokens)
+        compiled = compile_loss and par.pipeline is None
+        self.loss_fn = torch.compile(full_cross_entropy) if compiled else self.eager_loss
         self.optimizer, self.scheduler, self.scaler = optimizer, scheduler, scaler
         self.grad_clip = grad_clip
         dtype = precision.param
@@ -64,7 +73,7 @@ class TrainStep:
         x, y = share_batch(x, y, self.par.batch_group)
         if self.par.pipeline is not None:
             with self.autocast():
-                return self.par.pipeline.forward_loss(x, y, loss_fn), len(x)
+                return self.par.pipeline.forward_loss(x, y, self.eager_loss), len(x)
         return self.loss(x, y), len(x)
 
     def __call__(self, micro_batches: list) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -72,7 +81,7 @@ class TrainStep:
         micro_batches = [share_batch(x, y, self.par.batch_group) for x, y in micro_batches]
         if self.par.pipeline is not None:
             with self.autocast():
-                total = self.par.pipeline.step(micro_batches, loss_fn, self.scaler)
+                total = self.par.pipeline.step(micro_batches, self.eager_loss, self.scaler)
         else:
             total = self._forward_backward(micro_batches)
         grad_norm = None
@@ -103,6 +112,3 @@ class TrainStep:
             total = loss.detach() if total is None else total + loss.detach()
         return total
 
-
-def loss_fn(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits.flatten(0, -2).float(), y.flatten())

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from contract.hyperparameters import (
+    LOSS_CHUNK_TOKENS,
     TRAINING_STRATEGIES,
     TrainConfig,
     canonical_hyperparameters,
@@ -132,6 +133,7 @@ class Numerics:
     async_checkpoint: bool
     checkpointing_policy: str = "full"  # what activation_checkpointing recomputes (training.speedups)
     per_group: bool = False  # micro_batch_per_group: a tensor/pipeline batch group reads one micro-batch
+    loss_chunk_tokens: int = LOSS_CHUNK_TOKENS  # the cross-entropy's chunk (training.loss); 0: computed whole
 
     def readers(self, layout: Layout) -> int:
         """The ranks that read their own micro-batches on `layout` (contract.parallel.batch_ranks): the world size
@@ -177,6 +179,9 @@ def numerics(hyperparameters: dict[str, Any]) -> Numerics:
         value = getattr(cfg, name)
         if not isinstance(value, int) or value < 1:
             raise PlanInputError(f"hyperparameters.{name}", value, "must be a whole number of at least 1")
+    if not isinstance(cfg.loss_chunk_tokens, int) or cfg.loss_chunk_tokens < 0:
+        raise PlanInputError("hyperparameters.loss_chunk_tokens", cfg.loss_chunk_tokens,
+                             "must be a whole number of at least 0")
     # `auto` is bf16 on a GPU (training.precision); without native bf16 (V100, T4) it is emulated, still 2 bytes.
     compute_bytes = 4 if cfg.precision == "fp32" else 2
     return Numerics(compute_bytes=compute_bytes, optimizer=cfg.optimizer,
@@ -185,4 +190,4 @@ def numerics(hyperparameters: dict[str, Any]) -> Numerics:
                     max_steps=cfg.max_steps, reshard_after_forward=bool(cfg.fsdp_reshard_after_forward),
                     compile=bool(cfg.compile), async_checkpoint=bool(cfg.async_checkpoint),
                     checkpointing_policy=cfg.activation_checkpointing_policy,
-                    per_group=bool(cfg.micro_batch_per_group))
+                    per_group=bool(cfg.micro_batch_per_group), loss_chunk_tokens=cfg.loss_chunk_tokens)

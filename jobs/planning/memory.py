@@ -13,11 +13,22 @@ under autocast (single, ddp, and tp or hybrid without a data dimension: the toke
 and in the compute dtype where FSDP's MixedPrecisionPolicy casts the parameters instead (fsdp, hsdp, and the
 data dimension of tp and pp: training.strategies, use_autocast=False; r = a). With activation checkpointing a
 block keeps only its input (r.h) and one block is live while it is recomputed. A decoder's loss is the package's
-(training.step.loss_fn: cross-entropy of the logits cast to fp32): per token the logits (a), their fp32 copy (4)
-and its log-softmax (4) over the vocabulary, gathered whole under tensor parallelism (training.strategies.tp),
-and the head's input. Tensor parallelism (with sequence parallelism) divides the blocks' activations by the
-tensor degree.
-Calibration (one H100, bf16 autocast, fp32 weights, fused AdamW, peak allocated): see CALIBRATION.
+(training.loss, chosen by training.step; `loss_bytes`), over the vocabulary V, the logits gathered whole under
+tensor parallelism (training.strategies.tp), beside the head's input ((r + a).h a token):
+  - full (loss_chunk_tokens = 0; the calibration rows'): per token the logits (a), their fp32 copy (4) and its
+    log-softmax (4): (a + 8).V. (Measured on CPU with a bf16 head: 12.V, at backward's start the kept log-softmax,
+    its gradient and the input's; the H100 calibration rows are fitted with the forward's (a + 8).V.)
+  - chunked (the default, c = loss_chunk_tokens tokens a chunk, each under torch.utils.checkpoint): per token
+    the logits (a) and their gradient (a, filled chunk by chunk during backward, then concatenated once the
+    logits are freed): 2a.V; and once, one chunk's fp32 temporaries at backward's peak (the recomputed
+    log-softmax, its gradient and the input's): 12.V.min(c, tokens). Measured on CPU with a bf16 head
+    (tests/training/test_chunked_loss.py), 8192 tokens x 50,368: 2a.V a token + 10.V.c, this charge 4.8% above.
+  - compiled (compile, outside a pipeline: training.step compiles the whole loss, fused): the logits and their
+    gradient, 2a.V (measured on CPU: the gradient's a.V beside the logits, no fp32 copy).
+The time model's traffic reads the full loss's bytes whatever the form (jobs.planning.timing: the chunked and the
+compiled loss run the same elementwise passes; the chunked one recomputes its forward, not modelled).
+Tensor parallelism (with sequence parallelism) divides the blocks' activations by the tensor degree.
+Calibration (one H100, bf16 autocast, fp32 weights, fused AdamW, the full loss, peak allocated): see CALIBRATION.
 """
 
 from __future__ import annotations
@@ -32,7 +43,8 @@ ALLOCATOR_SLACK = 0.10  # reserved beyond allocated (fragmentation of PyTorch's 
 CONTEXT_GIB = 1.5  # CUDA context, cuBLAS workspace and NCCL buffers: outside PyTorch's allocated bytes
 
 # (model, size, micro-batch, activation checkpointing) -> measured peak allocated GiB on one H100 80GB,
-# torch 2.11, bf16 autocast, fp32 weights, fused AdamW (the brief of issue 11; vit base once read 21.5 GiB
+# torch 2.11, bf16 autocast, fp32 weights, fused AdamW, the full fp32 loss (loss_chunk_tokens = 0: the package's only
+# loss then; tests/jobs/test_planner_memory.py evaluates them with it) (the brief of issue 11; vit base once read 21.5 GiB
 # in an older run, we fit to the newer 17.70). `python -m bench.peak_memory` re-measures them (its docstring has the
 # command); tests/jobs/test_planner_memory.py holds the model to each within 10%.
 CALIBRATION = {
@@ -87,8 +99,32 @@ def selective_block_bytes(m: ModelFacts, n: Numerics, layout: Layout) -> float:
     return residual_bytes(n, layout) * m.hidden + 8 * n.compute_bytes * m.hidden
 
 
-def activation_bytes(m: ModelFacts, n: Numerics, layout: Layout) -> float:
-    """Peak activations on the busiest GPU: the first pipeline stage holds `in_flight` micro-batches."""
+LOSS_FORMS = ("full", "chunked", "compiled")
+
+
+def loss_form(n: Numerics, layout: Layout) -> str:
+    """How the package computes this run's loss (training.step): compiled whole with `compile` outside a pipeline
+    (whose schedule calls it eager), else chunked, or full where loss_chunk_tokens is 0."""
+    if n.compile and layout.pipeline == 1:
+        return "compiled"
+    return "chunked" if n.loss_chunk_tokens > 0 else "full"
+
+
+def loss_bytes(m: ModelFacts, n: Numerics, tokens: float, form: str) -> float:
+    """A decoder's loss on `tokens` tokens, the logits included (see the module's docstring); 0 for other models
+    (a classifier's logits are a few thousand entries a sample)."""
+    if m.kind != "decoder":
+        return 0.0
+    a = n.compute_bytes
+    if form == "full":
+        return tokens * (a + 8) * m.vocab
+    chunk = 12 * m.vocab * min(n.loss_chunk_tokens, tokens) if form == "chunked" else 0.0
+    return tokens * 2 * a * m.vocab + chunk
+
+
+def activation_bytes(m: ModelFacts, n: Numerics, layout: Layout, loss: str | None = None) -> float:
+    """Peak activations on the busiest GPU: the first pipeline stage holds `in_flight` micro-batches. `loss`: the
+    loss's form (LOSS_FORMS; default the run's, `loss_form`)."""
     a, t, r = n.compute_bytes, layout.tensor, residual_bytes(n, layout)
     if m.kind == "other" and not m.hidden:
         return m.other_activation_bytes * n.micro_batch * a / 2
@@ -111,10 +147,10 @@ def activation_bytes(m: ModelFacts, n: Numerics, layout: Layout) -> float:
         # Interleaving keeps more micro-batches in flight on the first rank: 1 + (p - 1) / (p v) times 1F1B's
         # (Korthikanti et al. 2022, section 4.2.3).
         in_flight *= 1 + (layout.pipeline - 1) / (layout.pipeline * layout.stages_per_rank)
-    # The loss over the whole vocabulary (tensor parallelism gathers the logits), the head's input split.
-    head = m.vocab * (a + 8) + (r + a) * m.hidden / t if m.kind == "decoder" else 0.0
+    # The head's input split; the loss over the whole vocabulary (tensor parallelism gathers the logits).
+    head = (r + a) * m.hidden / t if m.kind == "decoder" else 0.0
     inputs = a * m.image_bytes / m.tokens if m.kind == "vit" else 0.0  # the patch conv's saved input
-    return tokens * (blocks * in_flight + head + inputs)
+    return tokens * (blocks * in_flight + head + inputs) + loss_bytes(m, n, tokens, loss or loss_form(n, layout))
 
 
 def memory_per_gpu(m: ModelFacts, n: Numerics, layout: Layout) -> Memory:
