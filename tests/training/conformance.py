@@ -29,7 +29,10 @@ STEPS, SAVED_AT = 4, 2
 CLIP = 0.05
 BASE = dict(optimizer="sgd", lr=0.5, weight_decay=0.0, grad_clip=CLIP, lr_schedule="constant", warmup_steps=0,
             max_steps=STEPS, checkpoint_interval=SAVED_AT, keep_checkpoints=2, log_interval=1, eval_interval=0,
-            precision="fp32", model="tests.training.test_parallel_models:gpt4")
+            precision="fp32", model="tests.training.test_parallel_models:gpt4",
+            # The package's chunked loss, in chunks that split every rank's micro-batch (16 tokens a sample) at
+            # other places than one process's pooled batch: each cell checks its sum against one process too.
+            loss_chunk_tokens=5)
 PP = {"pp_microbatches": 2}  # divides the pooled batch of every pipeline cell, accumulation included
 
 # name -> (world size, hyperparameters)
