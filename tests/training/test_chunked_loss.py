@@ -80,13 +80,20 @@ def test_the_hyperparameter_chooses_the_form():
         from_environment({"loss_chunk_tokens": -1}, {})
 
 
+# The memory tests' size: 8192 tokens in chunks of CHUNK_TOKENS scaled down 4 times (the bytes a logit depend on the
+# number of chunks, not the size).
+SCALED_TOKENS, SCALED_CHUNK = 8192 // 4, CHUNK_TOKENS // 4
+
+
 def test_the_chunked_loss_keeps_a_third_of_the_full_ones_bytes():
-    """The module docstring's figures: 8192 tokens x 50,368 bf16 logits (MPT's vocabulary, 4 sequences of 2048)."""
-    tokens, vocab = 8192, 50368
+    """The module docstring's figures, a bytes-a-logit ratio: 8192 tokens x 50,368 bf16 logits (MPT's vocabulary, 4
+    sequences of 2048) in chunks of 1024 tokens, measured here at a quarter of the size (2048 tokens in chunks of
+    256: the same 8 chunks; 1.2 GB where the full size took 5 GB and 22 s of a 2-core CI machine)."""
+    tokens, vocab = SCALED_TOKENS, 50368
     logits, y = logits_and_targets((tokens,), vocab, torch.bfloat16)
     full = peak_bytes(full_cross_entropy, logits, y)
     logits.grad = None
-    chunked = peak_bytes(loss_function(CHUNK_TOKENS), logits, y)
+    chunked = peak_bytes(loss_function(SCALED_CHUNK), logits, y)
     per_logit = {"full": full / (tokens * vocab), "chunked": chunked / (tokens * vocab)}
     print(f"\nloss peak beside the bf16 logits, {tokens} x {vocab}: full {full / 1e6:,.1f} MB, chunked "
           f"{chunked / 1e6:,.1f} MB; bytes a logit {per_logit}")
@@ -170,14 +177,14 @@ def test_with_the_head_the_peak_is_what_the_planner_charges():
     from jobs.planning.memory import loss_bytes
     from jobs.planning.shape import ModelFacts
 
-    tokens, vocab, hidden = 8192, 50368, 64
+    tokens, vocab, hidden = SCALED_TOKENS, 50368, 64  # a quarter of the size, the same 8 chunks (above)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(tokens, hidden, generator=g).to(torch.bfloat16).requires_grad_()
     head = (torch.randn(vocab, hidden, generator=g) / 8).to(torch.bfloat16).requires_grad_()
     y = torch.randint(0, vocab, (tokens,), generator=g)
-    measured = peak_bytes(lambda h, t: loss_function(CHUNK_TOKENS)(h @ head.T, t), x, y)
+    measured = peak_bytes(lambda h, t: loss_function(SCALED_CHUNK)(h @ head.T, t), x, y)
     facts = ModelFacts(kind="decoder", params=0, param_tensors=0, flops_per_sample=0, vocab=vocab)
-    charged = loss_bytes(facts, numerics({"precision": "bf16"}), tokens, "chunked")
+    charged = loss_bytes(facts, numerics({"precision": "bf16", "loss_chunk_tokens": SCALED_CHUNK}), tokens, "chunked")
     print(f"\nhead and chunked loss, {tokens} x {vocab}: measured {measured / 1e6:,.1f} MB "
           f"({measured / (tokens * vocab):.2f} bytes a logit), the planner charges {charged / 1e6:,.1f} MB")
     assert measured / (tokens * vocab) == pytest.approx(5.25, rel=0.02)
