@@ -50,7 +50,8 @@ pytestmark = pytest.mark.slow
 #   bf16: loss 7.5e-4 / 8.5e-4, norm 7.2e-4 / 7.3e-4, weights 3.3e-5 / 3.2e-5 (FSDP computes in bf16 without
 #         autocast, norms included; tensor and pipeline layouts split the matmuls autocast rounds);
 #   fp16: loss 8.6e-5 / 9.8e-5, norm 8.6e-5 / 7.9e-5, weights 4.5e-6 / 4.8e-6.
-# (The same figures with the loss chunked, loss_chunk_tokens 5, as without: measured again 2026-11-27.)
+# (The same figures with the loss chunked, loss_chunk_tokens 5, and accumulation and activation checkpointing in one
+# cell, as before either: measured again 2026-11-27.)
 # The bugs this matrix found were off by 15% to 86% in the norm and 1.0 against 0.05 in a clip ratio.
 TOLERANCES = {"fp32": (5e-6, 1e-6, 1e-6), "bf16": (4e-3, 4e-3, 2e-4), "fp16": (5e-4, 5e-4, 3e-5)}
 # The logged norm against the gathered gradient's, and each clip ratio against the coefficient: float32 against
@@ -139,13 +140,13 @@ def test_resume_is_bit_identical(matrix, layout, feature):
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_a_layouts_checkpoint_resumes_on_one_process(matrix, corpus, tmp_path, monkeypatch, layout):
     """Resharding: the step-2 checkpoint of each layout, finished by one process, ends where the layout did."""
-    world, run = LAYOUTS[layout][0], matrix / f"{layout}-accumulation"
+    world, run = LAYOUTS[layout][0], matrix / f"{layout}-accumulation_checkpointing"
     shutil.copytree(run / "checkpoints" / f"step-{SAVED_AT}", tmp_path / "checkpoints" / f"step-{SAVED_AT}")
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(var, raising=False)
     # The layout's own model: a checkpoint records the model it was written by (training.checkpoint's owner).
     model = LAYOUTS[layout][1].get("model")
-    cfg = cell_config(tmp_path, corpus, None, "accumulation", world, model)
+    cfg = cell_config(tmp_path, corpus, None, "accumulation_checkpointing", world, model)
     try:
         result = train(cfg, setup(cfg), StopFlag())
     finally:
