@@ -1,6 +1,6 @@
 """The chunked loss (training.loss, `loss_chunk_tokens`) where the package calls it on 2 gloo ranks: tensor parallel
 (sequence parallel, the logits gathered whole for the loss: training.strategies.tp), the pipeline's schedule (the
-last stage's loss inside torch's PipelineSchedule, training.pipeline) and FSDP, training and evaluating. Chunks of 5
+last stage's loss inside torch's PipelineSchedule, training.pipeline), training and evaluating. Chunks of 5
 tokens (a 2 x 16-token micro-batch: 7 chunks, the last short) against the whole loss.
 
 Measured (torch 2.13 and 2.8.0 alike, CPU, fp32, AdamW, 8 steps, an evaluation every 4; `-s` prints them): train and
