@@ -22,7 +22,7 @@ import torch
 import torch.distributed as torch_dist
 from torch.distributed.tensor import DTensor
 
-from tests.training.helpers import config, free_port
+from tests.training.helpers import config, free_port, start_ranks
 
 STEPS, SAVED_AT = 4, 2
 # Clipping is active in every cell (the gradient norm of this model and data is 1-3 at these steps).
@@ -194,9 +194,7 @@ def worker(rank: int, world: int, port: int, runs: list) -> None:
 
 
 def spawn_cells(world: int, root: Path, corpus: Path) -> None:
-    import torch.multiprocessing as mp
-
-    mp.spawn(worker, args=(world, free_port(), runs_for(world, root, corpus)), nprocs=world, join=True)
+    start_ranks(worker, (world, free_port(), runs_for(world, root, corpus)), world)
 
 
 def run_references(root: Path, corpus: Path) -> None:

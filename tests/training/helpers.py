@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import signal
 import socket
@@ -61,10 +62,35 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# Ranks start from a fork server that imported torch and the package once (one server per pytest worker): a
+# spawned rank imports them again, about 2 s of CPU each, and the suite starts dozens of ranks. The server is
+# forked before any torch op or process group (no threads to copy). A forked server's environment and standard
+# streams are its own, frozen when it started: each rank takes the starting process's, as spawn would give them
+# (the streams appended to, so pytest's capture of this test sees the ranks' lines).
+multiprocessing.set_forkserver_preload(["torch", "torch.distributed.checkpoint", "training.loop",
+                                        "tests.training.workers"])
+
+
+def start_ranks(fn, args: tuple, nprocs: int, join: bool = True):
+    """torch.multiprocessing.spawn's call (fn(rank, *args) in `nprocs` processes), from the fork server."""
+    return mp.start_processes(_as_if_spawned, args=(fn, dict(os.environ), os.getpid(), args), nprocs=nprocs,
+                              join=join, start_method="forkserver")
+
+
+def _as_if_spawned(rank: int, fn, environment: dict[str, str], parent: int, args: tuple) -> None:
+    os.environ.clear()
+    os.environ.update(environment)
+    for fd in (1, 2):
+        stream = os.open(f"/proc/{parent}/fd/{fd}", os.O_WRONLY | os.O_APPEND)
+        os.dup2(stream, fd)
+        os.close(stream)
+    fn(rank, *args)
+
+
 def spawn(world: int, runs: list) -> None:
     from tests.training.workers import run_scenarios
 
-    mp.spawn(run_scenarios, args=(world, free_port(), runs), nprocs=world, join=True)
+    start_ranks(run_scenarios, (world, free_port(), runs), world)
 
 
 def weights(root: Path) -> dict[str, torch.Tensor]:

@@ -13,13 +13,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from torch import nn
 from torch.distributed.checkpoint import FileSystemWriter
 
 from contract.failures import FailureCode, parse_failure_line
 from jobs.retry.classify import Category, Response, classify_description
-from tests.training.helpers import config, free_port, max_diff, weights
+from tests.training.helpers import config, free_port, max_diff, start_ranks, weights
 from training import state as training_state
 from training.checkpoint import (
     MARKER,
@@ -287,7 +286,7 @@ def _write_corrupt_resume(rank: int, world: int, port: int, root: str, corpus: s
 
 
 def test_two_ranks_hash_their_own_files_and_agree_on_a_damaged_one(tmp_path, corpus, capfd):
-    mp.spawn(_write_corrupt_resume, args=(2, free_port(), str(tmp_path), str(corpus)), nprocs=2, join=True)
+    start_ranks(_write_corrupt_resume, (2, free_port(), str(tmp_path), str(corpus)), 2)
     out = capfd.readouterr().out
     step_2 = tmp_path / "checkpoints" / "step-2"
     marker = json.loads((step_2 / MARKER).read_text())

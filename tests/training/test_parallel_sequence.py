@@ -18,9 +18,8 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
-from tests.training.helpers import free_port
+from tests.training.helpers import free_port, start_ranks
 from tests.training.test_parallel_models import gpt4, vit4
 
 pytestmark = pytest.mark.slow
@@ -113,7 +112,7 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("sequence") / "results.json"
-    mp.spawn(_worker, args=(2, free_port(), str(out)), nprocs=2, join=True)
+    start_ranks(_worker, (2, free_port(), str(out)), 2)
     return json.loads(out.read_text())
 
 

@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 from contract.failures import FailureCode, parse_failure_line
 from contract.hyperparameters import TrainConfig
 from contract.metrics import parse_metric_line
-from tests.training.helpers import config, free_port
+from tests.training.helpers import config, free_port, start_ranks
 from training import watchdog
 from training.stragglers import Stragglers, ratios
 from training.watchdog import ENV_TEST_HANG, ENV_TEST_SLOW, Watchdog, process_group_timeout, stopped_ranks
@@ -126,7 +126,7 @@ def _worker(rank: int, world: int, port: int, values: dict, env: dict) -> None:
 def _run(values: dict, env: dict, limit_s: float) -> tuple[bool, float]:
     """Run 2 ranks; (whether every rank exited 0, seconds). Never waits past `limit_s`."""
     began = time.monotonic()
-    context = mp.spawn(_worker, args=(2, free_port(), values, env), nprocs=2, join=False)
+    context = start_ranks(_worker, (2, free_port(), values, env), 2, join=False)
     try:
         while not context.join(timeout=0.5):
             if time.monotonic() - began > limit_s:
