@@ -81,7 +81,10 @@ def _as_if_spawned(rank: int, fn, environment: dict[str, str], parent: int, args
     os.environ.clear()
     os.environ.update(environment)
     for fd in (1, 2):
-        stream = os.open(f"/proc/{parent}/fd/{fd}", os.O_WRONLY | os.O_APPEND)
+        try:
+            stream = os.open(f"/proc/{parent}/fd/{fd}", os.O_WRONLY | os.O_APPEND)
+        except OSError:  # a socket cannot be reopened by path: the rank keeps the server's stream
+            continue
         os.dup2(stream, fd)
         os.close(stream)
     fn(rank, *args)
