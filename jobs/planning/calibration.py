@@ -44,19 +44,20 @@ class Row:
         return lookup(self.instance_type).gpu
 
 
-def _mpt(layers: int, hidden: int, heads: int) -> dict[str, Any]:
+def mpt_shape(layers: int, hidden: int, heads: int) -> dict[str, Any]:
+    """An llm-foundry MPT model's shape (its 50,368-entry vocabulary, sequences of 2048)."""
     return {"layers": layers, "hidden": hidden, "heads": heads, "vocab_size": 50368, "seq_len": 2048}
 
 
 A100, H100 = "ml.p4de.24xlarge", "ml.p5.48xlarge"  # A100 80GB and H100 80GB, 8 per node, NVLink, EFA
 ROWS: tuple[Row, ...] = (
-    Row("MPT-7B, 8 x A100 80GB, FSDP", LLM_FOUNDRY, _mpt(32, 4096, 32), A100, Layout("fsdp", 1, 8, shard=8),
+    Row("MPT-7B, 8 x A100 80GB, FSDP", LLM_FOUNDRY, mpt_shape(32, 4096, 32), A100, Layout("fsdp", 1, 8, shard=8),
         {"micro_batch_size": 6, "grad_accum": 1}, 4641, "tokens/s/GPU"),
-    Row("MPT-30B, 8 x A100 80GB, FSDP, AC", LLM_FOUNDRY, _mpt(48, 7168, 56), A100, Layout("fsdp", 1, 8, shard=8),
+    Row("MPT-30B, 8 x A100 80GB, FSDP, AC", LLM_FOUNDRY, mpt_shape(48, 7168, 56), A100, Layout("fsdp", 1, 8, shard=8),
         {"micro_batch_size": 3, "grad_accum": 1, "activation_checkpointing": True}, 916, "tokens/s/GPU"),
-    Row("MPT-1B, 8 x H100 80GB, FSDP", LLM_FOUNDRY, _mpt(24, 2048, 16), H100, Layout("fsdp", 1, 8, shard=8),
+    Row("MPT-1B, 8 x H100 80GB, FSDP", LLM_FOUNDRY, mpt_shape(24, 2048, 16), H100, Layout("fsdp", 1, 8, shard=8),
         {"micro_batch_size": 14, "grad_accum": 1}, 45455, "tokens/s/GPU"),
-    Row("MPT-7B, 8 x H100 80GB, FSDP", LLM_FOUNDRY, _mpt(32, 4096, 32), H100, Layout("fsdp", 1, 8, shard=8),
+    Row("MPT-7B, 8 x H100 80GB, FSDP", LLM_FOUNDRY, mpt_shape(32, 4096, 32), H100, Layout("fsdp", 1, 8, shard=8),
         {"micro_batch_size": 6, "grad_accum": 1}, 10643, "tokens/s/GPU"),
     Row("Llama 3 8B, 64 x A100 80GB, FSDP2, selective AC", TORCHTITAN,
         {"layers": 32, "hidden": 4096, "heads": 32, "vocab_size": 128256, "seq_len": 8192, "params": 8_030_000_000},

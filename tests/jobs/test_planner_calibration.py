@@ -16,7 +16,15 @@ from __future__ import annotations
 import pytest
 
 from jobs.catalog import GPUS, lookup
-from jobs.planning.calibration import LLM_FOUNDRY, ROWS, Row, _mpt, calibration_of, predict, throughput_error
+from jobs.planning.calibration import (
+    LLM_FOUNDRY,
+    ROWS,
+    Row,
+    calibration_of,
+    mpt_shape,
+    predict,
+    throughput_error,
+)
 from jobs.planning.layout import Layout, numerics
 from jobs.planning.memory import GIB, memory_per_gpu
 from jobs.planning.shape import model_facts, shape_facts
@@ -100,7 +108,7 @@ def test_the_loss_is_charged_as_the_package_computes_it(hyperparameters, per_voc
     assert per_sample == pytest.approx(2048 * (m.vocab * per_vocab + m.layers * 38 * m.hidden + 6 * m.hidden))
 
 
-MPT_125M = _mpt(12, 768, 12)  # llm-foundry's MPT-125M: GPT-2's width and depth, its 50368-entry vocabulary
+MPT_125M = mpt_shape(12, 768, 12)  # llm-foundry's MPT-125M: GPT-2's width and depth, its 50368-entry vocabulary
 
 
 @pytest.mark.parametrize(("hyperparameters", "fits"), [({}, True), ({"loss_chunk_tokens": 0}, False)],
