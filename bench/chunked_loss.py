@@ -26,7 +26,8 @@ from pathlib import Path
 
 import torch
 
-from training.loss import CHUNK_TOKENS, chunked_cross_entropy, full_cross_entropy
+from contract.hyperparameters import LOSS_CHUNK_TOKENS
+from training.loss import chunked_cross_entropy, full_cross_entropy
 
 
 def peak_bytes(loss_fn, logits: torch.Tensor, y: torch.Tensor) -> int:
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tokens", type=int, default=8192)
     p.add_argument("--vocab", type=int, default=50368)
-    p.add_argument("--chunk", type=int, default=CHUNK_TOKENS, help="tokens a chunk")
+    p.add_argument("--chunk", type=int, default=LOSS_CHUNK_TOKENS, help="tokens a chunk")
     p.add_argument("--dtypes", default="bf16,fp32")
     p.add_argument("--no-compile", action="store_true", help="leave out the compiled forms (minutes on a CPU)")
     args = p.parse_args(argv)

@@ -28,7 +28,6 @@ from torch.utils.checkpoint import checkpoint
 
 from contract.hyperparameters import LOSS_CHUNK_TOKENS
 
-CHUNK_TOKENS = LOSS_CHUNK_TOKENS  # the loss_chunk_tokens hyperparameter's default (see above)
 IGNORE_INDEX = -100  # F.cross_entropy's default: a target equal to it does not count
 
 
@@ -41,7 +40,7 @@ def _chunk_sum(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float(), y, reduction="sum")
 
 
-def chunked_cross_entropy(logits: torch.Tensor, y: torch.Tensor, chunk_tokens: int = CHUNK_TOKENS) -> torch.Tensor:
+def chunked_cross_entropy(logits: torch.Tensor, y: torch.Tensor, chunk_tokens: int = LOSS_CHUNK_TOKENS) -> torch.Tensor:
     """full_cross_entropy's value, with one chunk's fp32 temporaries alive at a time (see the module's docstring)."""
     logits, y = logits.flatten(0, -2), y.flatten()
     recompute = torch.is_grad_enabled() and logits.requires_grad

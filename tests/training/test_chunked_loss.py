@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from bench.chunked_loss import peak_bytes
-from training.loss import CHUNK_TOKENS, chunked_cross_entropy, full_cross_entropy, loss_function
+from contract.hyperparameters import LOSS_CHUNK_TOKENS
+from training.loss import chunked_cross_entropy, full_cross_entropy, loss_function
 
 
 def logits_and_targets(shape: tuple[int, ...], vocab: int, dtype: torch.dtype, seed: int = 0):
@@ -74,15 +75,15 @@ def test_the_hyperparameter_chooses_the_form():
     from training.config import from_environment
 
     assert loss_function(0) is full_cross_entropy
-    assert from_environment({}, {}).loss_chunk_tokens == CHUNK_TOKENS == 1024
+    assert from_environment({}, {}).loss_chunk_tokens == LOSS_CHUNK_TOKENS == 1024
     assert from_environment({"loss_chunk_tokens": 0}, {}).loss_chunk_tokens == 0
     with pytest.raises(ConfigError, match="loss_chunk_tokens"):
         from_environment({"loss_chunk_tokens": -1}, {})
 
 
-# The memory tests' size: 8192 tokens in chunks of CHUNK_TOKENS scaled down 4 times (the bytes a logit depend on the
+# The memory tests' size: 8192 tokens in chunks of LOSS_CHUNK_TOKENS scaled down 4 times (the bytes a logit depend on the
 # number of chunks, not the size).
-SCALED_TOKENS, SCALED_CHUNK = 8192 // 4, CHUNK_TOKENS // 4
+SCALED_TOKENS, SCALED_CHUNK = 8192 // 4, LOSS_CHUNK_TOKENS // 4
 
 
 def test_the_chunked_loss_keeps_a_third_of_the_full_ones_bytes():
