@@ -8,6 +8,8 @@ import json
 import pytest
 
 import training.config as training_config
+from cli.container_emulator import script_args
+from contract.hyperparameters import decode_hyperparameters
 from jobs.render.training_job import new_run_id, render_create_training_job
 from jobs.request.parse import parse_request
 
@@ -15,21 +17,10 @@ from .conftest import REQUEST_EXAMPLES
 
 
 def toolkit_args(hyperparameters: dict[str, str]) -> list[str]:
-    """sagemaker-training's `mapping.to_cmd_args` over the decoded hyperparameters: sorted keys, `sagemaker_*`
-    left out, dicts as `k=v,k=v`, other values through str() (so booleans arrive as True/False)."""
-    args = []
-    for key in sorted(hyperparameters):
-        if key.startswith("sagemaker_"):
-            continue
-        value = json.loads(hyperparameters[key])
-        if isinstance(value, dict):
-            text = ",".join(f"{k}={v}" for k, v in sorted(value.items()))
-        elif value is None:
-            text = ""
-        else:
-            text = str(value)
-        args += [f"--{key}", text]
-    return args
+    """The training script's arguments as the platform's images build them from a job's HyperParameters:
+    sagemaker-training's decoding and `mapping.to_cmd_args`, as `trainctl local`'s container emulator reproduces
+    them (cli.container_emulator.script_args over contract.hyperparameters.decode_hyperparameters)."""
+    return script_args(decode_hyperparameters(hyperparameters))
 
 
 @pytest.mark.parametrize("path", REQUEST_EXAMPLES, ids=lambda p: p.name)

@@ -5,7 +5,8 @@ Prepare (jobs.handler.prepare) runs here as the launcher runs it: PLATFORM_SETTI
 document the default synth publishes, examples/platform-settings.json, which has a dataset_prefix), the request
 in the event. Every hostile request must end in RequestInvalid with a problem on the field it abused, and no
 CreateTrainingJob request. What the platform's images then do with an accepted request is reproduced from
-sagemaker-training's own code (mapping.to_cmd_args, the `sagemaker_` split of environment.py, process.py's
+sagemaker-training's own code (mapping.to_cmd_args and the `sagemaker_` split of environment.py, as `trainctl
+local`'s container emulator does them: tests.jobs.test_training_contract.toolkit_args; process.py's
 `" ".join(cmd)` run by /bin/sh): `shlex.split` must give back exactly the words meant, so no character was
 read by the shell.
 """
@@ -29,6 +30,7 @@ from jobs.request.environment_rules import REFUSED
 from jobs.request.hyperparameter_rules import PLATFORM_OWNED
 from jobs.request.parse import JobRequest
 from tests.jobs.conftest import EXAMPLES
+from tests.jobs.test_training_contract import toolkit_args
 
 SETTINGS = PlatformSettings.from_json((EXAMPLES / "platform-settings.json").read_text())
 TEAM_REPOSITORY = "123456789012.dkr.ecr.us-east-1.amazonaws.com/team-a/trainer"
@@ -276,25 +278,6 @@ def test_images_from_the_allowed_repositories_run(monkeypatch, image):
 SAFE = re.compile(r"[A-Za-z0-9._:/=+,@%-]+")  # the issue's safe set, independent of jobs.render.command_line
 
 
-def toolkit_words(hyperparameters: dict[str, str]) -> list[str]:
-    """sagemaker-training: values json-decoded (a value that is not JSON stays a string), `sagemaker_*` keys
-    split off (environment.py), then mapping.to_cmd_args: sorted keys, `--key` (or `-k`), objects as k=v,k=v,
-    None as '', anything else through str()."""
-    decoded = {}
-    for key, value in hyperparameters.items():
-        try:
-            decoded[key] = json.loads(value)
-        except ValueError:
-            decoded[key] = value
-    words = []
-    for key in sorted(k for k in decoded if not k.startswith("sagemaker_")):
-        value = decoded[key]
-        if hasattr(value, "items"):
-            value = ",".join(f"{k}={v}" for k, v in sorted(value.items()))
-        words += [f"--{key}" if len(key) > 1 else f"-{key}", "" if value is None else str(value)]
-    return words
-
-
 def accepted_requests() -> list[tuple[str, dict]]:
     cloud = {p.stem: json.loads(p.read_text()) for p in sorted(EXAMPLES.glob("*.json"))
              if p.name != "platform-settings.json" and not p.name.startswith("local-")}
@@ -324,7 +307,7 @@ def accepted_requests() -> list[tuple[str, dict]]:
 def test_every_accepted_request_reaches_the_shell_as_the_words_meant(monkeypatch, label, document):
     monkeypatch.setenv("PLATFORM_SETTINGS", PLATFORM.to_json())
     hyperparameters = handler.prepare({"state_shape": handler.STATE_SHAPE, "request": document, "execution": {}})["launch"]["create"]["HyperParameters"]
-    args = toolkit_words(hyperparameters)
+    args = toolkit_args(hyperparameters)
     command = ["/opt/conda/bin/torchrun", "--nnodes", "1", "--nproc_per_node", "4", "/opt/ml/code/train.py", *args]
     assert shlex.split(" ".join(command)) == command, hyperparameters
     # The platform's own values too, those off the command line included (a list item, an object's pairs).
