@@ -21,11 +21,22 @@ Ctrl-C does not reach it): it would give its workers a fixed 30 s before torch 2
 mid-save. A second signal kills the run. A failure the training package knows (a line in output/failure,
 contract.failures) is printed as that one line and the run exits 2; torchrun's own ChildFailedError
 traceback is not shown.
+
+`hosts` > 1 runs the request as that many instances, the way SageMaker runs a multi-instance job: each instance
+(`algo-1`, `algo-2`, ...) has its own tree, `workdir/<host>/`, laid out as above, with `SM_HOSTS`,
+`SM_CURRENT_HOST` and `resourceconfig.json` as SageMaker writes them, and its own torchrun started the way the
+toolkit starts it on a multi-node job (`--nnodes N --node_rank <its index in SM_HOSTS>`, rendezvous over loopback);
+ranks of one instance share its folders and only those; a signal stops every instance (each its own stop file).
+Its checkpoint folder syncs to the run's emulated S3 prefix, `workdir/s3/checkpoints/`, as CheckpointConfig does
+(cli/checkpoint_sync.py): downloaded whole before its processes start, uploaded with a lag while they run, a last
+upload when they end. That prefix, not an instance's folder, carries a run from one invocation to the next, as S3
+carries it from one job to the next.
 This module imports nothing of `jobs`: it takes the rendered dict.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -34,10 +45,13 @@ import socket
 import subprocess
 import sys
 import tarfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bundles.sourcedir import build_archive_bytes
+from cli.checkpoint_sync import CheckpointSync, SyncSettings
 from contract.container import (
     ENV_CHECKPOINT_DIR,
     ENV_STOP_FILE,
@@ -61,6 +75,25 @@ except ChildFailedError as exc:
 """
 
 HOST = "algo-1"
+S3_CHECKPOINTS = Path("s3") / "checkpoints"  # a multi-instance run's emulated CheckpointConfig.S3Uri, in the workdir
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One emulated instance of a job: its name, the job's instances (SM_HOSTS), and the rendezvous port."""
+
+    name: str = HOST
+    hosts: tuple[str, ...] = (HOST,)
+    port: int = 0  # the master's port (the toolkit's 7777 on SageMaker); 0 picks a free one
+
+    @property
+    def node_rank(self) -> int:
+        return self.hosts.index(self.name)
+
+
+def host_names(count: int) -> tuple[str, ...]:
+    """SageMaker's instance names: algo-1, algo-2, ..."""
+    return tuple(f"algo-{i + 1}" for i in range(count))
 
 
 class LocalRunError(ValueError):
@@ -152,8 +185,9 @@ def _unpack_code(code_dir: Path) -> None:
 
 
 def prepare_layout(request: dict, workdir: Path, nproc: int, data_dirs: dict[str, Path] | None,
-                   extra_env: dict | None) -> tuple[list[str], dict[str, str], Path]:
-    """The SageMaker-like tree, the command line and the environment; no process is started."""
+                   extra_env: dict | None, instance: Instance | None = None) -> tuple[list[str], dict[str, str], Path]:
+    """One instance's SageMaker-like tree, command line and environment; no process is started."""
+    instance = instance or Instance()
     workdir = Path(workdir).resolve()
     config_dir = workdir / "input" / "config"
     model_dir, output_dir, ckpt_dir = workdir / "model", workdir / "output", workdir / "checkpoints"
@@ -168,7 +202,8 @@ def prepare_layout(request: dict, workdir: Path, nproc: int, data_dirs: dict[str
     if not (workdir / "code" / program).exists():
         raise LocalRunError(f"HyperParameters.sagemaker_program is {program!r}, which the source dir does not "
                             "hold: the platform's entry script is train.py")
-    resource = {"current_host": HOST, "hosts": [HOST], "current_group_name": "homogeneousCluster",
+    resource = {"current_host": instance.name, "hosts": list(instance.hosts),
+                "current_group_name": "homogeneousCluster",
                 "current_instance_type": request.get("ResourceConfig", {}).get("InstanceType", "local"),
                 "network_interface_name": "lo"}
     (config_dir / "hyperparameters.json").write_text(json.dumps(encoded, indent=1))
@@ -187,8 +222,8 @@ def prepare_layout(request: dict, workdir: Path, nproc: int, data_dirs: dict[str
         "SM_INPUT_DIR": str(workdir / "input"),
         "SM_INPUT_CONFIG_DIR": str(config_dir),
         "SM_MODULE_DIR": str(workdir / "code"),
-        "SM_HOSTS": json.dumps([HOST]),
-        "SM_CURRENT_HOST": HOST,
+        "SM_HOSTS": json.dumps(list(instance.hosts)),
+        "SM_CURRENT_HOST": instance.name,
         "SM_NUM_GPUS": str(gpus),
         "SM_NUM_CPUS": str(os.cpu_count() or 1),
         "SM_CHANNELS": json.dumps(sorted(channels)),
@@ -206,16 +241,21 @@ def prepare_layout(request: dict, workdir: Path, nproc: int, data_dirs: dict[str
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(workdir / "code"), os.getcwd(), env.get("PYTHONPATH")) if p)
     env.update({str(k): str(v) for k, v in (extra_env or {}).items()})
 
-    cmd = _launch_command(hps, str(workdir / "code" / program), nproc, output_dir / "logs")
+    cmd = _launch_command(hps, str(workdir / "code" / program), nproc, output_dir / "logs", instance)
     return cmd + script_args(hps), env, workdir
 
 
-def _launch_command(hps: dict[str, Any], entry: str, nproc: int, log_dir: Path) -> list[str]:
-    """The entry script run as the toolkit would: torchrun, or a plain process when torchrun is off."""
+def _launch_command(hps: dict[str, Any], entry: str, nproc: int, log_dir: Path,
+                    instance: Instance | None = None) -> list[str]:
+    """The entry script run as the toolkit would: torchrun (on a multi-instance job with the node's rank), or a
+    plain process when torchrun is off."""
     if hps.get("sagemaker_torch_distributed_enabled") is False or hps.get("strategy") == "single":
         return [sys.executable, entry]
-    cmd = [sys.executable, "-c", _TORCHRUN, "--nnodes", "1", "--nproc_per_node", str(nproc),
-           "--master_addr", "127.0.0.1", "--master_port", str(_free_port())]
+    instance = instance or Instance()
+    cmd = [sys.executable, "-c", _TORCHRUN, "--nnodes", str(len(instance.hosts)), "--nproc_per_node", str(nproc),
+           "--master_addr", "127.0.0.1", "--master_port", str(instance.port or _free_port())]
+    if len(instance.hosts) > 1:
+        cmd += ["--node_rank", str(instance.node_rank)]
     if not sys.stderr.isatty():
         # Not a terminal (CI, a pipe): keep each worker's output under output/logs as well. In a terminal the
         # workers write to it directly, so rank 0 can draw its progress bar.
@@ -223,42 +263,94 @@ def _launch_command(hps: dict[str, Any], entry: str, nproc: int, log_dir: Path) 
     return [*cmd, entry]
 
 
-def run_local(create_request: dict, *, workdir: Path, nproc: int | None = None,
-              data_dirs: dict[str, Path] | None = None, extra_env: dict | None = None) -> int:
-    """Run the request here; return the exit code (0 also for a clean stop on SIGINT/SIGTERM; 2 with one
-    line on stderr for a failure the training package recognised; 128 + the signal when a process was killed by one)."""
+def instance_root(workdir: Path, hosts: int = 1) -> Path:
+    """The tree of the instance whose first rank is rank 0 (the model, the status file, the metrics)."""
+    return Path(workdir) if hosts == 1 else Path(workdir) / host_names(hosts)[0]
+
+
+def run_local(create_request: dict, *, workdir: Path, nproc: int | None = None, hosts: int = 1,
+              data_dirs: dict[str, Path] | None = None, extra_env: dict | None = None,
+              sync: SyncSettings | None = None,
+              on_start: Callable[[dict[str, subprocess.Popen]], None] | None = None) -> int:
+    """Run the request here as `hosts` instances of `nproc` processes; return the exit code (0 also for a clean
+    stop on SIGINT/SIGTERM; 2 with one line on stderr for a failure the training package recognised; 128 + the
+    signal when a process was killed by one). `sync`: the emulated checkpoint sync of a multi-instance run;
+    `on_start` sees each instance's process once all have started (a test ends one as a lost instance ends)."""
     hps = decode_hyperparameters(create_request.get("HyperParameters") or {})
     distributed = not (hps.get("sagemaker_torch_distributed_enabled") is False or hps.get("strategy") == "single")
+    if hosts > 1 and not distributed:
+        raise LocalRunError(f"{hosts} instances need torchrun, which strategy {hps.get('strategy')!r} does not use: "
+                            "choose ddp, fsdp or a model-parallel strategy, or run one instance")
     nproc = (nproc or default_nproc()) if distributed else 1
-    stop_file = (Path(workdir) / "stop").resolve()
-    cmd, env, workdir = prepare_layout(create_request, Path(workdir), nproc, data_dirs,
-                                       {ENV_STOP_FILE: str(stop_file), **(extra_env or {})})
-    failure = workdir / "output" / Path(FAILURE_FILE).name
-    for stale in (failure, stop_file):  # an earlier run's: a failure line is written only if absent
-        stale.unlink(missing_ok=True)
-    proc = subprocess.Popen(cmd, cwd=workdir / "code", env=env, start_new_session=True)
-    code = _wait_stopping_on_signal(proc, stop_file)
-    if code < 0:  # the process itself was killed (torchrun, or the one process of strategy single): as a shell says
-        code = 128 - code
-    line = failure.read_text().strip() if failure.exists() else ""
-    if code != 0 and parse_failure_line(line):
-        print(f"error: {line}", file=sys.stderr, flush=True)
+    workdir = Path(workdir).resolve()
+    names, port = host_names(hosts), _free_port()
+    launches: dict[str, tuple[list[str], dict[str, str], Path]] = {}
+    for name in names:
+        root = instance_root(workdir) if hosts == 1 else workdir / name
+        stop_file = root / "stop"  # each instance's container entry turns its own SIGTERM into its own file
+        launches[name] = prepare_layout(create_request, root, nproc, data_dirs,
+                                        {ENV_STOP_FILE: str(stop_file), **(extra_env or {})},
+                                        Instance(name, names, port))
+        for stale in (_failure_file(root), stop_file):  # an earlier run's: a failure line is written only if absent
+            stale.unlink(missing_ok=True)
+    syncs = [] if hosts == 1 else [CheckpointSync(root / "checkpoints", workdir / S3_CHECKPOINTS, name, sync)
+                                   for name, (_, _, root) in launches.items()]
+    for each in syncs:  # before any process starts, as SageMaker downloads before the training image runs
+        each.download()
+    procs = {name: subprocess.Popen(cmd, cwd=root / "code", env=env, start_new_session=True)
+             for name, (cmd, env, root) in launches.items()}
+    for each in syncs:
+        each.start()
+    try:
+        if on_start is not None:
+            on_start(procs)
+        stop_files = [root / "stop" for _, _, root in launches.values()]
+        codes = _wait_stopping_on_signal(list(procs.values()), lambda: _stopping(stop_files, syncs))
+    finally:
+        for each in syncs:
+            each.finish()
+    # A process itself killed (torchrun, or the one process of strategy single): as a shell says.
+    codes = [128 - code if code < 0 else code for code in codes]
+    code = next((c for c in codes if c != 0), 0)
+    lines = [line for _, _, root in launches.values() if parse_failure_line(line := _failure_line(root))]
+    if code != 0 and lines:
+        for line in dict.fromkeys(lines):  # each instance writes its own; most say the same
+            print(f"error: {line}", file=sys.stderr, flush=True)
         return 2
     return code
 
 
-def _wait_stopping_on_signal(proc: subprocess.Popen, stop_file: Path) -> int:
-    """Wait for the run; the first SIGINT/SIGTERM creates the stop file, the second kills the run."""
+def _failure_file(root: Path) -> Path:
+    return root / "output" / Path(FAILURE_FILE).name
+
+
+def _failure_line(root: Path) -> str:
+    path = _failure_file(root)
+    return path.read_text().strip() if path.exists() else ""
+
+
+def _stopping(stop_files: list[Path], syncs: list[CheckpointSync]) -> None:
+    """A stop reaches every instance, as SageMaker's SIGTERM does: each one's stop file, and its sync hears of it."""
+    for stop_file in stop_files:
+        stop_file.touch()
+    for each in syncs:
+        each.stopping()
+
+
+def _wait_stopping_on_signal(procs: list[subprocess.Popen], stop: Callable[[], None]) -> list[int]:
+    """Wait for every process; the first SIGINT/SIGTERM stops the run (`stop`), the second kills it."""
     signals: list[int] = []
 
     def on_signal(signum, frame) -> None:
         signals.append(signum)
         if len(signals) == 1:
-            stop_file.touch()
+            stop()
             print("\n[local] stopping: the workers checkpoint at their next step (signal again to kill)",
                   file=sys.stderr, flush=True)
         else:
-            os.killpg(proc.pid, signal.SIGKILL)
+            for proc in procs:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
 
     previous = {}
     try:
@@ -267,7 +359,7 @@ def _wait_stopping_on_signal(proc: subprocess.Popen, stop_file: Path) -> int:
     except ValueError:  # not the main thread: the caller owns the signals
         previous = {}
     try:
-        return proc.wait()
+        return [proc.wait() for proc in procs]
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

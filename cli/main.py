@@ -304,6 +304,9 @@ def local_command(
     data: Annotated[Path | None, typer.Option(
         "--data", metavar="DIR", help="Dataset folder: DIR/train and DIR/validation when present, else DIR as "
                                       "the train channel.")] = None,
+    hosts: Annotated[int, typer.Option(
+        "--hosts", min=1, help="Emulated instances, each with its own /opt/ml-like folders and --nproc processes, "
+                               "checkpoints synced through an emulated S3 prefix as SageMaker syncs them.")] = 1,
     chart: ChartOpt = None,
     oversubscribe: Annotated[bool, flag(
         "--oversubscribe", help="Allow --nproc above this machine's GPUs (or CPUs, without GPUs): the processes "
@@ -312,7 +315,8 @@ def local_command(
     """Run a request on this machine, as SageMaker would run it (torchrun; gloo on CPU)."""
     if chart is None:
         raise typer.Exit(local_runner.run_local_command(request, nproc=nproc, workdir=workdir, data=data,
-                                                        oversubscribe=oversubscribe))
+                                                        oversubscribe=oversubscribe, hosts=hosts))
+    from cli.container_emulator import instance_root
     from cli.request_file import load_request
     from cli.views.charts import chart_local_run, check_chart_option
 
@@ -320,8 +324,8 @@ def local_command(
     workdir = workdir or local_runner.DEFAULT_WORKDIR_ROOT / load_request(request).request.name
     started = time.time()
     code = local_runner.run_local_command(request, nproc=nproc, workdir=workdir, data=data,
-                                          oversubscribe=oversubscribe)
-    chart_local_run(workdir, chart, started=started)
+                                          oversubscribe=oversubscribe, hosts=hosts)
+    chart_local_run(instance_root(workdir, hosts), chart, started=started)
     raise typer.Exit(code)
 
 

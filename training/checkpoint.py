@@ -95,6 +95,7 @@ from contract.hyperparameters import TrainConfig
 from training import watchdog
 from training.checkpoint_staging import PinnedStager
 from training.distributed import Dist
+from training.environment import container
 from training.outcome import TrainingFailure
 
 MARKER = "COMPLETE.json"
@@ -128,6 +129,33 @@ def _quiet_in_one_process():
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_ONE_PROCESS_WARNING)
         yield
+
+
+def _step_number(path: Path) -> int:
+    return int(path.name.removeprefix("step-"))
+
+
+def _folder_view(root: Path) -> dict[str, str | None]:
+    """{step-N: why it is not complete here, or None} for every step folder of this host's checkpoint folder."""
+    return {path.name: why_invalid(path) for _, path in step_dirs(root)}
+
+
+def _partial(partial: dict[str, str], hosts: int) -> str:
+    """Why a step is not complete: the reason, once when every host gives it; else each host's, and on how many of
+    the hosts it is complete (a step one host holds whole and another does not)."""
+    reasons = set(partial.values())
+    if len(partial) == hosts and len(reasons) == 1:
+        return reasons.pop()
+    return "; ".join(f"on {host}: {why}" for host, why in sorted(partial.items())) + \
+        f" (complete on {hosts - len(partial)} of {hosts} hosts)"
+
+
+def _remove_step(path: Path) -> None:
+    """Remove a step folder, its completion marker first: a step half removed never looks complete (a resume on
+    this folder, or another host removing the same folder on a shared one)."""
+    with contextlib.suppress(OSError):
+        (path / MARKER).unlink(missing_ok=True)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def step_dirs(root: Path) -> list[tuple[int, Path]]:
@@ -225,6 +253,11 @@ class CheckpointManager:
         self._async_group = (torch_dist.new_group(backend="gloo")
                              if self.async_save and torch_dist.is_initialized() else None)
         self._next_save_bytes: int | None = None  # this node's share of the next save (the restore's check)
+        # The steps complete on every host: those the restore found complete everywhere, and those this run marked.
+        # Pruning decides by it, never by this host's folder: with an instance's own folder (SageMaker's checkpoint
+        # sync) no host holds another's files, so no step ever looks complete in one folder.
+        self.complete: set[int] = set()
+        self.host = container(os.environ).current_host
 
     # ---- resuming -----------------------------------------------------------------------------------
     @watchdog.phased("the checkpoint restore")  # a large restore gets its own long allowance, apart from startup
@@ -234,6 +267,7 @@ class CheckpointManager:
         then the model's weights come from `init_from` when it is set. Collective."""
         steps = self._complete_steps()
         self._check_folder(steps[0].sizes if steps else None)
+        self.complete = {_step_number(Path(step.path)) for step in steps}
         failed: list[tuple[str, str]] = []  # (step-N, why it could not be resumed)
         for step in steps:
             path = Path(step.path)
@@ -244,6 +278,7 @@ class CheckpointManager:
                 self._resumed(path, failed, verified, adopted)
                 return path
             failed.append((path.name, why))
+            self.complete.discard(_step_number(path))
         if failed:
             raise TrainingFailure(FailureCode.CHECKPOINT_UNREADABLE, _unreadable(self.root, failed))
         if self.init_from:
@@ -271,20 +306,26 @@ class CheckpointManager:
         return f"[checkpoint] {name} was written by {theirs.name}; {mine.name} resumes it"
 
     def _complete_steps(self) -> list[_Step]:
-        """Every complete step, newest first, as rank 0 sees them (partial ones newer than the newest complete
-        one are named in a line), agreed by all."""
+        """Every step complete in every host's folder, newest first (partial ones newer than the newest complete
+        one are named in a line, with the hosts they are partial on), agreed by all. Each host's first rank looks
+        at its own folder: a step whose files reached the job's S3 prefix from one host but not another is
+        partial everywhere (every host downloads the same prefix), and on a folder shared by every host (FSx)
+        the views are equal."""
+        view = _folder_view(self.root) if self.dist.local_rank == 0 else None
+        views = [(host, seen) for host, seen in self.dist.all_gather_object((self.host, view)) if seen is not None]
         found: list[_Step] = []
         if self.dist.is_main:
             for _, path in step_dirs(self.root):
-                reason = why_invalid(path)
-                if reason is None:
+                reasons = {host: seen.get(path.name, "absent") for host, seen in views}
+                partial = {host: why for host, why in reasons.items() if why is not None}
+                if not partial:
                     marker = json.loads((path / MARKER).read_text())
                     checksums = marker.get("checksums") if marker.get("checksum") == CHECKSUM else None
                     owned = "run_id" in marker or "fingerprint" in marker
                     owner = {"run_id": marker.get("run_id"), "fingerprint": marker.get("fingerprint")} if owned else None
                     found.append(_Step(str(path), marker["files"], checksums, owner))
                 elif not found:
-                    print(f"[checkpoint] skipping {path.name}: {reason}", flush=True)
+                    print(f"[checkpoint] skipping {path.name}: {_partial(partial, len(views))}", flush=True)
         return self.dist.broadcast_object(found)
 
     def _verify(self, step: _Step) -> tuple[str | None, str]:
@@ -495,7 +536,7 @@ class CheckpointManager:
         if self.dist.local_rank == 0:
             self.root.mkdir(parents=True, exist_ok=True)
             if path.exists():  # a leftover of an attempt that died at this step, or one that failed to load
-                shutil.rmtree(path)
+                _remove_step(path)
         self.dist.barrier()
         self.saved_at, began = step, time.time()
         self._started = began
@@ -554,7 +595,8 @@ class CheckpointManager:
             try:
                 with self._disk_full_is_a_failure(path):
                     _write_atomic(path / MARKER, json.dumps(marker, indent=1))
-                self._prune(step)
+                if not self._stopping:  # a stop's save prunes nothing (see _prune)
+                    self._prune(step)
             except TrainingFailure as e:
                 problem = str(e)
             except OSError as e:
@@ -563,16 +605,19 @@ class CheckpointManager:
         problems = [p for p in self.dist.all_gather_object(problem) if p]
         if problems:
             raise TrainingFailure(FailureCode.CHECKPOINT_UNWRITABLE, problems[0])
+        self.complete.add(step)
 
     def _prune(self, step: int) -> None:
-        """Keep the newest K complete steps at or below `step`, the one just written (always kept: only finite
-        steps are saved). Newer steps are left: a run that fell back to an older step wrote below them, and
-        those failed to load; they are not counted as the newest (a retry tries and skips them again)."""
-        complete = [p for s, p in step_dirs(self.root) if s <= step and why_invalid(p) is None]
-        keep = set(complete[: self.keep])
+        """Keep the newest K steps complete on every host (`self.complete`) at or below `step`, the one just
+        written (always kept: only finite steps are saved), and remove this host's copy of every other step at
+        or below it (partial leftovers too). Newer steps are left: a run that fell back to an older step wrote
+        below them, and those failed to load; they are not counted as the newest (a retry tries and skips them
+        again). A stop's save prunes nothing: SageMaker's last upload after a stop may be cut short, and the
+        deletions it propagates would take the previous complete step from S3 along with the new one's tail."""
+        keep = set(sorted((s for s in self.complete | {step} if s <= step), reverse=True)[: self.keep])
         for s, p in step_dirs(self.root):
-            if p not in keep and s <= step:
-                shutil.rmtree(p, ignore_errors=True)
+            if s not in keep and s <= step:
+                _remove_step(p)
 
     @contextlib.contextmanager
     def _disk_full_is_a_failure(self, path: Path):
@@ -853,7 +898,9 @@ def _host_budget() -> int | None:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
+    # Named for this host and process: on a folder every host shares (FSx), each host's first rank writes the
+    # same marker, and one temporary name would be renamed away under the other.
+    tmp = path.with_name(f"{path.name}.{socket.gethostname()}-{os.getpid()}.tmp")
     with open(tmp, "w") as f:
         f.write(text)
         f.flush()

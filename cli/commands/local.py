@@ -85,9 +85,10 @@ def render_for_local(loaded: LoadedRequest) -> dict[str, Any]:
 
 
 def run_request_locally(loaded: LoadedRequest, *, workdir: Path | None, nproc: int | None, data: Path | None,
-                        run_local: Callable[..., int] | None = None) -> int:
-    """Render, then run. `run_local` defaults to cli.container_emulator.run_local (imported here, not at the top: it
-    brings torch, which the other commands do not need)."""
+                        hosts: int = 1, run_local: Callable[..., int] | None = None, **emulation: Any) -> int:
+    """Render, then run as `hosts` instances of `nproc` processes. `run_local` defaults to
+    cli.container_emulator.run_local (imported here, not at the top: it brings torch, which the other commands do
+    not need); `emulation` goes to it as it is (a test's checkpoint-sync settings)."""
     given = data_channels(data)
     create = render_for_local(with_local_data(loaded, given))
     values = canonical_hyperparameters(decode_hyperparameters(create.get("HyperParameters") or {}))
@@ -95,13 +96,16 @@ def run_request_locally(loaded: LoadedRequest, *, workdir: Path | None, nproc: i
         if nproc is not None and nproc > 1:
             raise UserError(f"--nproc {nproc} with strategy 'single': that strategy runs one process",
                             "drop --nproc, or set the request's strategy to ddp or fsdp")
+        if hosts > 1:
+            raise UserError(f"--hosts {hosts} with strategy 'single': that strategy runs one process on one "
+                            "instance", "drop --hosts, or set the request's strategy to ddp or fsdp")
         processes = 1
     else:
         from cli.container_emulator import default_nproc
 
         processes = nproc or default_nproc()
-    _check_parallelism(loaded, values, processes)
-    _check_batch(values, processes)
+    _check_parallelism(loaded, values, processes, hosts)
+    _check_batch(values, processes * hosts)
     channels = given or request_channels(create)
     for name, path in (channels or {}).items():
         if not path.is_dir():
@@ -114,12 +118,12 @@ def run_request_locally(loaded: LoadedRequest, *, workdir: Path | None, nproc: i
     workdir = workdir or DEFAULT_WORKDIR_ROOT / loaded.request.name
     _check_workdir(workdir)
     try:
-        return run_local(create, workdir=workdir, nproc=nproc, data_dirs=channels)
+        return run_local(create, workdir=workdir, nproc=nproc, hosts=hosts, data_dirs=channels, **emulation)
     except LocalRunError as exc:  # e.g. a channel on S3 or FSx with no local folder given
         raise UserError(str(exc), "pass --data DIR with the dataset's local copy") from None
 
 
-def _check_parallelism(loaded: LoadedRequest, values: dict[str, Any], processes: int) -> None:
+def _check_parallelism(loaded: LoadedRequest, values: dict[str, Any], processes: int, hosts: int) -> None:
     """The degrees the job will run, against this machine's processes, before any process starts. They are read
     from the rendered hyperparameters: for `strategy: auto` that is the planner's pick, sized for the request's
     instances rather than for this machine, so checking the request's own `parallel` section would miss it."""
@@ -129,13 +133,13 @@ def _check_parallelism(loaded: LoadedRequest, values: dict[str, Any], processes:
     if values.get("strategy") not in MODEL_PARALLEL:
         return
     request = loaded.request
-    problems = rendered_problems(values, request.model, request.model_size, hosts=1, per_host=processes)
+    problems = rendered_problems(values, request.model, request.model_size, hosts=hosts, per_host=processes)
     if not problems:
         return
     if request.strategy.value == "auto":
         raise _auto_degrees_error(request, values, processes, problems)
     raise UserError("; ".join(str(p) for p in problems),
-                    f"pass --nproc with a process count the degrees divide, or change {problems[0].path}")
+                    f"pass --nproc (and --hosts) with process counts the degrees divide, or change {problems[0].path}")
 
 
 def _check_batch(values: dict[str, Any], processes: int) -> None:
@@ -183,19 +187,23 @@ def _check_workdir(workdir: Path) -> None:
                         "fix its permissions, or pass another --workdir")
 
 
-def check_nproc(nproc: int | None, *, oversubscribe: bool) -> None:
-    """--nproc above this machine's GPUs (or CPUs) is refused unless --oversubscribe says it is meant: each
-    worker holds the model, its optimizer state and a data loader, so --nproc 1000 started some 200 workers and
-    took 14 GB before anything failed."""
-    if nproc is None or oversubscribe:
+def check_nproc(nproc: int | None, *, oversubscribe: bool, hosts: int = 1) -> None:
+    """--nproc (times --hosts: every emulated instance runs here) above this machine's GPUs (or CPUs) is refused
+    unless --oversubscribe says it is meant: each worker holds the model, its optimizer state and a data loader, so
+    --nproc 1000 started some 200 workers and took 14 GB before anything failed."""
+    if oversubscribe or (nproc is None and hosts == 1):
         return
-    from cli.container_emulator import process_limit
+    from cli.container_emulator import default_nproc, process_limit
 
     limit, what = process_limit()
-    if nproc > limit:
-        raise UserError(f"--nproc {nproc}: this machine has {limit} {what}; more processes than {what} share them, "
+    total = (nproc or default_nproc()) * hosts
+    if total > limit:
+        asked = f"--nproc {nproc or default_nproc()} x --hosts {hosts} = {total} processes" if hosts > 1 \
+            else f"--nproc {total}"
+        raise UserError(f"{asked}: this machine has {limit} {what}; more processes than {what} share them, "
                         "each with its own copy of the model and optimizer state (memory grows with every one)",
-                        f"pass --nproc {limit} or fewer, or add --oversubscribe to start {nproc} anyway")
+                        f"pass --nproc {limit // hosts or 1} or fewer{' per host' if hosts > 1 else ''}, or add "
+                        f"--oversubscribe to start {total} anyway")
 
 
 # What the training package needs on this machine: the `[train]` extra, which a `[cli]` install goes without.
@@ -220,15 +228,15 @@ def _importable(name: str) -> bool:
 
 
 def run_local_command(request: Path, *, nproc: int | None, workdir: Path | None, data: Path | None,
-                      oversubscribe: bool = False) -> int:
+                      oversubscribe: bool = False, hosts: int = 1) -> int:
     """`trainctl local`: run the request here, print how it ended; returns the run's exit status."""
     check_training_modules()
-    check_nproc(nproc, oversubscribe=oversubscribe)
+    check_nproc(nproc, oversubscribe=oversubscribe, hosts=hosts)
     loaded = load_request(request)
     workdir = workdir or DEFAULT_WORKDIR_ROOT / loaded.request.name
     started = time.time()
-    code = run_request_locally(loaded, workdir=workdir, nproc=nproc, data=data)
-    out().print(local_outcome(code, workdir, since=started))
+    code = run_request_locally(loaded, workdir=workdir, nproc=nproc, data=data, hosts=hosts)
+    out().print(local_outcome(code, workdir, since=started, hosts=hosts))
     return code
 
 
@@ -247,21 +255,25 @@ def _why(signal_name: str) -> str:
     return ""
 
 
-def local_outcome(code: int, workdir: Path, *, since: float) -> str:
+def local_outcome(code: int, workdir: Path, *, since: float, hosts: int = 1) -> str:
     """One line on how a local run ended, from the status file the training loop writes (this run's only)."""
+    from cli.container_emulator import S3_CHECKPOINTS, instance_root
+
     status: dict = {}
-    path = workdir / "output" / "data" / STATUS_FILE
+    root = instance_root(workdir, hosts)
+    path = root / "output" / "data" / STATUS_FILE
     with contextlib.suppress(OSError, json.JSONDecodeError):
         if path.stat().st_mtime >= since:
             status = json.loads(path.read_text())
+    checkpoints = workdir / S3_CHECKPOINTS if hosts > 1 else root / "checkpoints"
     if code != 0:
-        logs = workdir / "output" / "logs"
+        logs = root / "output" / "logs" if hosts == 1 else workdir / "algo-*" / "output" / "logs"
         if signal_name := _killed_by(code):
             return (f"[red]a process of the run was killed by {signal_name}[/] (status {code}){_why(signal_name)}; "
                     f"worker logs: {logs}")
         return f"[red]the run exited with status {code}[/]; worker logs: {logs}"
     if status.get("status") == "stopped":
-        return (f"stopped at step {status.get('step')} with a checkpoint in {workdir / 'checkpoints'}; "
+        return (f"stopped at step {status.get('step')} with a checkpoint in {checkpoints}; "
                 f"run again with --workdir {workdir} to resume")
-    return (f"done at step {status.get('step', '?')}: model in {workdir / 'model'}, metrics in "
-            f"{workdir / 'output' / 'data'}")
+    return (f"done at step {status.get('step', '?')}: model in {root / 'model'}, metrics in "
+            f"{root / 'output' / 'data'}")

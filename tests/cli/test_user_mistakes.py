@@ -128,7 +128,7 @@ def test_a_worker_killed_by_sigkill_is_reported_as_such(tmp_path, monkeypatch):
     killer.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
     launch = cli.container_emulator._launch_command
     monkeypatch.setattr(cli.container_emulator, "_launch_command",
-                        lambda hps, entry, nproc, log_dir: launch(hps, str(killer), nproc, log_dir))
+                        lambda hps, entry, nproc, log_dir, instance=None: launch(hps, str(killer), nproc, log_dir))
     for split in ("train", "validation"):
         (tmp_path / "corpus" / split).mkdir(parents=True)
     result = run("local", _local_request(tmp_path), "--nproc", "1", "--data", tmp_path / "corpus",

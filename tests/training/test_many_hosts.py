@@ -1,0 +1,116 @@
+"""A job of several instances, as SageMaker runs one, emulated here by `trainctl local --hosts N`
+(cli/container_emulator.py): each instance its own folders and torchrun, its checkpoint folder synced to one S3
+prefix as CheckpointConfig syncs it (cli/checkpoint_sync.py). 2 instances x 1 process: the fewest processes that
+are two hosts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from cli.checkpoint_sync import SyncSettings
+from cli.container_emulator import S3_CHECKPOINTS, run_local
+from tests.training.helpers import LOCAL_HPS, create_request, weights
+from training.checkpoint import MARKER, why_invalid
+
+pytestmark = pytest.mark.slow
+
+HPS = {**LOCAL_HPS, "max_steps": 8, "checkpoint_interval": 2, "keep_checkpoints": 2, "eval_interval": 0}
+
+
+def two_hosts(hps: dict) -> dict:
+    request = create_request(hps)
+    request["ResourceConfig"]["InstanceCount"] = 2
+    return request
+
+
+def complete_steps(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.glob("step-*") if why_invalid(p) is None)
+
+
+def rank_files(step: Path) -> set[str]:
+    return {p.name for p in step.glob("__*.distcp")}
+
+
+@pytest.fixture
+def data(corpus) -> dict[str, Path]:
+    return {"train": corpus / "train", "validation": corpus / "validation"}
+
+
+def test_a_two_instance_run_keeps_its_checkpoints_in_s3(tmp_path, data):
+    """Each instance holds only its own ranks' files and no folder of one holds a complete step; pruning decides by
+    what is complete over both, so S3 keeps the newest `keep_checkpoints` steps whole (it kept none: each host
+    pruned every step it could not see complete, the new one included, and the sync deleted them from S3)."""
+    work = tmp_path / "work"
+    assert run_local(two_hosts(HPS), workdir=work, nproc=1, hosts=2, data_dirs=data) == 0
+    s3 = work / S3_CHECKPOINTS
+    assert complete_steps(s3) == ["step-6", "step-8"]
+    assert sorted(p.name for p in s3.iterdir()) == ["step-6", "step-8"]  # the older ones pruned, from S3 too
+    for host, own in (("algo-1", "__0_0.distcp"), ("algo-2", "__1_0.distcp")):
+        local = work / host / "checkpoints" / "step-8"
+        assert rank_files(local) == {own} and (local / MARKER).exists()
+        assert complete_steps(work / host / "checkpoints") == []  # no host sees a complete step on its own
+        config = json.loads((work / host / "input" / "config" / "resourceconfig.json").read_text())
+        assert config["current_host"] == host and config["hosts"] == ["algo-1", "algo-2"]
+    assert (work / "algo-1" / "model" / "model.safetensors").exists()
+    status = json.loads((work / "algo-1" / "output" / "data" / "training_status.json").read_text())
+    assert status["status"] == "completed" and status["step"] == 8
+
+
+def stop_once_complete_in(s3: Path, step: str, done: threading.Event) -> threading.Thread:
+    """SIGTERM to this process (trainctl local's: a stop of every instance) once `step` is complete in S3."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not done.is_set():
+            if step in complete_steps(s3):
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_step_one_instance_uploaded_and_the_other_did_not_is_never_loaded(tmp_path, data, capfd):
+    """A stop that ends algo-2's sync (terminated before its last upload) once step-4 is whole in S3: the steps
+    written after it reach S3 with algo-1's files and the marker but not algo-2's. The next job skips the newest,
+    naming what is missing, and resumes from the newest whole one, which the stop did not prune. It then trains on
+    to the weights of a run that was never stopped."""
+    hps = {**HPS, "max_steps": 40, "checkpoint_interval": 4}
+    work = tmp_path / "work"
+    s3 = work / S3_CHECKPOINTS
+    done = threading.Event()
+    watcher = stop_once_complete_in(s3, "step-4", done)
+    cut = SyncSettings(lag_s=0.1, cut_at_stop=("algo-2",))
+    assert run_local(two_hosts(hps), workdir=work, nproc=1, hosts=2, data_dirs=data, sync=cut) == 0
+    done.set()
+    watcher.join(timeout=1)
+    status = json.loads((work / "algo-1" / "output" / "data" / "training_status.json").read_text())
+    stopped = status["step"]
+    assert status["status"] == "stopped" and 4 < stopped < 40, status
+    partial = s3 / f"step-{stopped}"  # written after the stop came (the stop's save, or a cadence save just before)
+    assert (partial / MARKER).exists() and rank_files(partial) == {"__0_0.distcp"}
+    whole = complete_steps(s3)
+    assert "step-4" in whole
+    previous = max(int(name.removeprefix("step-")) for name in whole)
+    assert previous < stopped
+    capfd.readouterr()
+
+    assert run_local(two_hosts(hps), workdir=work, nproc=1, hosts=2, data_dirs=data) == 0
+    logs = capfd.readouterr().out
+    assert f"skipping step-{stopped}: missing __1_0.distcp" in logs, logs[-3000:]
+    assert f"resumed from {work / 'algo-1' / 'checkpoints' / f'step-{previous}'} at step {previous}" in logs
+
+    reference = tmp_path / "reference"
+    assert run_local(two_hosts(hps), workdir=reference, nproc=1, hosts=2, data_dirs=data) == 0
+    resumed, straight = weights(work / "algo-1"), weights(reference / "algo-1")
+    assert all(torch.equal(resumed[k], straight[k]) for k in straight)
