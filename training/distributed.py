@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import time
+import typing
 import warnings
 import weakref
 from dataclasses import dataclass
@@ -184,6 +185,29 @@ def teardown() -> None:
     if alive:
         print(f"[train] warning: {alive} of {len(groups)} process groups outlive teardown (still referenced): "
               "their threads may abort the process at exit", file=sys.stderr, flush=True)
+
+
+def leave(code: int) -> typing.NoReturn:
+    """End the process of an entry script whose run is over and whose outcome is written (the status file, or the
+    failure line): the watchdog stopped, the device's queued work finished, the standard streams flushed, then
+    `os._exit(code)`, with no process group destroyed and no interpreter finalization.
+
+    Why not `teardown`: destroying a gloo group can deadlock. A gloo worker thread drops a finished collective's
+    work object under its queue's mutex; when Python has already let go of that work's tensors, freeing them needs
+    the GIL. The group's destructor, called with the GIL held, takes the same mutex: each waits for the other, and
+    the process never exits (seen twice on torch 2.13: `~ProcessGroupGloo` against an `AsyncAllgatherWork`), which on
+    SageMaker bills until MaxRuntime. No order of calls rules that out while the destructor runs, and nothing is
+    left that needs it: every collective of the run returned on every rank (the last one is the export's, or the
+    agreement on the failure), and the kernel closes the sockets (their sent data still delivered) and frees the
+    device. A CUDA device's queue is drained first, so no peer waits on a collective still queued here."""
+    watchdog.stop()  # joins its thread; rank 0 prints the run's straggler summary
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        with contextlib.suppress(Exception):
+            torch.cuda.synchronize()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def _release_groups() -> None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import signal
 import time
 
 import torch
@@ -137,6 +138,27 @@ def _worker_init(_: int) -> None:
     # One thread per worker: the workers together are the data pipeline's parallelism; torch's intra-op pool
     # in each would oversubscribe the cores the training step uses.
     torch.set_num_threads(1)
+    _end_with_the_rank()
+
+
+# prctl(PR_SET_PDEATHSIG): the kernel signals this process when the thread that forked it ends (Linux only).
+_PR_SET_PDEATHSIG = 1
+
+
+def _end_with_the_rank() -> None:
+    """A worker ends when its rank does, however the rank ends: the DataLoader's own check (the parent's pid, every
+    5 s) runs only between batches, so a worker stuck in a read or a decode outlived its rank by minutes, and a rank
+    that ends with os._exit (training.distributed.leave) or a SIGKILL runs no shutdown. The rank's main thread
+    forks the workers (the first step, each evaluation) and lives as long as the rank."""
+    parent = os.getppid()
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the DataLoader's own check only
+        return
+    if os.getppid() != parent:  # the rank ended before the request took hold
+        os._exit(0)
 
 
 class BatchSource:
@@ -197,9 +219,13 @@ class BatchSource:
 
 
 def _loader(dataset, keys, device: torch.device, workers: int, prefetch: int) -> DataLoader:
+    # A generator of its own: an iterator over workers draws its base seed from the generator it is given, else from
+    # torch's global one, whose next draws are dropout's. A resumed run makes its iterator after the restore, an
+    # uninterrupted one at its first step: a draw from the global generator would put dropout one draw apart. The
+    # workers need no seed of their own: every batch is a pure function of its key.
     return DataLoader(_MicroBatches(dataset), sampler=keys, batch_size=None, num_workers=workers,
                       pin_memory=device.type == "cuda", prefetch_factor=prefetch, worker_init_fn=_worker_init,
-                      multiprocessing_context=_CONTEXT)
+                      multiprocessing_context=_CONTEXT, generator=torch.Generator())
 
 
 def eval_batches(dataset, keys: list[tuple[int, list[int]]], device: torch.device, workers: int):

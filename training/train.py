@@ -14,6 +14,8 @@ from __future__ import annotations
 import signal
 import sys
 import time
+import traceback
+import typing
 from pathlib import Path
 
 # A stop can arrive while torch imports (seconds): record it now, hand it to the StopFlag once it exists.
@@ -31,15 +33,14 @@ if not __package__:
 from contract.errors import ConfigError  # noqa: E402
 from contract.failures import FailureCode, failure_line  # noqa: E402
 from training.config import parse_args  # noqa: E402
-from training.distributed import StopFlag, setup, teardown  # noqa: E402
+from training.distributed import StopFlag, leave, setup, teardown  # noqa: E402
 from training.environment import DataMissing, write_failure  # noqa: E402
 from training.outcome import TrainingFailure  # noqa: E402
 
 
 def main(argv: list[str] | None = None, *, stop_at: int | None = None) -> int:
-    stop = StopFlag.for_environment().install()
-    for signum, at in _EARLY_STOP:
-        stop.raise_(signum, at)
+    """The run in this process, which goes on afterwards (a test's): its process groups are torn down."""
+    stop = _stop_flag()
     try:
         return _run(sys.argv[1:] if argv is None else argv, stop, stop_at)
     finally:
@@ -47,6 +48,25 @@ def main(argv: list[str] | None = None, *, stop_at: int | None = None) -> int:
         # model, whose groups must all go for teardown to end their threads (training.distributed.teardown).
         teardown()
         stop.uninstall()
+
+
+def entry() -> typing.NoReturn:
+    """The entry script's run: once its outcome is written the process ends at once, its exit code that outcome's
+    (training.distributed.leave: tearing the groups down can deadlock, and the process has nothing left to do). An
+    error the package does not know is printed with its traceback, as Python would, and ends it with 1."""
+    try:
+        code = _run(sys.argv[1:], _stop_flag(), None)
+    except BaseException:  # noqa: BLE001 (whatever it is, the process must still end)
+        traceback.print_exc()
+        code = 1
+    leave(code)
+
+
+def _stop_flag() -> StopFlag:
+    stop = StopFlag.for_environment().install()
+    for signum, at in _EARLY_STOP:
+        stop.raise_(signum, at)
+    return stop
 
 
 def _run(args: list[str], stop: StopFlag, stop_at: int | None) -> int:
@@ -76,4 +96,4 @@ def _fail(code: FailureCode, message: str, exit_code: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

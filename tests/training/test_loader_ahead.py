@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 
 import numpy as np
@@ -154,3 +155,59 @@ def test_the_wait_per_step_is_what_the_plans_input_check_predicts(workers):
         source.close()
     predicted = max(0.0, micro * decode / workers - step)
     assert np.mean(waits[10:]) == pytest.approx(predicted, abs=0.012)
+
+
+class Stuck:
+    """Every read hangs (a stalled network mount, a decoder in a loop)."""
+
+    data_format = "stuck"
+
+    def __len__(self) -> int:
+        return 8
+
+    def batch(self, indices: list[int], epoch: int = 0):
+        time.sleep(3600)
+
+
+def _rank_with_a_stuck_worker(report) -> None:
+    """A rank whose loader's one worker hangs in a read: it reports the worker's pid, then waits for its batch."""
+    source = BatchSource(Stuck(), GlobalBatchSampler(8, 2, 0, 1, seed=0), 2, torch.device("cpu"), workers=1)
+    source._start()
+    report.send([w.pid for w in source._loader._workers])
+    next(source._loader)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return False
+
+
+def test_a_loader_worker_stuck_in_a_read_ends_with_its_rank(tmp_path):
+    """A rank killed outright (SIGKILL: the OOM killer, or leave()'s os._exit after a failure) runs no shutdown, and
+    the DataLoader's own check of its parent runs only between batches: a worker stuck in a read outlived its rank by
+    minutes, holding the instance's memory and its file handles. The kernel now ends it with its rank."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    rank = context.Process(target=_rank_with_a_stuck_worker, args=(send,))
+    rank.start()
+    worker = None
+    try:
+        [worker] = receive.recv()
+        assert _alive(worker)
+        time.sleep(0.5)  # the worker is inside its read
+        os.kill(rank.pid, signal.SIGKILL)
+        rank.join(30)
+        deadline = time.monotonic() + 60  # a bound on a kernel signal's delivery, not a measurement
+        while _alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(worker)
+    finally:
+        if rank.is_alive():
+            rank.kill()
+        if worker is not None and _alive(worker):  # the test failed: leave no process behind
+            os.kill(worker, signal.SIGKILL)
