@@ -96,6 +96,7 @@ from training import watchdog
 from training.checkpoint_staging import PinnedStager
 from training.distributed import Dist
 from training.environment import container
+from training.metrics import strict_json
 from training.outcome import TrainingFailure
 
 MARKER = "COMPLETE.json"
@@ -108,7 +109,10 @@ SPACE_MARGIN = 1.1
 SPACE_EXTRA_BYTES = 16 << 20
 # A full disk as torch's C++ writer reports it (inline_container.cc's "file write failed" says no more).
 _DISK_FULL_TEXT = re.compile(r"No space left on device|Disk quota exceeded|\[Errno 28\]|\berrno:? ?28\b", re.I)
-_DISK_FULL_ERRNOS = {errno.ENOSPC: "ENOSPC", errno.EDQUOT: "EDQUOT"}
+# What ends a save for good, by errno: the disk full, or the folder no longer writable (a read-only remount after a
+# disk error, a mount gone, permissions changed under the run).
+_UNWRITABLE_ERRNOS = {errno.ENOSPC: "ENOSPC", errno.EDQUOT: "EDQUOT", errno.EROFS: "EROFS", errno.EACCES: "EACCES",
+                      errno.EPERM: "EPERM"}
 # DCP warns that it assumes one process when there is no process group: that is the `single` strategy, on
 # purpose. Silenced process-wide (an async save warns from its own thread) and around each call (for
 # callers that reset the filters, such as pytest).
@@ -533,14 +537,21 @@ class CheckpointManager:
             return None
         self.wait()  # an earlier async save must be complete (and marked) before the next one starts
         path = self.root / f"step-{step}"
+        problem = None
         if self.dist.local_rank == 0:
-            self.root.mkdir(parents=True, exist_ok=True)
-            if path.exists():  # a leftover of an attempt that died at this step, or one that failed to load
-                _remove_step(path)
-        self.dist.barrier()
+            try:
+                with self._unwritable_is_a_failure(path):
+                    self.root.mkdir(parents=True, exist_ok=True)
+                    if path.exists():  # a leftover of an attempt that died at this step, or one that failed to load
+                        _remove_step(path)
+            except TrainingFailure as e:
+                problem = str(e)
+        # The ranks agree (a barrier that carries the folder's fate): one host's error must not hang the others.
+        if problems := [p for p in self.dist.all_gather_object(problem) if p]:
+            raise TrainingFailure(FailureCode.CHECKPOINT_UNWRITABLE, problems[0])
         self.saved_at, began = step, time.time()
         self._started = began
-        with _quiet_in_one_process(), self._disk_full_is_a_failure(path):
+        with _quiet_in_one_process(), self._unwritable_is_a_failure(path):
             if self._stager is not None:
                 state = {k: v.state_dict() if isinstance(v, Stateful) else v for k, v in self.parts.items()}
                 written = self._stager.save(state, str(path), process_group=self._async_group)
@@ -557,7 +568,7 @@ class CheckpointManager:
         if self._pending is not None:
             hashed, path, step, began = self._pending
             self._pending = None
-            with self._disk_full_is_a_failure(path):
+            with self._unwritable_is_a_failure(path):
                 mine = hashed.result()
             self._finish(path, step, began, stall=None, hashed=mine)
 
@@ -593,8 +604,8 @@ class CheckpointManager:
                       "checksum": CHECKSUM, "checksums": {name: crc for name, (_, crc) in sorted(files.items())},
                       "run_id": self.owner.run_id, "fingerprint": self.owner.fingerprint}
             try:
-                with self._disk_full_is_a_failure(path):
-                    _write_atomic(path / MARKER, json.dumps(marker, indent=1))
+                with self._unwritable_is_a_failure(path):
+                    _write_atomic(path / MARKER, strict_json(marker, indent=1))
                 if not self._stopping:  # a stop's save prunes nothing (see _prune)
                     self._prune(step)
             except TrainingFailure as e:
@@ -620,14 +631,15 @@ class CheckpointManager:
                 _remove_step(p)
 
     @contextlib.contextmanager
-    def _disk_full_is_a_failure(self, path: Path):
-        """A disk full (or over quota) while writing `path` ends the run with a line naming it and the folder."""
+    def _unwritable_is_a_failure(self, path: Path):
+        """A disk full (or over quota), or a folder that is no longer writable, while writing `path` ends the run
+        with a line naming it and the folder (a traceback otherwise)."""
         try:
             yield
         except (KeyboardInterrupt, SystemExit, TrainingFailure):
             raise
         except BaseException as e:
-            name = _disk_full(e) or (_write_failed(e) and self._short_of_space() and "ENOSPC")
+            name = _unwritable(e) or (_write_failed(e) and self._short_of_space() and "ENOSPC")
             if not name:
                 raise
             raise TrainingFailure(FailureCode.CHECKPOINT_UNWRITABLE, _full_message(name, self.root, path)) from None
@@ -823,6 +835,11 @@ def _folder_problem(root: Path, needed: int, basis: str) -> str | None:
 
 
 def _full_message(name: str, root: Path, path: Path) -> str:
+    if name not in ("ENOSPC", "EDQUOT"):
+        what = {"EROFS": "the file system became read-only"}.get(name, "permission denied")
+        return (f"the checkpoint folder {root} is no longer writable: {what} ({name}) while writing checkpoint "
+                f"{path.name}: {_FOLDER_FIX} (a read-only remount follows a disk error: the instance's volume, or "
+                "the file system's health)")
     free = ""
     with contextlib.suppress(OSError):
         free = f", {_bytes(shutil.disk_usage(root).free)} free now"
@@ -831,17 +848,18 @@ def _full_message(name: str, root: Path, path: Path) -> str:
             "volume (instance.volume_gb), lower keep_checkpoints, or point checkpoint_dir at a larger disk")
 
 
-def _disk_full(error: BaseException) -> str | None:
-    """"ENOSPC" or "EDQUOT" when an error, its cause or context, or a rank's failure inside a DCP
-    CheckpointException says the disk is full; None otherwise."""
+def _unwritable(error: BaseException) -> str | None:
+    """The errno name ("ENOSPC", "EDQUOT", "EROFS", "EACCES", "EPERM") when an error, its cause or context, or a
+    rank's failure inside a DCP CheckpointException says the disk is full or the folder cannot be written; None
+    otherwise."""
     seen, todo = set(), [error]
     while todo:
         e = todo.pop()
         if e is None or id(e) in seen:
             continue
         seen.add(id(e))
-        if isinstance(e, OSError) and e.errno in _DISK_FULL_ERRNOS:
-            return _DISK_FULL_ERRNOS[e.errno]
+        if isinstance(e, OSError) and e.errno in _UNWRITABLE_ERRNOS:
+            return _UNWRITABLE_ERRNOS[e.errno]
         failures = getattr(e, "failures", None)
         if isinstance(failures, dict):
             todo += [f[0] if isinstance(f, tuple) else f for f in failures.values()]

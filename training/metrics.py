@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -21,6 +22,22 @@ def peak_flops(device_name: str) -> float | None:
     """The peak for a GPU name such as 'NVIDIA H100 80GB HBM3'; None when unknown (MFU is then omitted)."""
     tflops = peak_tflops(device_name)
     return None if tflops is None else tflops * 1e12
+
+
+def strict_json(value, **options) -> str:
+    """JSON that every reader takes: a non-finite float (a NaN loss, a best validation loss of inf before the first
+    evaluation) is null, where Python's json would write the bare `NaN`/`Infinity` that JSON has no word for."""
+    return json.dumps(_finite(value), allow_nan=False, **options)
+
+
+def _finite(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 class MetricsLogger:
@@ -42,7 +59,7 @@ class MetricsLogger:
             sys.stderr.write("\r\033[K")
         print(format_metrics(clean), flush=True)
         with self.path.open("a") as f:
-            f.write(json.dumps({**clean, "time": round(time.time(), 3)}) + "\n")
+            f.write(strict_json({**clean, "time": round(time.time(), 3)}) + "\n")
 
     def final(self, record: dict) -> None:
         """The attempt's last metrics line, on stdout only: SageMaker keeps each metric's last value

@@ -3,7 +3,6 @@ it fails: `TrainingFailure`, whose one line (contract.failures) goes to the fail
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from training import watchdog
 from training.distributed import Dist
 from training.environment import status_path, write_failure  # noqa: F401 (moved beside failure_path: the watchdog writes it too)
 from training.export import save_model
+from training.metrics import strict_json
 from training.state import LoopState
 
 
@@ -34,7 +34,7 @@ def finish(cfg: TrainConfig, dist: Dist, model, export_config: dict, state: Loop
         path.parent.mkdir(parents=True, exist_ok=True)
         summary = {"status": state.status, "step": state.step, "best_val_loss": state.best_val_loss,
                    "stragglers": watchdog.straggler_report()}  # the ranks named as persistently slow
-        path.write_text(json.dumps(summary) + "\n")
+        path.write_text(strict_json(summary) + "\n")
         print(f"[train] {state.status} at step {state.step}", flush=True)
     return Result(state.status, state.step, state.best_val_loss, model_path)
 

@@ -40,6 +40,7 @@ from contract.failures import FailureCode, failure_line
 from contract.hyperparameters import TrainConfig
 from contract.metrics import STEP, format_metrics
 from training.environment import write_failure
+from training.metrics import strict_json
 from training.stragglers import Stragglers, Window
 
 # Test-only injections (tests/training/test_watchdog.py), read once at start: "RANK:STEP" makes that rank block
@@ -235,7 +236,7 @@ class Watchdog:
         keys = {rank: f"{prefix}/rank-{rank}" for rank in range(self.world)}
         deadline = time.monotonic() + min(15.0, 3 * self.poll_s + 2.0)
         try:
-            self.store.set(keys[self.rank], json.dumps(mine))
+            self.store.set(keys[self.rank], strict_json(mine))
             while len(reports) < self.world and time.monotonic() < deadline:
                 for rank, key in keys.items():
                     if rank not in reports and self.store.check([key]):

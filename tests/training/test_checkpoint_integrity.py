@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,6 +25,7 @@ from training.checkpoint import (
     MARKER,
     SPACE_EXTRA_BYTES,
     SPACE_MARGIN,
+    CheckpointManager,
     _share,
     file_checksum,
     read_checkpoint,
@@ -256,6 +258,45 @@ def test_a_disk_full_during_a_save_is_one_line_naming_enospc_and_the_folder(
     verdict = classify_description(job)
     assert verdict.category is Category.USER_ERROR and verdict.action is Response.FAIL
     assert "checkpoint_unwritable" in verdict.reason
+
+
+def _remount_read_only(folder: Path) -> bool:
+    """Make `folder`, a tmpfs mounted by the test, read-only as the kernel does after a disk error; False where
+    this machine does not let the test mount (not root, or a sandbox without the capability)."""
+    return subprocess.run(["mount", "-o", "remount,ro", str(folder)], capture_output=True).returncode == 0
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")  # DCP's, from the async save's thread
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_folder_that_turns_read_only_mid_run_is_one_line_naming_it(tmp_path, corpus, monkeypatch, asynchronous):
+    """The volume remounted read-only after step-2's save (a disk error): the next save ended in a traceback. Where
+    the test may mount a tmpfs it remounts it read-only for real; elsewhere the writer fails as it would (EROFS)."""
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(folder)],
+                             capture_output=True).returncode == 0
+    saves = []
+    real_save = CheckpointManager.save
+
+    def save(self, step, nonfinite=0):
+        saves.append(step)
+        if len(saves) == 2 and not (mounted and _remount_read_only(folder)):
+            def read_only(writer, plan, planner):
+                raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(folder / f"step-{step}" / "__0_0.distcp"))
+
+            monkeypatch.setattr(FileSystemWriter, "write_data", read_only)
+        return real_save(self, step, nonfinite)
+
+    monkeypatch.setattr(CheckpointManager, "save", save)
+    try:
+        failed = failure(config(tmp_path, corpus, checkpoint_interval=2, async_checkpoint=asynchronous))
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(folder)], capture_output=True)
+    assert failed.code is FailureCode.CHECKPOINT_UNWRITABLE, failed
+    assert f"the checkpoint folder {folder} is no longer writable: " in str(failed)
+    assert "(EROFS) while writing checkpoint step-4" in str(failed)
+    assert saves[:2] == [2, 4]  # an async save's error surfaces when the next save waits for it
 
 
 # ---- two ranks -----------------------------------------------------------------------------------------

@@ -147,3 +147,26 @@ def test_a_resume_with_dropout_is_exact_with_and_without_loader_workers(tmp_path
     resumed = run(cfg)
     assert (straight.status, resumed.status, resumed.step) == ("completed", "completed", 6)
     assert max_diff(weights(tmp_path / "resumed"), weights(tmp_path / "straight")) == 0.0
+
+
+def _strict(text: str):
+    def refuse(word: str):
+        raise ValueError(f"{word} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_every_json_file_a_run_writes_is_strict_json(tmp_path, corpus):
+    """A run without evaluations wrote its best validation loss as a bare `Infinity` into training_status.json,
+    and a NaN metric as `NaN` into metrics.jsonl: JSON has no such words, and strict readers refuse the file."""
+    from training.metrics import strict_json
+
+    run(config(tmp_path, corpus, eval_interval=0, checkpoint_interval=2, max_steps=4))
+    status = _strict((tmp_path / "output" / "training_status.json").read_text())
+    assert status["best_val_loss"] is None and status["status"] == "completed"
+    for line in (tmp_path / "output" / "metrics.jsonl").read_text().splitlines():
+        _strict(line)
+    for marker in (tmp_path / "checkpoints").glob(f"step-*/{MARKER}"):
+        _strict(marker.read_text())
+    assert _strict(strict_json({"train_loss": float("nan"), "rows": [float("-inf"), 1.5]})) == \
+        {"train_loss": None, "rows": [None, 1.5]}
