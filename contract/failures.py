@@ -22,6 +22,11 @@ class FailureCode(enum.StrEnum):
     # No step completed within the watchdog's allowance (training.watchdog): a rank stopped progressing, most often
     # a GPU, NCCL/EFA or host fault; the launcher retries it with the instance health check, unlike the codes above.
     HANG = "hang"
+    # Peers gone without a word (training.peers): every rank of a host at once, the host lost (retried on a
+    # health-checked instance, like a hang); some ranks of a live host, processes killed there (most often the
+    # kernel's out-of-memory killer: host memory, the user's to fix).
+    HOST_LOST = "host_lost"
+    PROCESS_LOST = "process_lost"
 
 
 LINE = re.compile(r"\[training:(?P<code>[a-z_]+)\] (?P<message>.*)")

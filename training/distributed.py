@@ -45,6 +45,7 @@ class Dist:
     # CPU collectives for control messages (the stop flag, checkpoint file lists): they must not wait on
     # the GPU stream, so on NCCL runs they go through a gloo group.
     control_group: dist.ProcessGroup | None = None
+    backend: str = "gloo"
 
     @property
     def is_main(self) -> bool:
@@ -143,12 +144,17 @@ def setup(cfg: TrainConfig) -> Dist:
         dist.init_process_group(backend=backend, rank=rank, world_size=world, device_id=device if use_cuda else None,
                                 timeout=timeout)
     control = dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else None
-    out = Dist(rank=rank, world_size=world, local_rank=local_rank, device=device, control_group=control)
-    if world > 1:  # a single process has no peer to hang on or to be slower than
-        hosts = out.all_gather_object(where.current_host)
-        watchdog.start(cfg, rank=rank, world=world, hosts=hosts, backend=backend, gather=out.gather_floats,
-                       store=_default_store())
-    return out
+    return Dist(rank=rank, world_size=world, local_rank=local_rank, device=device, control_group=control,
+                backend=backend)
+
+
+def start_watchdog(cfg: TrainConfig, dist: Dist) -> watchdog.Watchdog:
+    """This rank's hang watchdog for one run (training.loop.train starts and stops it): every rank's, and a single
+    process's too, whose loader or I/O can hang as well (it has no peer to wait for or to be slower than)."""
+    hosts = dist.all_gather_object(container(os.environ).current_host)
+    several = dist.world_size > 1
+    return watchdog.start(cfg, rank=dist.rank, world=dist.world_size, hosts=hosts, backend=dist.backend,
+                          gather=dist.gather_floats if several else None, store=_default_store() if several else None)
 
 
 def _default_store():

@@ -13,19 +13,22 @@ import time
 
 import torch
 
-from contract.failures import FailureCode
+from contract.errors import ConfigError
+from contract.failures import FailureCode, failure_line
 from contract.hyperparameters import TrainConfig
 from contract.metrics import CHECKPOINT_AGE_S, CHECKPOINT_OVERDUE, STEP
+from training import watchdog
 from training.checkpoint import CheckpointManager, Owner, current_run_id
 from training.data import GlobalBatchSampler, describe
-from training.distributed import Dist, StopFlag
+from training.distributed import Dist, StopFlag, start_watchdog
 from training.evaluation import Evaluator
 from training.job import announce, build_job
 from training.loader import BatchSource, resolve_workers
 from training.meter import AttemptClock, StepMeter, checkpoint_overdue, input_bound_line
 from training.metrics import MetricsLogger
 from training.optim import build_optimizer, build_scheduler
-from training.outcome import Result, TrainingFailure, finish
+from training.outcome import Result, TrainingFailure, finish, known_failure
+from training.peers import peer_gone
 from training.precision import grad_scaler
 from training.state import LoopState, ModelState, OptimizerState, RngState, ScalerState
 from training.step import TrainStep
@@ -36,8 +39,28 @@ OutOfMemory = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 
 
 def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = None, observe=None) -> Result:
-    """Run (or resume) the job. `stop_at` acts like a stop signal at that step; `observe` sees every step's
-    gradients and weights (training.step.TrainStep.observe). Tests use both."""
+    """Run (or resume) the job under this rank's hang watchdog. `stop_at` acts like a stop signal at that step;
+    `observe` sees every step's gradients and weights (training.step.TrainStep.observe). Tests use both.
+
+    A run of several ranks that cannot go on ends together (training.peers): a rank that fails tells its peers its
+    line before it leaves, and a rank whose collective says a peer went away raises `host_lost` or `process_lost`
+    naming the ranks and hosts that no longer answer (its peers' watchdogs answer and end theirs with the same)."""
+    dog = start_watchdog(cfg, dist)
+    try:
+        return _train(cfg, dist, stop, stop_at, observe)
+    except (TrainingFailure, ConfigError) as e:
+        if dist.world_size > 1:
+            dog.conclude(failed=failure_line(known_failure(e), str(e)))
+        raise
+    except Exception as e:
+        if dist.world_size == 1 or (saw := peer_gone(e)) is None:
+            raise
+        raise TrainingFailure(*dog.conclude(saw=saw)) from None
+    finally:
+        watchdog.stop()
+
+
+def _train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None, observe) -> Result:
     clock = AttemptClock()
     job = build_job(cfg, dist)
     optimizer, state = build_optimizer(job.model, cfg), LoopState()

@@ -10,7 +10,7 @@ from contract.failures import FailureCode, failure_line
 from contract.hyperparameters import TrainConfig
 from training import watchdog
 from training.distributed import Dist
-from training.environment import status_path, write_failure  # noqa: F401 (moved beside failure_path: the watchdog writes it too)
+from training.environment import DataMissing, status_path, write_failure  # noqa: F401 (write_failure: moved beside failure_path, the watchdog writes it too)
 from training.export import save_model
 from training.metrics import strict_json
 from training.state import LoopState
@@ -37,6 +37,14 @@ def finish(cfg: TrainConfig, dist: Dist, model, export_config: dict, state: Loop
         path.write_text(strict_json(summary) + "\n")
         print(f"[train] {state.status} at step {state.step}", flush=True)
     return Result(state.status, state.step, state.best_val_loss, model_path)
+
+
+def known_failure(error: Exception) -> FailureCode:
+    """The failure code of an error the package knows: a TrainingFailure's own, a ConfigError's (DataMissing:
+    data_missing; any other: config_invalid)."""
+    if isinstance(error, TrainingFailure):
+        return error.code
+    return FailureCode.DATA_MISSING if isinstance(error, DataMissing) else FailureCode.CONFIG_INVALID
 
 
 class TrainingFailure(Exception):

@@ -34,8 +34,8 @@ from contract.errors import ConfigError  # noqa: E402
 from contract.failures import FailureCode, failure_line  # noqa: E402
 from training.config import parse_args  # noqa: E402
 from training.distributed import StopFlag, leave, setup, teardown  # noqa: E402
-from training.environment import DataMissing, write_failure  # noqa: E402
-from training.outcome import TrainingFailure  # noqa: E402
+from training.environment import write_failure  # noqa: E402
+from training.outcome import TrainingFailure, known_failure  # noqa: E402
 
 
 def main(argv: list[str] | None = None, *, stop_at: int | None = None) -> int:
@@ -81,8 +81,7 @@ def _run(args: list[str], stop: StopFlag, stop_at: int | None) -> int:
 
         train(cfg, dist, stop, stop_at=stop_at)
     except ConfigError as e:
-        code = FailureCode.DATA_MISSING if isinstance(e, DataMissing) else FailureCode.CONFIG_INVALID
-        return _fail(code, str(e), 2)
+        return _fail(known_failure(e), str(e), 2)
     except TrainingFailure as e:
         return _fail(e.code, str(e), e.exit_code)
     return 0

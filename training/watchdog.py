@@ -39,6 +39,7 @@ from pathlib import Path
 from contract.failures import FailureCode, failure_line
 from contract.hyperparameters import TrainConfig
 from contract.metrics import STEP, format_metrics
+from training import peers
 from training.environment import write_failure
 from training.metrics import strict_json
 from training.stragglers import Stragglers, Window
@@ -56,6 +57,7 @@ PROCESS_GROUP_TIMEOUT_FLOOR_S = 600.0
 PROCESS_GROUP_TIMEOUT_MARGIN_S = 120.0
 
 _STORE_PREFIX = "trainctl-watchdog"
+_PEERS_PREFIX = "trainctl-peers"  # the peers' alert and answers (training.peers)
 _ACTIVE: Watchdog | None = None
 
 
@@ -90,6 +92,8 @@ class Watchdog:
         self.stragglers = Stragglers(cfg.straggler_margin, cfg.straggler_patience, hosts)
         self._hang_at, self._slow_s = _test_injections(rank)
         self._stop = threading.Event()
+        self._ending = threading.Lock()  # one of this rank's threads reports the end (a hang, or peers gone)
+        self._store_lost = False
         # Often enough to fire within a few percent of the allowance, rarely enough to cost nothing.
         self.poll_s = min(5.0, max(0.2, self.floor / 10))
         self._thread = threading.Thread(target=self._watch, name="training-watchdog", daemon=True)
@@ -181,10 +185,50 @@ class Watchdog:
 
     def _watch(self) -> None:
         while not self._stop.wait(self.poll_s):
+            if self._alerted():  # a peer saw ranks go, or failed: answer, judge, end (the main thread may be stuck)
+                code, message = self.conclude()
+                line = failure_line(code, message)
+                _say(line)
+                write_failure(line)
+                self._exit(1)
+                return
             waited = self.overdue()
             if waited is not None and not self._stop.is_set():
                 self.fire(waited)
                 return
+
+    # ---- peers gone (training.peers) ----
+
+    def _peers_key(self, name: str) -> str:
+        return f"{_PEERS_PREFIX}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{name}"
+
+    def _alerted(self) -> bool:
+        if self.store is None or self.world == 1:
+            return False
+        try:
+            return bool(self.store.check([self._peers_key("alert")]))
+        except Exception:  # the store's host is gone: this rank's next collective says so, and it concludes then
+            return False
+
+    def conclude(self, failed: str | None = None, saw: str | None = None) -> tuple[FailureCode, str]:
+        """This rank's part in the end of a run whose ranks cannot all go on: raise the alert when this rank saw a
+        peer go (`saw`, its transport's words) or failed itself (`failed`, its failure line), answer it, and judge
+        from every answer that arrives in a short window (training.peers.verdict: every rank reaches the same one).
+        Returns the failure line's code and message. Once per process: when its other thread is already at it,
+        this one waits for that thread to end the process."""
+        if not self._ending.acquire(blocking=False):
+            while True:
+                time.sleep(3600)
+        mine = {"rank": self.rank, "host": self.host, "step": self.step, "failed": failed, "saw": saw}
+        store_lost = False
+        if failed or saw:
+            try:
+                self.store.set(self._peers_key("alert"), str(self.rank))
+            except Exception:
+                store_lost = True
+        reports = self._reports(mine, _PEERS_PREFIX) if not store_lost else {self.rank: mine}
+        store_lost = store_lost or self._store_lost
+        return peers.verdict(reports, self.world, self.hosts, store_lost)
 
     def fire(self, waited: float) -> str:
         """Report the hang (stacks, flight recorder, the rank named) and end the process. Returns the line
@@ -196,8 +240,11 @@ class Watchdog:
         with contextlib.suppress(Exception):
             faulthandler.dump_traceback(file=_stderr(), all_threads=True)
         trace = self._dump_flight_recorder()
+        if not self._ending.acquire(blocking=False):  # this rank is already reporting its peers gone
+            return ""
         reports = self._reports({"rank": self.rank, "host": self.host, "step": self.step,
-                                 "waiting": _main_thread_in_collective(), "where": _main_thread_where()})
+                                 "waiting": _main_thread_in_collective(), "where": _main_thread_where()},
+                                _STORE_PREFIX)
         line = failure_line(FailureCode.HANG, hang_message(reports, self.world, self.hosts, waited, allowance, why,
                                                            trace))
         _say(line)
@@ -225,14 +272,16 @@ class Watchdog:
         _say(f"[watchdog] rank {self.rank}: NCCL flight recorder in {path} (read with torch's `torchfrtrace`)")
         return str(path.parent)
 
-    def _reports(self, mine: dict) -> dict[int, dict]:
-        """Every rank's report that arrives within a few seconds, through the process group's store (its own
-        connection: usable while the main thread waits in a collective). Ranks fire within a poll of each other:
-        their last steps ended together."""
+    def _reports(self, mine: dict, topic: str) -> dict[int, dict]:
+        """Every rank's report on `topic` that arrives within a few seconds, through the process group's store (its
+        own connection: usable while the main thread waits in a collective). Ranks fire within a poll of each
+        other: their last steps ended together, or the alert reached their watchdogs. `_store_lost` says whether
+        the store stopped answering."""
         reports = {self.rank: mine}
+        self._store_lost = False
         if self.store is None or self.world == 1:
             return reports
-        prefix = f"{_STORE_PREFIX}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+        prefix = f"{topic}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
         keys = {rank: f"{prefix}/rank-{rank}" for rank in range(self.world)}
         deadline = time.monotonic() + min(15.0, 3 * self.poll_s + 2.0)
         try:
@@ -244,6 +293,7 @@ class Watchdog:
                 time.sleep(0.1)
         except Exception as e:  # the store's host may be gone: judge from what arrived
             _say(f"[watchdog] rank {self.rank}: the other ranks' reports are incomplete ({type(e).__name__}: {e})")
+            self._store_lost = True
             return reports
         # The store lives in one of the processes (rank 0's, without torchrun's agent): every rank stays until all
         # have read, or a short grace, before any exits. Once the host has left, its store errors: nothing is lost.
@@ -376,10 +426,13 @@ def _main_frame():
     return sys._current_frames().get(threading.main_thread().ident)
 
 
-# Where a main thread waits for its peers: torch.distributed (a collective, a barrier, a work's wait), DDP, and the
-# package's own collectives (training.distributed's, this module's straggler exchange).
+# Where a main thread waits for its peers: torch.distributed (a collective, a barrier, a work's wait), DDP, the
+# package's own collectives (training.distributed's, this module's straggler exchange), and backward: DDP and FSDP
+# reduce gradients from C++ hooks inside it, so a rank whose backward outlasts the whole allowance waits there for a
+# peer (a rank stuck in its own backward, on a hung GPU, reads as waiting too: the flight recorder names it).
 _COLLECTIVE_PATHS = (os.sep + os.path.join("torch", "distributed") + os.sep,
                      os.sep + os.path.join("torch", "nn", "parallel") + os.sep,
+                     os.sep + os.path.join("torch", "autograd") + os.sep,
                      os.sep + os.path.join("training", "distributed.py"))
 
 

@@ -115,6 +115,11 @@ RULES: tuple[Rule, ...] = (
     Rule(r"\[training:hang\]", JOB_TEXT, Category.HARDWARE,
          "a rank stopped progressing (hang), retried on a health-checked instance: {short}",
          action=Response.RETRY_CHECKED),
+    # Every rank of a host stopped answering at once (training.peers): the instance was lost. A process killed on a
+    # live host (`process_lost`, most often the out-of-memory killer) is the user's, with the rule below.
+    Rule(r"\[training:host_lost\]", JOB_TEXT, Category.HARDWARE,
+         "an instance was lost mid-run, retried on a health-checked instance: {short}",
+         action=Response.RETRY_CHECKED),
     # The training package's own verdict (contract.failures), inside "AlgorithmError: ...": the user's to fix.
     Rule(r"\[training:[a-z_]+\]", JOB_TEXT, Category.USER_ERROR, "the training package reported: {short}",
          action=Response.FAIL),

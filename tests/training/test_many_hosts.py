@@ -5,6 +5,7 @@ are two hosts."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -17,6 +18,7 @@ import torch
 
 from cli.checkpoint_sync import SyncSettings
 from cli.container_emulator import S3_CHECKPOINTS, run_local
+from contract.failures import FailureCode, parse_failure_line
 from tests.training.helpers import LOCAL_HPS, create_request, weights
 from training.checkpoint import MARKER, why_invalid
 
@@ -114,3 +116,95 @@ def test_a_step_one_instance_uploaded_and_the_other_did_not_is_never_loaded(tmp_
     assert run_local(two_hosts(hps), workdir=reference, nproc=1, hosts=2, data_dirs=data) == 0
     resumed, straight = weights(work / "algo-1"), weights(reference / "algo-1")
     assert all(torch.equal(resumed[k], straight[k]) for k in straight)
+
+
+def descendants(pid: int) -> list[int]:
+    """`pid` and every process under it (torchrun starts its workers in sessions of their own)."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo += parents.get(found[-1], [])
+    return found
+
+
+def kill_once_training(metrics: Path, targets, done: threading.Event, killed: list[float]) -> threading.Thread:
+    """SIGKILL the processes `targets()` names once step 3 is in the metrics file: an instance lost, or one process
+    killed by the kernel, with no chance to write a word."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not done.is_set():
+            if metrics.exists() and any(json.loads(line).get("step", 0) >= 3
+                                        for line in metrics.read_text().splitlines() if line.strip()):
+                for pid in targets():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                killed.append(time.monotonic())
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+# The watchdog's floor at 3 s: it polls for its peers' alert every 0.3 s, and waits at most 2.9 s for their answers.
+FAULTS = {**HPS, "max_steps": 400, "checkpoint_interval": 0, "hang_timeout_min_seconds": 3,
+          "hang_timeout_startup_seconds": 60}
+# From the kill to the end of every process: a hang detector (the verdict takes a few seconds; without it the
+# survivors waited for the dead peer until the process group's 10-minute timeout or the hang watchdog's allowance).
+END_BOUND_S = 60
+
+
+@pytest.mark.parametrize("lost", ["algo-2", "algo-1"])
+def test_losing_an_instance_ends_the_run_with_one_line_naming_it(tmp_path, data, capfd, lost):
+    """Every process of one instance killed at once. algo-2: its ranks stop answering the alert; algo-1: the job's
+    store, which its torchrun holds, goes with it. Either way the survivors end within the bound, and the line is
+    `host_lost` naming that instance (a fresh, health-checked instance is the retry)."""
+    work, procs = tmp_path / "work", {}
+    done, killed = threading.Event(), []
+    watcher = kill_once_training(work / "algo-1" / "output" / "data" / "metrics.jsonl",
+                                 lambda: descendants(procs[lost].pid), done, killed)
+    code = run_local(two_hosts(FAULTS), workdir=work, nproc=1, hosts=2, data_dirs=data, on_start=procs.update)
+    ended = time.monotonic()
+    done.set()
+    watcher.join(timeout=1)
+    err = capfd.readouterr().err
+    assert killed and code == 2, err[-3000:]
+    assert ended - killed[0] < END_BOUND_S
+    survivor = "algo-1" if lost == "algo-2" else "algo-2"
+    line = (work / survivor / "output" / "failure").read_text().strip()
+    failed, message = parse_failure_line(line)
+    assert failed is FailureCode.HOST_LOST, line
+    assert message.startswith(f"host {lost} ") and " was lost: " in message, message
+    assert f"error: {line}" in err  # trainctl local prints it
+    assert not (work / lost / "output" / "failure").exists()  # the lost instance wrote nothing
+
+
+def test_a_process_killed_on_a_live_instance_is_named_by_the_survivor(tmp_path, data, capfd):
+    """One of an instance's two processes SIGKILLed (the kernel's out-of-memory killer's way): its survivor names
+    that rank as `process_lost` on a live host, which the launcher does not retry blindly."""
+    work, procs = tmp_path / "work", {}
+    done, killed = threading.Event(), []
+
+    def rank_1() -> list[int]:
+        workers = [pid for pid in descendants(procs["algo-1"].pid)
+                   if "LOCAL_RANK=1" in Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0")]
+        return workers[:1]
+
+    watcher = kill_once_training(work / "output" / "data" / "metrics.jsonl", rank_1, done, killed)
+    code = run_local(create_request(FAULTS), workdir=work, nproc=2, data_dirs=data, on_start=procs.update)
+    done.set()
+    watcher.join(timeout=1)
+    assert killed and code == 2
+    line = (work / "output" / "failure").read_text().strip()
+    failed, message = parse_failure_line(line)
+    assert failed is FailureCode.PROCESS_LOST, line
+    assert message.startswith("rank 1 on host algo-1 ended without a failure line while the other ranks of its host")
