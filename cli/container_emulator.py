@@ -30,7 +30,7 @@ ranks of one instance share its folders and only those; a signal stops every ins
 Its checkpoint folder syncs to the run's emulated S3 prefix, `workdir/s3/checkpoints/`, as CheckpointConfig does
 (cli/checkpoint_sync.py): downloaded whole before its processes start, uploaded with a lag while they run, a last
 upload when they end. That prefix, not an instance's folder, carries a run from one invocation to the next, as S3
-carries it from one job to the next.
+carries it from one job to the next: a later run on the folder, on any number of instances (one too), starts from it.
 This module imports nothing of `jobs`: it takes the rendered dict.
 """
 
@@ -263,9 +263,20 @@ def _launch_command(hps: dict[str, Any], entry: str, nproc: int, log_dir: Path,
     return [*cmd, entry]
 
 
+def per_instance(workdir: Path, hosts: int) -> bool:
+    """Whether the work folder holds a tree per instance and the emulated S3 prefix: a run of several instances, or
+    any run on a folder where one ran (its checkpoints are in that prefix, as a job's are in S3)."""
+    return hosts > 1 or (Path(workdir) / S3_CHECKPOINTS).is_dir()
+
+
 def instance_root(workdir: Path, hosts: int = 1) -> Path:
     """The tree of the instance whose first rank is rank 0 (the model, the status file, the metrics)."""
-    return Path(workdir) if hosts == 1 else Path(workdir) / host_names(hosts)[0]
+    return Path(workdir) / host_names(hosts)[0] if per_instance(workdir, hosts) else Path(workdir)
+
+
+def checkpoint_store(workdir: Path, hosts: int = 1) -> Path:
+    """Where a run's checkpoints outlive it: the emulated S3 prefix, or the one instance's own folder."""
+    return Path(workdir) / S3_CHECKPOINTS if per_instance(workdir, hosts) else Path(workdir) / "checkpoints"
 
 
 def run_local(create_request: dict, *, workdir: Path, nproc: int | None = None, hosts: int = 1,
@@ -283,18 +294,18 @@ def run_local(create_request: dict, *, workdir: Path, nproc: int | None = None, 
                             "choose ddp, fsdp or a model-parallel strategy, or run one instance")
     nproc = (nproc or default_nproc()) if distributed else 1
     workdir = Path(workdir).resolve()
-    names, port = host_names(hosts), _free_port()
+    names, port, separate = host_names(hosts), _free_port(), per_instance(workdir, hosts)
     launches: dict[str, tuple[list[str], dict[str, str], Path]] = {}
     for name in names:
-        root = instance_root(workdir) if hosts == 1 else workdir / name
+        root = workdir / name if separate else workdir
         stop_file = root / "stop"  # each instance's container entry turns its own SIGTERM into its own file
         launches[name] = prepare_layout(create_request, root, nproc, data_dirs,
                                         {ENV_STOP_FILE: str(stop_file), **(extra_env or {})},
                                         Instance(name, names, port))
         for stale in (_failure_file(root), stop_file):  # an earlier run's: a failure line is written only if absent
             stale.unlink(missing_ok=True)
-    syncs = [] if hosts == 1 else [CheckpointSync(root / "checkpoints", workdir / S3_CHECKPOINTS, name, sync)
-                                   for name, (_, _, root) in launches.items()]
+    syncs = [CheckpointSync(root / "checkpoints", workdir / S3_CHECKPOINTS, name, sync)
+             for name, (_, _, root) in launches.items()] if separate else []
     for each in syncs:  # before any process starts, as SageMaker downloads before the training image runs
         each.download()
     procs = {name: subprocess.Popen(cmd, cwd=root / "code", env=env, start_new_session=True)

@@ -260,6 +260,34 @@ def batch_layout(world_size: int, micro_batch_size: int, global_batch_size: int 
     return global_batch_size, accum
 
 
+def resumed_batch_layout(world_size: int, micro_batch_size: int, global_batch_size: int | None,
+                         grad_accum: int | None, recorded: int | None) -> tuple[int, int, str | None]:
+    """(global batch, grad accumulation steps, a line saying what changed or None) of a run that resumes checkpoints
+    written with a global batch of `recorded` samples (None: a fresh run, or checkpoints that did not record it).
+
+    A run's global batch is what its request says: an explicit global_batch_size, or micro x world x accumulation
+    where the run began. Resumed on another world size (fewer instances, a fallback type with fewer GPUs) the second
+    would silently become another batch, so accumulation absorbs the change: grad_accum = recorded / (micro x world),
+    or a ConfigError naming the numbers when that is not whole. An explicit global_batch_size always wins (the data
+    position carries over in samples)."""
+    layout = batch_layout(world_size, micro_batch_size, global_batch_size, grad_accum)
+    if recorded is None or global_batch_size is not None or layout[0] == recorded:
+        return (*layout, None)
+    per_step = micro_batch_size * world_size
+    if recorded % per_step:
+        divisors = [m for m in range(1, micro_batch_size + 1) if recorded % (m * world_size) == 0]
+        fix = f"micro_batch_size={divisors[-1]}" if divisors else "another process count"
+        raise ConfigError(
+            f"the run's checkpoints were written with a global batch of {recorded} samples; on {world_size} ranks "
+            f"with micro_batch_size={micro_batch_size} that needs grad_accum = {recorded} / ({micro_batch_size} x "
+            f"{world_size}), which is not whole: use {fix} to keep the run's batch, or set global_batch_size to "
+            "change it on purpose")
+    accum = recorded // per_step
+    return recorded, accum, (f"[train] keeping the run's global batch of {recorded} samples on {world_size} ranks: "
+                             f"grad_accum {layout[1]} -> {accum} (micro {micro_batch_size} x {world_size} ranks x "
+                             f"{accum}; the checkpoints were written on another world size)")
+
+
 def nearest_global_batches(global_batch_size: int, step: int) -> tuple[int, ...]:
     """The valid global batch sizes nearest `global_batch_size` when they must be multiples of `step`: the multiple
     below (when there is one) and the one above; just itself when it already is one."""

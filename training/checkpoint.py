@@ -189,6 +189,16 @@ def why_invalid(path: Path) -> str | None:
     return None
 
 
+def recorded_global_batch(root: Path) -> int | None:
+    """The global batch the newest complete step in `root` was trained with, from its marker; None without one (a
+    fresh run, or a marker from before it was recorded)."""
+    for _, path in step_dirs(root):
+        if why_invalid(path) is None:
+            value = json.loads((path / MARKER).read_text()).get("global_batch")
+            return value if isinstance(value, int) else None
+    return None
+
+
 def file_checksum(path: Path) -> str:
     """The CRC-32 of a file as 8 hex digits (zlib.crc32: the module docstring has its cost)."""
     value, buf = 0, bytearray(_READ_CHUNK)
@@ -237,8 +247,10 @@ def current_run_id() -> str | None:
 class CheckpointManager:
     """Owns the checkpoint folder: restore on start, save on cadence and at the end. Collective throughout."""
 
-    def __init__(self, cfg: TrainConfig, dist: Dist, parts: dict[str, Stateful], owner: Owner | None = None) -> None:
+    def __init__(self, cfg: TrainConfig, dist: Dist, parts: dict[str, Stateful], owner: Owner | None = None,
+                 global_batch: int | None = None) -> None:
         self.root = Path(cfg.checkpoint_dir)
+        self.global_batch = global_batch  # recorded in each marker: a resume keeps it (recorded_global_batch)
         self.dist, self.parts = dist, parts
         self.owner = owner or Owner(current_run_id())
         self.init_from = cfg.init_from
@@ -602,7 +614,8 @@ class CheckpointManager:
         if self.dist.local_rank == 0:
             marker = {"step": step, "files": {name: size for name, (size, _) in sorted(files.items())},
                       "checksum": CHECKSUM, "checksums": {name: crc for name, (_, crc) in sorted(files.items())},
-                      "run_id": self.owner.run_id, "fingerprint": self.owner.fingerprint}
+                      "run_id": self.owner.run_id, "fingerprint": self.owner.fingerprint,
+                      "global_batch": self.global_batch}
             try:
                 with self._unwritable_is_a_failure(path):
                     _write_atomic(path / MARKER, strict_json(marker, indent=1))

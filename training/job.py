@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
-from contract.hyperparameters import TrainConfig
+from contract.hyperparameters import TrainConfig, resumed_batch_layout
 from contract.parallel import MODEL_PARALLEL, batch_ranks
+from training.checkpoint import recorded_global_batch
 from training.data import make_datasets, read_meta
 from training.distributed import Dist
 from training.environment import data_mode
@@ -55,7 +57,12 @@ def build_job(cfg: TrainConfig, dist: Dist) -> Job:
     split = cfg.strategy in MODEL_PARALLEL
     data_world = batch_ranks(dist.world_size, cfg.tp_degree if split else 1, cfg.pp_degree if split else 1,
                              split and cfg.micro_batch_per_group)
-    global_batch, _ = cfg.batch_layout(data_world)
+    # A resume keeps the global batch its checkpoints were trained with (contract.hyperparameters.resumed_batch_layout).
+    recorded = dist.broadcast_object(recorded_global_batch(Path(cfg.checkpoint_dir)) if dist.is_main else None)
+    global_batch, _, kept = resumed_batch_layout(data_world, cfg.micro_batch_size, cfg.global_batch_size,
+                                                 cfg.grad_accum, recorded)
+    if kept and dist.is_main:
+        print(kept, flush=True)
     precision = resolve_precision(cfg.precision, dist.device)
     n_params = count_params(model)
     # pp and hybrid cut the built model into stages (training.pipeline): they materialize it first.

@@ -73,7 +73,7 @@ def _train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None, ob
     checkpoints = CheckpointManager(cfg, dist, {
         "model": ModelState(job.model), "optim": OptimizerState(job.model, optimizer), "scheduler": scheduler,
         "data": sampler, "scaler": ScalerState(scaler), "loop": state, "rng": RngState(dist, state, stream)},
-        owner=Owner(current_run_id(), job.fingerprint))
+        owner=Owner(current_run_id(), job.fingerprint), global_batch=job.global_batch)
     if checkpoints.restore() is None:
         torch.manual_seed(cfg.seed + 1 + stream)
     state.reopen(cfg.max_steps)

@@ -257,7 +257,7 @@ def _why(signal_name: str) -> str:
 
 def local_outcome(code: int, workdir: Path, *, since: float, hosts: int = 1) -> str:
     """One line on how a local run ended, from the status file the training loop writes (this run's only)."""
-    from cli.container_emulator import S3_CHECKPOINTS, instance_root
+    from cli.container_emulator import checkpoint_store, instance_root
 
     status: dict = {}
     root = instance_root(workdir, hosts)
@@ -265,9 +265,9 @@ def local_outcome(code: int, workdir: Path, *, since: float, hosts: int = 1) -> 
     with contextlib.suppress(OSError, json.JSONDecodeError):
         if path.stat().st_mtime >= since:
             status = json.loads(path.read_text())
-    checkpoints = workdir / S3_CHECKPOINTS if hosts > 1 else root / "checkpoints"
+    checkpoints = checkpoint_store(workdir, hosts)
     if code != 0:
-        logs = root / "output" / "logs" if hosts == 1 else workdir / "algo-*" / "output" / "logs"
+        logs = root / "output" / "logs" if root == workdir else workdir / "algo-*" / "output" / "logs"
         if signal_name := _killed_by(code):
             return (f"[red]a process of the run was killed by {signal_name}[/] (status {code}){_why(signal_name)}; "
                     f"worker logs: {logs}")

@@ -44,3 +44,29 @@ def test_nearest_global_batches():
     assert nearest_global_batches(64, 128) == (128,)  # nothing below one step
     assert nearest_global_batches(256, 128) == (256,)
     assert nearest_global_batches(100, 1) == (100,)
+
+
+def test_a_resume_on_another_world_size_keeps_the_runs_global_batch_by_accumulation():
+    from contract.hyperparameters import resumed_batch_layout
+
+    # Began on 4 ranks x micro 2 (a batch of 8); resumed on 2 ranks: accumulation 2 keeps it, and says so.
+    batch, accum, line = resumed_batch_layout(2, 2, None, None, recorded=8)
+    assert (batch, accum) == (8, 2) and "grad_accum 1 -> 2" in line
+    # The same world, a fresh run, or an explicit global_batch_size: nothing to keep, nothing said.
+    assert resumed_batch_layout(4, 2, None, None, recorded=8) == (8, 1, None)
+    assert resumed_batch_layout(2, 2, None, None, recorded=None) == (4, 1, None)
+    assert resumed_batch_layout(2, 2, 12, None, recorded=8) == (12, 3, None)
+    # An explicit grad_accum is what accumulation absorbs the change with.
+    assert resumed_batch_layout(2, 2, None, 1, recorded=8)[:2] == (8, 2)
+
+
+def test_a_resume_that_cannot_keep_the_global_batch_is_refused_naming_the_fix():
+    from contract.hyperparameters import resumed_batch_layout
+
+    with pytest.raises(ConfigError) as refused:
+        resumed_batch_layout(3, 2, None, None, recorded=8)  # 8 / (2 x 3) is not whole
+    message = str(refused.value)
+    assert "written with a global batch of 8 samples; on 3 ranks with micro_batch_size=2" in message
+    assert "use another process count" in message and "set global_batch_size" in message
+    with pytest.raises(ConfigError, match="use micro_batch_size=3 "):  # the largest that keeps it: 12 / (3 x 2)
+        resumed_batch_layout(2, 4, None, None, recorded=12)
