@@ -295,7 +295,8 @@ def test_a_folder_that_turns_read_only_mid_run_is_one_line_naming_it(tmp_path, c
             subprocess.run(["umount", str(folder)], capture_output=True)
     assert failed.code is FailureCode.CHECKPOINT_UNWRITABLE, failed
     assert f"the checkpoint folder {folder} is no longer writable: " in str(failed)
-    assert "(EROFS) while writing checkpoint step-4" in str(failed)
+    # An async step-2 may still be unmarked when the folder turns read-only: its marker is what fails then.
+    assert re.search(r"\(EROFS\) while writing checkpoint step-" + ("[24]" if asynchronous else "4") + r"\b", str(failed))
     assert saves[:2] == [2, 4]  # an async save's error surfaces when the next save waits for it
 
 

@@ -116,6 +116,19 @@ def _worker(rank: int, world: int, port: int, values: dict, env: dict) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank), SM_CURRENT_HOST=f"host-{rank}", **env)
     torch.set_num_threads(1)
+    if os.environ.get("TEST_STUCK_IN_DATA") == f"{rank}:4":  # this rank's 4th batch never comes
+        from training import loader
+
+        batches = loader.BatchSource.next
+
+        def next_batch(self):
+            next_batch.calls += 1
+            if next_batch.calls == 4:
+                time.sleep(3600)
+            return batches(self)
+
+        next_batch.calls = 0
+        loader.BatchSource.next = next_batch
     try:
         cfg = from_environment(values, {})
         train(cfg, setup(cfg), StopFlag())
@@ -165,6 +178,21 @@ def test_a_rank_that_blocks_is_named_within_the_watchdogs_time(tmp_path, corpus,
     assert seconds < 60, seconds  # startup (a few seconds), 3 steps, 2 s of allowance and the reports' exchange
 
 
+def test_a_rank_stuck_mid_step_under_ddp_is_the_only_one_named(tmp_path, corpus):
+    """Rank 1 never gets its 4th batch; rank 0 trains step 4 and waits in DDP's gradient all-reduce, inside
+    backward (C++ hooks, no torch.distributed frame on its stack): it was read as stuck in its own work, and the
+    line named both ranks, which would send the retry's health check to an innocent instance."""
+    values = _values(tmp_path, corpus, max_steps=8, hang_timeout_min_seconds=2.0, hang_timeout_factor=2.0,
+                     hang_timeout_startup_seconds=60.0)
+    ok, _ = _run(values, {"TEST_STUCK_IN_DATA": "1:4", "SM_OUTPUT_DATA_DIR": str(tmp_path / "output")}, 120)
+    assert not ok
+    code, message = parse_failure_line((tmp_path / "failure").read_text())
+    assert code is FailureCode.HANG
+    assert message.startswith("rank 1 on host host-1 stopped progressing after step 3 (the other ranks wait for it "
+                              "inside a collective"), message
+    assert "rank 0 on host" not in message.split("):")[0]
+
+
 @pytest.mark.parametrize(("slow", "named"), [("1:0.25", 1), ("*:0.1", -1)], ids=["rank-1-slowed", "even"])
 def test_a_rank_slowed_on_purpose_is_named_and_an_even_run_names_nobody(tmp_path, corpus, capfd, slow, named):
     values = _values(tmp_path, corpus, max_steps=8)
@@ -193,3 +221,24 @@ def test_the_module_functions_are_no_ops_without_a_watchdog():
     with watchdog.phase("nothing"):
         pass
     assert watchdog.active() is None and watchdog.straggler_report() == []
+
+
+def test_a_single_process_has_a_watchdog_too(tmp_path):
+    """One process (strategy single) had none: a hung loader worker was still hung 90 s after a 3 s allowance. The
+    entry script, blocked after step 2 by the test injection, ends with the hang line naming it."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, ENV_TEST_HANG: "0:2", "SM_OUTPUT_DATA_DIR": str(tmp_path / "output"),
+           "SM_CURRENT_HOST": "algo-1", "OMP_NUM_THREADS": "1"}
+    for variable in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(variable, None)
+    cmd = [sys.executable, "-m", "training.train", "--strategy", "single", "--model", "gpt", "--model_size", "tiny",
+           "--data", "synthetic", "--max_steps", "50", "--checkpoint_dir", str(tmp_path / "ck"),
+           "--model_dir", str(tmp_path / "model"), "--output_data_dir", str(tmp_path / "output"),
+           "--hang_timeout_min_seconds", "2", "--hang_timeout_factor", "2", "--hang_timeout_startup_seconds", "60"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    code, message = parse_failure_line((tmp_path / "failure").read_text())
+    assert code is FailureCode.HANG and message.startswith("rank 0 on host algo-1 stopped progressing after step 2")
