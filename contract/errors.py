@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 
@@ -35,3 +36,19 @@ class RequestInvalid(Invalid):
 
 class ConfigError(ValueError):
     """A training-configuration mistake the user can fix; entry points print it as one line, no traceback."""
+
+
+def error_chain(error: BaseException) -> Iterator[BaseException]:
+    """`error` and every error under it, once each: its cause and context, and each rank's failure inside a DCP
+    CheckpointException (kept in `.failures` as (exception, traceback), the exception's own text only naming ranks)."""
+    seen, todo = set(), [error]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        failures = getattr(e, "failures", None)
+        if isinstance(failures, dict):
+            todo += [f[0] if isinstance(f, tuple) else f for f in failures.values()]
+        todo += [e.__cause__, e.__context__]

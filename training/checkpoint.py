@@ -89,7 +89,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_
 from torch.distributed.checkpoint.stateful import Stateful
 
 from contract.container import ENV_RUN_ID, STOP_KILL_AFTER_SECONDS
-from contract.errors import ConfigError
+from contract.errors import ConfigError, error_chain
 from contract.failures import FailureCode
 from contract.hyperparameters import TrainConfig
 from training import watchdog
@@ -865,20 +865,11 @@ def _unwritable(error: BaseException) -> str | None:
     """The errno name ("ENOSPC", "EDQUOT", "EROFS", "EACCES", "EPERM") when an error, its cause or context, or a
     rank's failure inside a DCP CheckpointException says the disk is full or the folder cannot be written; None
     otherwise."""
-    seen, todo = set(), [error]
-    while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
+    for e in error_chain(error):
         if isinstance(e, OSError) and e.errno in _UNWRITABLE_ERRNOS:
             return _UNWRITABLE_ERRNOS[e.errno]
-        failures = getattr(e, "failures", None)
-        if isinstance(failures, dict):
-            todo += [f[0] if isinstance(f, tuple) else f for f in failures.values()]
-        elif _DISK_FULL_TEXT.search(str(e)):
+        if not isinstance(getattr(e, "failures", None), dict) and _DISK_FULL_TEXT.search(str(e)):
             return "EDQUOT" if "quota" in str(e).lower() else "ENOSPC"
-        todo += [e.__cause__, e.__context__]
     return None
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 
+from contract.errors import error_chain
 from contract.failures import FailureCode, parse_failure_line
 
 # How the transports say a peer went away (gloo's TCP pair, NCCL's remote error, a socket's errno words).
@@ -27,15 +28,9 @@ _PEER_GONE = re.compile(r"Connection closed by peer|Connection reset by peer|Bro
 
 def peer_gone(error: BaseException) -> str | None:
     """The transport's words when `error` (or an error it carries) says a peer went away; None otherwise."""
-    seen, todo = set(), [error]
-    while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
+    for e in error_chain(error):
         if match := _PEER_GONE.search(str(e)):
             return " ".join(str(e).split())[:200] if len(str(e)) < 400 else match.group(0)
-        todo += [e.__cause__, e.__context__]
     return None
 
 
