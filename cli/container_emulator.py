@@ -281,12 +281,14 @@ def checkpoint_store(workdir: Path, hosts: int = 1) -> Path:
 
 def run_local(create_request: dict, *, workdir: Path, nproc: int | None = None, hosts: int = 1,
               data_dirs: dict[str, Path] | None = None, extra_env: dict | None = None,
-              sync: SyncSettings | None = None,
+              sync: SyncSettings | None = None, host_order: tuple[str, ...] | None = None,
               on_start: Callable[[dict[str, subprocess.Popen]], None] | None = None) -> int:
     """Run the request here as `hosts` instances of `nproc` processes; return the exit code (0 also for a clean
     stop on SIGINT/SIGTERM; 2 with one line on stderr for a failure the training package recognised; 128 + the
     signal when a process was killed by one). `sync`: the emulated checkpoint sync of a multi-instance run;
-    `on_start` sees each instance's process once all have started (a test ends one as a lost instance ends)."""
+    `host_order`: SM_HOSTS in another order than algo-1, algo-2, ... (SageMaker gives no order: the first host holds
+    rank 0 and the rendezvous); `on_start` sees each instance's process once all have started (a test ends one as a
+    lost instance ends)."""
     hps = decode_hyperparameters(create_request.get("HyperParameters") or {})
     distributed = not (hps.get("sagemaker_torch_distributed_enabled") is False or hps.get("strategy") == "single")
     if hosts > 1 and not distributed:
@@ -294,7 +296,9 @@ def run_local(create_request: dict, *, workdir: Path, nproc: int | None = None, 
                             "choose ddp, fsdp or a model-parallel strategy, or run one instance")
     nproc = (nproc or default_nproc()) if distributed else 1
     workdir = Path(workdir).resolve()
-    names, port, separate = host_names(hosts), _free_port(), per_instance(workdir, hosts)
+    names, port, separate = host_order or host_names(hosts), _free_port(), per_instance(workdir, hosts)
+    if sorted(names) != sorted(host_names(hosts)):
+        raise LocalRunError(f"host_order {list(names)} is not an order of {list(host_names(hosts))}")
     launches: dict[str, tuple[list[str], dict[str, str], Path]] = {}
     for name in names:
         root = workdir / name if separate else workdir

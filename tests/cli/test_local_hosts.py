@@ -135,9 +135,9 @@ def test_a_two_instance_run_keeps_its_checkpoints_in_s3(straight):
 
 def test_a_step_one_instance_uploaded_and_the_other_did_not_is_never_loaded(tmp_path, data, straight, capfd):
     """A stop that ends algo-2's sync (terminated before its last upload) once step-4 is whole in S3: the steps
-    written after it reach S3 with algo-1's files and the marker but not algo-2's. The next job skips the newest,
-    naming what is missing, and resumes from the newest whole one, which the stop did not prune. It then trains on
-    to the weights of a run that was never stopped."""
+    written after it reach S3 with algo-1's files and the marker but not algo-2's. The next job, whose SM_HOSTS list
+    algo-2 first (rank 0 and the rendezvous move there), skips the newest, naming what is missing, and resumes from the
+    newest whole one, which the stop did not prune. It then trains on to the weights of a run never stopped."""
     hps = {**LONG, "checkpoint_interval": 4}
     work = tmp_path / "work"
     s3 = work / S3_CHECKPOINTS
@@ -158,11 +158,14 @@ def test_a_step_one_instance_uploaded_and_the_other_did_not_is_never_loaded(tmp_
     assert previous < stopped
     capfd.readouterr()
 
-    assert run_local(two_hosts(hps), workdir=work, nproc=1, hosts=2, data_dirs=data) == 0
+    assert run_local(two_hosts(hps), workdir=work, nproc=1, hosts=2, data_dirs=data,
+                     host_order=("algo-2", "algo-1")) == 0
     logs = capfd.readouterr().out
     assert f"skipping step-{stopped}: missing __1_0.distcp" in logs, logs[-3000:]
-    assert f"resumed from {work / 'algo-1' / 'checkpoints' / f'step-{previous}'} at step {previous}" in logs
-    resumed, never_stopped = weights(work / "algo-1"), weights(straight / "algo-1")
+    assert f"resumed from {work / 'algo-2' / 'checkpoints' / f'step-{previous}'} at step {previous}" in logs
+    assert json.loads((work / "algo-2" / "input" / "config" / "resourceconfig.json").read_text())["hosts"] == \
+        ["algo-2", "algo-1"]
+    resumed, never_stopped = weights(work / "algo-2"), weights(straight / "algo-1")
     assert all(torch.equal(resumed[k], never_stopped[k]) for k in never_stopped)
 
 
