@@ -186,8 +186,10 @@ class Watchdog:
     def _watch(self) -> None:
         while not self._stop.wait(self.poll_s):
             if self._alerted():  # a peer saw ranks go, or failed: answer, judge, end (the main thread may be stuck)
-                code, message = self.conclude()
-                line = failure_line(code, message)
+                verdict = self.conclude()
+                if verdict is None:  # this rank's main thread raised the alert and ends the process itself
+                    return
+                line = failure_line(*verdict)
                 _say(line)
                 write_failure(line)
                 self._exit(1)
@@ -210,13 +212,16 @@ class Watchdog:
         except Exception:  # the store's host is gone: this rank's next collective says so, and it concludes then
             return False
 
-    def conclude(self, failed: str | None = None, saw: str | None = None) -> tuple[FailureCode, str]:
+    def conclude(self, failed: str | None = None, saw: str | None = None) -> tuple[FailureCode, str] | None:
         """This rank's part in the end of a run whose ranks cannot all go on: raise the alert when this rank saw a
         peer go (`saw`, its transport's words) or failed itself (`failed`, its failure line), answer it, and judge
         from every answer that arrives in a short window (training.peers.verdict: every rank reaches the same one).
-        Returns the failure line's code and message. Once per process: when its other thread is already at it,
-        this one waits for that thread to end the process."""
+        Returns the failure line's code and message. Once per process: when its other thread is already at it, the
+        main thread waits for the watchdog's to end the process, and the watchdog's returns None (the main thread
+        ends it)."""
         if not self._ending.acquire(blocking=False):
+            if threading.current_thread() is not threading.main_thread():
+                return None
             while True:
                 time.sleep(3600)
         mine = {"rank": self.rank, "host": self.host, "step": self.step, "failed": failed, "saw": saw}

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from contract.failures import FailureCode, failure_line, parse_failure_line
 from jobs.retry.classify import Category, Response, classify_description
@@ -96,3 +97,44 @@ def test_each_fault_line_reaches_the_classifier_with_its_category(code, message,
     assert parse_failure_line(line) == (code, message)
     failure = classify_description({"TrainingJobStatus": "Failed", "SecondaryStatus": "Failed", "FailureReason": line})
     assert (failure.category, failure.action) == (category, action), failure.reason
+
+
+def oom_on_rank_1(cfg, data_meta: dict):
+    """A model whose third forward on rank 1 alone runs out of device memory (CUDA's error, on any device)."""
+    import os
+
+    from torch import nn
+
+    vocab = int(data_meta.get("vocab_size", 256))
+
+    class Lopsided(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb, self.out, self.calls = nn.Embedding(vocab, 8), nn.Linear(8, vocab), 0
+
+        def forward(self, x):
+            self.calls += 1
+            if os.environ.get("RANK") == "1" and self.calls == 3:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+            return self.out(self.emb(x))
+
+    return Lopsided()
+
+
+def test_a_rank_that_fails_alone_ends_its_peers_with_its_own_line(tmp_path, corpus, capfd):
+    """Rank 1 runs out of memory in its third step; rank 0 waits for it in DDP's all-reduce. Rank 1 tells its peers
+    its line before it leaves; rank 0's watchdog answers the alert and writes that same line, naming rank 1, so the
+    launcher reads out_of_memory from whichever instance's failure SageMaker reports (rank 0 ended on gloo's
+    "Connection closed by peer" traceback, or waited for it)."""
+    from tests.training.test_watchdog import _run, _values
+
+    values = _values(tmp_path, corpus, max_steps=8, model="tests.training.test_peers:oom_on_rank_1",
+                     hang_timeout_min_seconds=3.0, hang_timeout_startup_seconds=60.0)
+    ok, _ = _run(values, {"SM_OUTPUT_DATA_DIR": str(tmp_path / "output")}, 120)
+    err = capfd.readouterr().err
+    assert not ok
+    code, _ = parse_failure_line((tmp_path / "failure").read_text())
+    assert code is FailureCode.OUT_OF_MEMORY
+    assert "[training:out_of_memory] rank 1 on host host-1 failed and ended the run: CUDA out of memory" in err, \
+        err[-3000:]
+    assert "Traceback" not in err
