@@ -54,8 +54,10 @@ from bundles.sourcedir import build_archive_bytes
 from cli.checkpoint_sync import CheckpointSync, SyncSettings
 from contract.container import (
     ENV_CHECKPOINT_DIR,
+    ENV_EPOCH,
     ENV_STOP_FILE,
     FAILURE_FILE,
+    FENCE_FILE,
     channel_variable,
 )
 from contract.failures import parse_failure_line
@@ -279,6 +281,31 @@ def checkpoint_store(workdir: Path, hosts: int = 1) -> Path:
     return Path(workdir) / S3_CHECKPOINTS if per_instance(workdir, hosts) else Path(workdir) / "checkpoints"
 
 
+def next_epoch(store: Path) -> int:
+    """The epoch of a new invocation on the checkpoint folder `store`: one more than the last invocation's, or than
+    the epoch that claimed the folder (contract.container.FENCE_FILE), whichever is newer. The count lives beside the
+    folder (where a link to it leads: two work folders sharing one checkpoint folder count together) and is taken
+    under a lock, so two invocations started at once get two epochs."""
+    import fcntl
+
+    folder = Path(store).resolve()
+    counter = folder.with_name(folder.name + ".epoch")
+    counter.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        claimed = json.loads((folder / FENCE_FILE).read_text()).get("epoch")
+    except (OSError, ValueError, AttributeError):
+        claimed = None
+    with open(counter, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
+        f.seek(0)
+        text = f.read().strip()
+        epoch = max(int(text) if text.isdigit() else 0, claimed if isinstance(claimed, int) else 0) + 1
+        f.seek(0)
+        f.truncate()
+        f.write(f"{epoch}\n")
+    return epoch
+
+
 def run_local(create_request: dict, *, workdir: Path, nproc: int | None = None, hosts: int = 1,
               data_dirs: dict[str, Path] | None = None, extra_env: dict | None = None,
               sync: SyncSettings | None = None, host_order: tuple[str, ...] | None = None,
@@ -296,6 +323,8 @@ def run_local(create_request: dict, *, workdir: Path, nproc: int | None = None, 
                             "choose ddp, fsdp or a model-parallel strategy, or run one instance")
     nproc = (nproc or default_nproc()) if distributed else 1
     workdir = Path(workdir).resolve()
+    # A new attempt of the run, as the launcher's each: an epoch newer than any before on these checkpoints.
+    extra_env = {ENV_EPOCH: str(next_epoch(checkpoint_store(workdir, hosts))), **(extra_env or {})}
     names, port, separate = host_order or host_names(hosts), _free_port(), per_instance(workdir, hosts)
     if sorted(names) != sorted(host_names(hosts)):
         raise LocalRunError(f"host_order {list(names)} is not an order of {list(host_names(hosts))}")
@@ -304,7 +333,7 @@ def run_local(create_request: dict, *, workdir: Path, nproc: int | None = None, 
         root = workdir / name if separate else workdir
         stop_file = root / "stop"  # each instance's container entry turns its own SIGTERM into its own file
         launches[name] = prepare_layout(create_request, root, nproc, data_dirs,
-                                        {ENV_STOP_FILE: str(stop_file), **(extra_env or {})},
+                                        {ENV_STOP_FILE: str(stop_file), **extra_env},
                                         Instance(name, names, port))
         for stale in (_failure_file(root), stop_file):  # an earlier run's: a failure line is written only if absent
             stale.unlink(missing_ok=True)

@@ -28,6 +28,13 @@ ENV_CHECKPOINT_DIR = "TRAINING_CHECKPOINT_DIR"
 # records it in each checkpoint and refuses a checkpoint another run wrote; the launcher reads it back from a job
 # it finds to tell its own attempt from a job that took the name.
 ENV_RUN_ID = "TRAINING_RUN_ID"
+# Not a SageMaker variable: the launcher sets it on every attempt's job to the attempt's epoch, a number that grows
+# with each attempt of the run. The training package records it in each checkpoint and claims the checkpoint folder
+# with it; an attempt that finds a newer epoch's claim stops before it writes (training.fencing).
+ENV_EPOCH = "TRAINING_EPOCH"
+# In the checkpoint folder: {"epoch": N}, the newest epoch that claimed it (training.fencing; `trainctl local` counts
+# its invocations from it).
+FENCE_FILE = "EPOCH.json"
 # Not a SageMaker variable: the request's `secrets` as JSON, {"ENV_NAME": "<Secrets Manager ARN>"}. Only ARNs
 # travel through the execution and the job; the container entry (jobs.render.container_entry) reads each secret with
 # the execution role and exports it as ENV_NAME before the training command starts.

@@ -27,6 +27,9 @@ class FailureCode(enum.StrEnum):
     # kernel's out-of-memory killer: host memory, the user's to fix).
     HOST_LOST = "host_lost"
     PROCESS_LOST = "process_lost"
+    # A newer attempt of the run claimed the checkpoint folder (training.fencing): this one stopped before writing.
+    # Not retried: the newer attempt carries the run on.
+    SUPERSEDED = "superseded"
 
 
 LINE = re.compile(r"\[training:(?P<code>[a-z_]+)\] (?P<message>.*)")

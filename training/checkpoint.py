@@ -26,6 +26,10 @@ newest complete step, or a `model.safetensors`) loads the model's parameters alo
 rank 0) when the run's own folder holds no complete checkpoint; the optimizer, data position, schedule and
 RNG start fresh at step 0. Once the run has checkpoints of its own, `init_from` is ignored (one line).
 
+Which attempt of a run may write here: the one with the newest epoch (training.fencing). Each attempt claims the
+folder at its restore and records its epoch in every marker; before it writes a step, and before it marks one or
+prunes, it reads the claim again, and an older attempt stops (SUPERSEDED) rather than overwrite or prune the newer one's.
+
 Cadence: every `checkpoint_interval` steps, and every `checkpoint_minutes` since the last save started, while
 the run goes on; once more when it ends (completed, early-stopped, stopped by a signal) unless that step is
 saved. At a stop the save is written only if, by the longest earlier save, it ends before SageMaker's SIGKILL
@@ -92,7 +96,7 @@ from contract.container import ENV_RUN_ID, STOP_KILL_AFTER_SECONDS
 from contract.errors import ConfigError, error_chain
 from contract.failures import FailureCode
 from contract.hyperparameters import TrainConfig
-from training import watchdog
+from training import fencing, watchdog
 from training.checkpoint_staging import PinnedStager
 from training.distributed import Dist
 from training.environment import container
@@ -274,6 +278,7 @@ class CheckpointManager:
         # sync) no host holds another's files, so no step ever looks complete in one folder.
         self.complete: set[int] = set()
         self.host = container(os.environ).current_host
+        self.epoch = fencing.current_epoch()  # this attempt's: it claims the folder, and a newer one stops it
 
     # ---- resuming -----------------------------------------------------------------------------------
     @watchdog.phased("the checkpoint restore")  # a large restore gets its own long allowance, apart from startup
@@ -460,10 +465,11 @@ class CheckpointManager:
         self._next_save_bytes = int(share * SPACE_MARGIN) + SPACE_EXTRA_BYTES
         problem = None
         if self.dist.local_rank == 0:
-            problem = _folder_problem(self.root, self._next_save_bytes, basis)
-        problems = [p for p in self.dist.all_gather_object(problem) if p]
-        if problems:
-            raise TrainingFailure(FailureCode.CHECKPOINT_UNWRITABLE, problems[0])
+            unwritable = _folder_problem(self.root, self._next_save_bytes, basis)
+            claimed_by_newer = None if unwritable else fencing.claim(self.root, self.epoch, self.owner.name)
+            problem = ((FailureCode.CHECKPOINT_UNWRITABLE, unwritable) if unwritable else
+                       (FailureCode.SUPERSEDED, claimed_by_newer) if claimed_by_newer else None)
+        self._agree(problem)
 
     def _state_bytes(self) -> int:
         """A checkpoint's bytes before one exists: every tensor of the model once by name (DCP writes a replica
@@ -551,16 +557,17 @@ class CheckpointManager:
         path = self.root / f"step-{step}"
         problem = None
         if self.dist.local_rank == 0:
-            try:
-                with self._unwritable_is_a_failure(path):
-                    self.root.mkdir(parents=True, exist_ok=True)
-                    if path.exists():  # a leftover of an attempt that died at this step, or one that failed to load
-                        _remove_step(path)
-            except TrainingFailure as e:
-                problem = str(e)
-        # The ranks agree (a barrier that carries the folder's fate): one host's error must not hang the others.
-        if problems := [p for p in self.dist.all_gather_object(problem) if p]:
-            raise TrainingFailure(FailureCode.CHECKPOINT_UNWRITABLE, problems[0])
+            if claimed_by_newer := fencing.superseded(self.root, self.epoch, self.owner.name):
+                problem = (FailureCode.SUPERSEDED, claimed_by_newer)
+            else:
+                try:
+                    with self._unwritable_is_a_failure(path):
+                        self.root.mkdir(parents=True, exist_ok=True)
+                        if path.exists():  # a leftover of an attempt that died at this step, or one that failed to load
+                            _remove_step(path)
+                except TrainingFailure as e:
+                    problem = (e.code, str(e))
+        self._agree(problem)  # a barrier that carries the folder's fate: one host's error must not hang the others
         self.saved_at, began = step, time.time()
         self._started = began
         with _quiet_in_one_process(), self._unwritable_is_a_failure(path):
@@ -615,21 +622,26 @@ class CheckpointManager:
             marker = {"step": step, "files": {name: size for name, (size, _) in sorted(files.items())},
                       "checksum": CHECKSUM, "checksums": {name: crc for name, (_, crc) in sorted(files.items())},
                       "run_id": self.owner.run_id, "fingerprint": self.owner.fingerprint,
-                      "global_batch": self.global_batch}
+                      "global_batch": self.global_batch, "epoch": self.epoch}
             try:
+                if claimed_by_newer := fencing.superseded(self.root, self.epoch, self.owner.name):
+                    raise TrainingFailure(FailureCode.SUPERSEDED, claimed_by_newer)  # neither marked nor pruned
                 with self._unwritable_is_a_failure(path):
                     _write_atomic(path / MARKER, strict_json(marker, indent=1))
                 if not self._stopping:  # a stop's save prunes nothing (see _prune)
                     self._prune(step)
             except TrainingFailure as e:
-                problem = str(e)
+                problem = (e.code, str(e))
             except OSError as e:
-                problem = f"the completion marker of {path} cannot be written ({_os_error(e)}): {_FOLDER_FIX}"
-        # The ranks agree (a barrier that carries the marker's fate): one rank's error must not hang the others.
-        problems = [p for p in self.dist.all_gather_object(problem) if p]
-        if problems:
-            raise TrainingFailure(FailureCode.CHECKPOINT_UNWRITABLE, problems[0])
+                problem = (FailureCode.CHECKPOINT_UNWRITABLE,
+                           f"the completion marker of {path} cannot be written ({_os_error(e)}): {_FOLDER_FIX}")
+        self._agree(problem)  # a barrier that carries the marker's fate: one rank's error must not hang the others
         self.complete.add(step)
+
+    def _agree(self, problem: tuple[FailureCode, str] | None) -> None:
+        """Every rank raises the first problem any rank (each host's first) found, or none does. Collective."""
+        if problems := [p for p in self.dist.all_gather_object(problem) if p]:
+            raise TrainingFailure(*problems[0])
 
     def _prune(self, step: int) -> None:
         """Keep the newest K steps complete on every host (`self.complete`) at or below `step`, the one just

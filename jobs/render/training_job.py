@@ -28,6 +28,7 @@ from typing import Any
 from contract.container import (
     CHECKPOINT_DIR,
     CODE_CHANNEL,
+    ENV_EPOCH,
     ENV_RUN_ID,
     ENV_SECRET_ARNS,
     INIT_CHANNEL,
@@ -144,6 +145,7 @@ def render_create_training_job(
     spot: bool | None = None,
     infra_check: bool | None = None,
     name_nonce: str | None = None,
+    epoch: int | None = None,
     starts_at: float | None = None,
     measured_stall_s: float | None = None,
     plans_ended: list[str] | tuple[str, ...] = (),
@@ -157,7 +159,8 @@ def render_create_training_job(
     training plan still holds instances, and how the checkpoint cadence fits before the plan's end.
     `measured_stall_s`: a checkpoint save's stall as the run's earlier attempts measured it (the cadence plans
     with it rather than with the planner's model of a save). `plans_ended`: training plans an earlier attempt was
-    stopped on; the attempt does not target them.
+    stopped on; the attempt does not target them. `epoch`: the attempt's epoch (contract.container.ENV_EPOCH, which
+    fences the checkpoint folder against older attempts): the attempt number unless given.
     """
     if attempt < 1:
         raise ValueError(f"attempt numbers start at 1, got {attempt}")
@@ -183,9 +186,11 @@ def render_create_training_job(
         "EnableInterContainerTrafficEncryption": request.inter_container_encryption,
         "EnableManagedSpotTraining": use_spot,
         "CheckpointConfig": {"S3Uri": checkpoint_s3_uri(platform, run_id), "LocalPath": CHECKPOINT_DIR},
-        # The run's marker last: a request may not set it (jobs.request.environment_rules refuses it), and it is what tells
-        # the run's own job from one that took its name.
-        "Environment": {**PLATFORM_ENVIRONMENT, **request.environment, **_secrets(request), ENV_RUN_ID: run_id},
+        # The run's marker and the attempt's epoch last: a request may set neither (jobs.request.environment_rules
+        # refuses them); the marker tells the run's own job from one that took its name, the epoch fences the
+        # checkpoint folder against an older attempt still writing (training.fencing).
+        "Environment": {**PLATFORM_ENVIRONMENT, **request.environment, **_secrets(request), ENV_RUN_ID: run_id,
+                        ENV_EPOCH: str(attempt if epoch is None else epoch)},
         "ProfilerConfig": _profiler(request, platform, run_id),
         "InfraCheckConfig": {"EnableInfraCheck": request.infra_check if infra_check is None else infra_check},
         "Tags": _tags(request, platform, run_id, attempt, strategy_and_degrees(request, primary)[0]),

@@ -23,6 +23,7 @@ import torch
 
 from cli.checkpoint_sync import SyncSettings
 from cli.container_emulator import S3_CHECKPOINTS, run_local
+from contract.container import FENCE_FILE
 from contract.failures import FailureCode, parse_failure_line
 from tests.training.conformance import BASE, PP
 from tests.training.helpers import config, create_request, max_diff, weights, write_corpus
@@ -85,7 +86,7 @@ def test_a_layout_across_two_instances_matches_one_process(layout, tmp_path, cor
     logs = capfd.readouterr().out
     if layout in RESUMED:
         assert f"resumed from {work / 'algo-1' / 'checkpoints' / 'step-2'} at step 2" in logs
-    assert sorted(p.name for p in (work / S3_CHECKPOINTS).iterdir()) == ["step-2", "step-4"]
+    assert sorted(p.name for p in (work / S3_CHECKPOINTS).iterdir()) == [FENCE_FILE, "step-2", "step-4"]
     for host in ("algo-1", "algo-2"):
         assert json.loads((work / host / "input" / "config" / "resourceconfig.json").read_text())["current_host"] == host
     spread = max_diff(weights(work / "algo-1"), one_process)
@@ -121,7 +122,8 @@ def test_a_two_instance_run_keeps_its_checkpoints_in_s3(straight):
     pruned every step it could not see complete, the new one included, and the sync deleted them from S3)."""
     s3 = straight / S3_CHECKPOINTS
     assert complete_steps(s3) == ["step-38", "step-40"]
-    assert sorted(p.name for p in s3.iterdir()) == ["step-38", "step-40"]  # the older ones pruned, from S3 too
+    # The older steps pruned, from S3 too; the run's claim (training.fencing) reached it as well.
+    assert sorted(p.name for p in s3.iterdir()) == [FENCE_FILE, "step-38", "step-40"]
     for host, own in (("algo-1", "__0_0.distcp"), ("algo-2", "__1_0.distcp")):
         local = straight / host / "checkpoints" / "step-40"
         assert rank_files(local) == {own} and (local / MARKER).exists()
@@ -206,7 +208,7 @@ def test_instances_that_share_one_checkpoint_folder_keep_and_resume_its_steps(tm
     env = {"TRAINING_CHECKPOINT_DIR": str(shared)}
     assert run_local(two_hosts(HOSTS_HPS), workdir=work, nproc=1, hosts=2, data_dirs=data, extra_env=env) == 0
     assert complete_steps(shared) == ["step-6", "step-8"]
-    assert sorted(p.name for p in shared.iterdir()) == ["step-6", "step-8"]
+    assert sorted(p.name for p in shared.iterdir()) == [FENCE_FILE, "step-6", "step-8"]
     assert not [p for p in shared.rglob("*") if p.name.endswith(".tmp")]
     assert rank_files(shared / "step-8") == {"__0_0.distcp", "__1_0.distcp"}
     capfd.readouterr()

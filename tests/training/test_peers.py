@@ -70,6 +70,16 @@ def test_the_transports_words_for_a_peer_gone_are_recognised_in_the_chain(text):
     assert peer_gone(RuntimeError("mat1 and mat2 shapes cannot be multiplied")) is None
 
 
+def superseded_message() -> str:
+    import tempfile
+
+    from training import fencing
+
+    with tempfile.TemporaryDirectory() as folder:
+        assert fencing.claim(Path(folder), 2, "run 'gpt-1234'") is None
+        return fencing.superseded(Path(folder), 1, "run 'gpt-1234'")
+
+
 def _line(code: FailureCode, message: str) -> str:
     return f"AlgorithmError: {failure_line(code, message)}"
 
@@ -84,6 +94,8 @@ FAULT_LINES = [
     ("hang", FailureCode.HANG, hang_message({0: {"rank": 0, "host": "algo-1", "step": 7, "waiting": True}}, 2,
                                             ["algo-1", "algo-2"], 310, 300, "hang_timeout_min_seconds"),
      Category.HARDWARE, Response.RETRY_CHECKED),
+    # An older attempt fenced out by a newer one (training.fencing): its execution ends, the newer one carries the run.
+    ("superseded", FailureCode.SUPERSEDED, superseded_message(), Category.USER_ERROR, Response.FAIL),
     ("read-only folder", FailureCode.CHECKPOINT_UNWRITABLE,
      _full_message("EROFS", Path("/opt/ml/checkpoints"), Path("/opt/ml/checkpoints/step-40")), Category.USER_ERROR,
      Response.FAIL),
@@ -138,3 +150,21 @@ def test_a_rank_that_fails_alone_ends_its_peers_with_its_own_line(tmp_path, corp
     assert "[training:out_of_memory] rank 1 on host host-1 failed and ended the run: CUDA out of memory" in err, \
         err[-3000:]
     assert "Traceback" not in err
+
+
+def test_a_claim_holds_against_older_epochs_and_yields_to_newer_ones(tmp_path):
+    """training.fencing on one folder: the newest epoch's claim stands; an attempt without an epoch is never fenced."""
+    from training import fencing
+
+    run = "run 'gpt-1234'"
+    assert fencing.claim(tmp_path, 3, run) is None and fencing.claimed(tmp_path) == 3
+    assert fencing.claim(tmp_path, 3, run) is None  # the same attempt again (a restore after a fallback)
+    refused = fencing.claim(tmp_path, 2, run)
+    assert refused.startswith(f"run 'gpt-1234''s attempt of epoch 2 found its checkpoint folder {tmp_path} claimed by "
+                              "epoch 3")
+    assert fencing.claimed(tmp_path) == 3  # an older attempt's refusal leaves the claim as it was
+    assert fencing.claim(tmp_path, 5, run) is None and fencing.superseded(tmp_path, 3, run)
+    assert fencing.claim(tmp_path, None, run) is None and fencing.superseded(tmp_path, None, run) is None
+    assert not list(tmp_path.glob("*.tmp"))
+    assert fencing.current_epoch({"TRAINING_EPOCH": "7"}) == 7
+    assert fencing.current_epoch({"TRAINING_EPOCH": "x"}) is None and fencing.current_epoch({}) is None

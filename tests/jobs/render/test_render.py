@@ -12,7 +12,7 @@ from botocore.exceptions import ParamValidationError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contract.container import ENV_RUN_ID, STOP_FILE
+from contract.container import ENV_EPOCH, ENV_RUN_ID, STOP_FILE
 from contract.metrics import MAX_METRIC_DEFINITIONS, METRIC_NAMES, metric_definitions
 from jobs import catalog
 from jobs.platform import LocalPlatformSettings, PlatformSettings
@@ -156,6 +156,14 @@ def test_the_run_marker_is_the_platforms_own(platform):
         render({"environment": {ENV_RUN_ID: "someone-elses-run"}}, platform)
 
 
+def test_the_epoch_is_the_platforms_own_and_grows_with_the_attempt(platform):
+    """A request that sets its own epoch could fence out the run's real attempts (or never be fenced itself)."""
+    with pytest.raises(RequestInvalid, match=ENV_EPOCH):
+        render({"environment": {ENV_EPOCH: "999999"}}, platform)
+    assert [render({}, platform, attempt=n)["Environment"][ENV_EPOCH] for n in (1, 2, 3)] == ["1", "2", "3"]
+    assert render({}, platform, attempt=2, epoch=7)["Environment"][ENV_EPOCH] == "7"
+
+
 def test_launcher_and_script_hyperparameters_are_json_encoded(platform):
     create = render({"strategy": "fsdp", "hyperparameters": {"lr": 0.001, "compile": True}}, platform)
     hp = create["HyperParameters"]
@@ -272,7 +280,7 @@ def test_optional_settings_always_have_a_form(platform):
     plain = render({}, platform)
     assert plain["ProfilerConfig"] == {"DisableProfiler": True}
     assert plain["InfraCheckConfig"] == {"EnableInfraCheck": False}
-    assert plain["Environment"] == {**PLATFORM_ENVIRONMENT, ENV_RUN_ID: RUN_ID}
+    assert plain["Environment"] == {**PLATFORM_ENVIRONMENT, ENV_RUN_ID: RUN_ID, ENV_EPOCH: "1"}
     assert "KeepAlivePeriodInSeconds" not in plain["ResourceConfig"]
     full = render({"profiler": True, "infra_check": True, "warm_pool_minutes": 30, "environment": {"NCCL_DEBUG": "1"},
                    "max_pending_hours": 1, "training_plan": "p5-reserved",
@@ -283,7 +291,7 @@ def test_optional_settings_always_have_a_form(platform):
     assert full["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 1800
     assert full["ResourceConfig"]["TrainingPlanArn"] == platform.training_plans["p5-reserved"].arn
     assert full["StoppingCondition"]["MaxPendingTimeInSeconds"] == 3600
-    assert full["Environment"] == {**PLATFORM_ENVIRONMENT, "NCCL_DEBUG": "1", ENV_RUN_ID: RUN_ID}
+    assert full["Environment"] == {**PLATFORM_ENVIRONMENT, "NCCL_DEBUG": "1", ENV_RUN_ID: RUN_ID, ENV_EPOCH: "1"}
     assert_valid_create_request(full)
     warm_default = dataclasses.replace(platform, default_warm_pool_minutes=10)
     assert render({}, warm_default)["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 600
@@ -471,5 +479,5 @@ def test_torchrun_gets_a_shutdown_grace_that_fits_sagemakers_120_seconds():
     request = parse_request({**json.loads((ROOT / "examples" / "ddp-gpt-125m.json").read_text()),
                              "environment": {"MY_FLAG": "1"}})
     env = render_create_training_job(request, platform, run_id="r1", attempt=1)["Environment"]
-    assert env == {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "110", "MY_FLAG": "1", "TRAINING_RUN_ID": "r1"}
+    assert env == {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "110", "MY_FLAG": "1", "TRAINING_RUN_ID": "r1", "TRAINING_EPOCH": "1"}
     assert 30 < int(env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"]) < 120
