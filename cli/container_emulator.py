@@ -58,6 +58,7 @@ from contract.container import (
     ENV_STOP_FILE,
     FAILURE_FILE,
     FENCE_FILE,
+    FENCE_KEY,
     channel_variable,
 )
 from contract.failures import parse_failure_line
@@ -292,7 +293,7 @@ def next_epoch(store: Path) -> int:
     counter = folder.with_name(folder.name + ".epoch")
     counter.parent.mkdir(parents=True, exist_ok=True)
     try:
-        claimed = json.loads((folder / FENCE_FILE).read_text()).get("epoch")
+        claimed = json.loads((folder / FENCE_FILE).read_text()).get(FENCE_KEY)
     except (OSError, ValueError, AttributeError):
         claimed = None
     with open(counter, "a+") as f:

@@ -32,9 +32,10 @@ ENV_RUN_ID = "TRAINING_RUN_ID"
 # with each attempt of the run. The training package records it in each checkpoint and claims the checkpoint folder
 # with it; an attempt that finds a newer epoch's claim stops before it writes (training.fencing).
 ENV_EPOCH = "TRAINING_EPOCH"
-# In the checkpoint folder: {"epoch": N}, the newest epoch that claimed it (training.fencing; `trainctl local` counts
-# its invocations from it).
+# In the checkpoint folder: {FENCE_KEY: N}, the newest epoch that claimed it (training.fencing; `trainctl local` counts
+# its invocations from it). Each completion marker records its writer's epoch under the same key.
 FENCE_FILE = "EPOCH.json"
+FENCE_KEY = "attempt_epoch"
 # Not a SageMaker variable: the request's `secrets` as JSON, {"ENV_NAME": "<Secrets Manager ARN>"}. Only ARNs
 # travel through the execution and the job; the container entry (jobs.render.container_entry) reads each secret with
 # the execution role and exports it as ENV_NAME before the training command starts.

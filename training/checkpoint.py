@@ -92,7 +92,7 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 from torch.distributed.checkpoint.stateful import Stateful
 
-from contract.container import ENV_RUN_ID, STOP_KILL_AFTER_SECONDS
+from contract.container import ENV_RUN_ID, FENCE_KEY, STOP_KILL_AFTER_SECONDS
 from contract.errors import ConfigError, error_chain
 from contract.failures import FailureCode
 from contract.hyperparameters import TrainConfig
@@ -622,7 +622,7 @@ class CheckpointManager:
             marker = {"step": step, "files": {name: size for name, (size, _) in sorted(files.items())},
                       "checksum": CHECKSUM, "checksums": {name: crc for name, (_, crc) in sorted(files.items())},
                       "run_id": self.owner.run_id, "fingerprint": self.owner.fingerprint,
-                      "global_batch": self.global_batch, "epoch": self.epoch}
+                      "global_batch": self.global_batch, FENCE_KEY: self.epoch}
             try:
                 if claimed_by_newer := fencing.superseded(self.root, self.epoch, self.owner.name):
                     raise TrainingFailure(FailureCode.SUPERSEDED, claimed_by_newer)  # neither marked nor pruned

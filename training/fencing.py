@@ -22,7 +22,7 @@ import socket
 import typing
 from pathlib import Path
 
-from contract.container import ENV_EPOCH
+from contract.container import ENV_EPOCH, FENCE_KEY
 from contract.container import FENCE_FILE as FENCE
 
 
@@ -35,7 +35,7 @@ def current_epoch(env: typing.Mapping[str, str] | None = None) -> int | None:
 def claimed(root: Path) -> int | None:
     """The newest epoch that claimed `root`, or None (no claim yet, or an unreadable one: a claim is rewritten)."""
     try:
-        value = json.loads((root / FENCE).read_text()).get("epoch")
+        value = json.loads((root / FENCE).read_text()).get(FENCE_KEY)
     except (OSError, ValueError, AttributeError):
         return None
     return value if isinstance(value, int) else None
@@ -62,6 +62,6 @@ def claim(root: Path, mine: int | None, run: str) -> str | None:
     if claimed(root) == mine:
         return None
     tmp = root / f"{FENCE}.{socket.gethostname()}-{os.getpid()}.tmp"
-    tmp.write_text(json.dumps({"epoch": mine}) + "\n")
+    tmp.write_text(json.dumps({FENCE_KEY: mine}) + "\n")
     os.replace(tmp, root / FENCE)
     return None

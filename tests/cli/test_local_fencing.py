@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from contract.container import FENCE_FILE
+from contract.container import FENCE_FILE, FENCE_KEY
 from contract.failures import FailureCode, parse_failure_line
 from tests.training.helpers import write_corpus
 from training.checkpoint import MARKER, why_invalid
@@ -74,10 +74,10 @@ def test_the_older_of_two_attempts_stops_before_writing_and_the_newer_ones_check
     code, message = parse_failure_line((first / "output" / "failure").read_text())
     assert code is FailureCode.SUPERSEDED
     assert f"attempt of epoch 1 found its checkpoint folder {folder} claimed by epoch 2" in message, message
-    assert json.loads((folder / FENCE_FILE).read_text()) == {"epoch": 2}
+    assert json.loads((folder / FENCE_FILE).read_text()) == {FENCE_KEY: 2}
     # The newer attempt's steps are whole and its own; the older one wrote none after the claim.
     kept = markers(folder)
-    assert sorted(kept) == ["step-110", "step-120"] and {m["epoch"] for m in kept.values()} == {2}
+    assert sorted(kept) == ["step-110", "step-120"] and {m[FENCE_KEY] for m in kept.values()} == {2}
     older_status = json.loads((first / "output" / "data" / "training_status.json").read_text()) \
         if (first / "output" / "data" / "training_status.json").exists() else {}
     assert older_status.get("status") != "completed"
