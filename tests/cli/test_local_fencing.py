@@ -31,7 +31,7 @@ def request(tmp_path: Path, corpus: Path) -> Path:
         "name": "fenced", "strategy": "single", "model": "gpt", "model_size": "tiny",
         "dataset": str(corpus / "train"), "validation_dataset": str(corpus / "validation"),
         "instance": {"type": "ml.c5.2xlarge", "count": 1}, "checkpoint_interval": 10,
-        "hyperparameters": {"max_steps": 120, "seq_len": 16, "micro_batch_size": 4, "eval_interval": 0,
+        "hyperparameters": {"max_steps": 60, "seq_len": 16, "micro_batch_size": 4, "eval_interval": 0,
                             "log_interval": 10, "keep_checkpoints": 2}}))
     return path
 
@@ -69,7 +69,7 @@ def test_the_older_of_two_attempts_stops_before_writing_and_the_newer_ones_check
             if proc is not None and proc.poll() is None:
                 proc.kill()
     assert newer.returncode == 0, newer_out[-3000:]
-    assert "done at step 120" in newer_out
+    assert "done at step 60" in newer_out
     assert older.returncode == 2, older_out[-3000:]
     code, message = parse_failure_line((first / "output" / "failure").read_text())
     assert code is FailureCode.SUPERSEDED
@@ -77,7 +77,7 @@ def test_the_older_of_two_attempts_stops_before_writing_and_the_newer_ones_check
     assert json.loads((folder / FENCE_FILE).read_text()) == {FENCE_KEY: 2}
     # The newer attempt's steps are whole and its own; the older one wrote none after the claim.
     kept = markers(folder)
-    assert sorted(kept) == ["step-110", "step-120"] and {m[FENCE_KEY] for m in kept.values()} == {2}
+    assert sorted(kept) == ["step-50", "step-60"] and {m[FENCE_KEY] for m in kept.values()} == {2}
     older_status = json.loads((first / "output" / "data" / "training_status.json").read_text()) \
         if (first / "output" / "data" / "training_status.json").exists() else {}
     assert older_status.get("status") != "completed"
