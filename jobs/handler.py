@@ -34,14 +34,21 @@ from jobs.outcome.run_record import cluster_types, job_figures, measured_save_se
 from jobs.outcome.summary import describe_in_words, summary
 from jobs.platform import PlatformSettings
 from jobs.prices import API_REGION, SERVICE_CODE, instance_filters, products_to_prices
-from jobs.render.training_job import checkpoint_s3_uri, new_run_id, render_create_training_job
+from jobs.registry import LeaseLost, Registry, RunHeld, request_digest, table_name
+from jobs.render.training_job import (
+    checkpoint_s3_uri,
+    job_name,
+    new_name_nonce,
+    new_run_id,
+    render_create_training_job,
+)
 from jobs.request.parse import parse_request
 from jobs.request.platform_rules import validate_for_platform
 from jobs.request.state_size import state_size_problem
 from jobs.retry import run_state as runs
 from jobs.retry.classify import Category, Failure, classify_launch, ended_job_in
-from jobs.retry.policy import Action, decide_next, succeeded, watch_again
-from jobs.retry.resume import attempt_number, check_init_run, resume_point, run_token
+from jobs.retry.policy import Action, Decision, decide_next, succeeded, watch_again
+from jobs.retry.resume import attempt_number, check_init_run, resume_command, resume_point, run_token
 from jobs.retry.run_state import RunState
 
 log = logging.getLogger(__name__)
@@ -89,10 +96,20 @@ def prepare(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         source.checkpoint_s3_uri = checkpoint_s3_uri(platform, request.init_from_run)
         check_init_run(request, jobs_of_run(source, platform.region))
     attempt = run.resumed_after + 1
-    create = render_create_training_job(request, platform, run_id=run_id, attempt=attempt, measured_stall_s=measured)
-    runs.start_attempt(run, create, attempt=attempt, now=now)
-    if problem := state_size_problem(document, run.to_dict(), create, request.retry.max_attempts):
-        raise RequestInvalid([problem])
+    registry = run_registry(platform) if run.execution.arn else None
+    if registry is not None:
+        take_run(registry, run, request, document, now)
+    try:
+        nonce, epoch = launch_epoch(registry, run, platform, attempt, now)
+        create = render_create_training_job(request, platform, run_id=run_id, attempt=attempt,
+                                            measured_stall_s=measured, name_nonce=nonce, epoch=epoch)
+        runs.start_attempt(run, create, attempt=attempt, now=now)
+        if problem := state_size_problem(document, run.to_dict(), create, request.retry.max_attempts):
+            raise RequestInvalid([problem])
+    except RequestInvalid:
+        if registry is not None:  # refused after taking the run: nothing was launched, let it go
+            registry.release(run_id, run.execution.arn, outcome="refused", now=runs.iso(now))
+        raise
     log.info("run %s: attempt %s is %s on %s", run_id, attempt, create["TrainingJobName"], run.instance_type)
     if event.get("state_shape", 1) < STATE_SHAPE:
         return {"run": {**run.to_dict(), "request": request.to_dict()}, "create": create}
@@ -106,6 +123,56 @@ def _continue_run(run: RunState, request, platform: PlatformSettings) -> float |
     earlier = jobs_of_run(run, platform.region)
     run.resumed_after = resume_point(request, earlier, run.checkpoint_s3_uri)
     return measured_save_seconds(SimpleNamespace(**job_figures(j)) for j in sorted(earlier, key=attempt_number))
+
+
+def run_registry(platform: PlatformSettings) -> Registry:
+    """The launcher's run registry (jobs.registry), through the runtime's boto3."""
+    import boto3
+    from botocore.config import Config
+
+    client = boto3.client("dynamodb", region_name=os.environ.get("AWS_REGION") or platform.region,
+                          config=Config(retries={"mode": "standard", "total_max_attempts": 4}))
+    return Registry(client, table_name(platform.name_prefix))
+
+
+def take_run(registry: Registry, run: RunState, request, document: dict[str, Any], now: float) -> None:
+    """Take the run's lease for this execution, or refuse the request naming the execution that holds it."""
+    try:
+        registry.acquire(run.run_id, run.execution.arn, name=request.name, digest=request_digest(document),
+                         now=runs.iso(now), has_ended=execution_has_ended)
+    except RunHeld as held:
+        field = "resume_run" if request.resume_run else "name"
+        raise RequestInvalid([Problem(field, (
+            f"run {run.run_id} is held by execution {held.holder}, which is still running (its job may be between "
+            f"two attempts); one execution drives a run at a time, so that one job writes its checkpoints: wait "
+            f"for it to end, or `trainctl stop` it, then {resume_command(run.run_id)}"))]) from None
+
+
+def launch_epoch(registry: Registry | None, run: RunState, platform: PlatformSettings, attempt: int,
+                 now: float) -> tuple[str, int | None]:
+    """The attempt's job name nonce and its epoch, issued by the registry as it records the job's name (None
+    without a registry: an execution on a definition before it, whose epoch is the attempt number). LeaseLost
+    when another execution holds the run."""
+    nonce = new_name_nonce()
+    if registry is None:
+        return nonce, None
+    name = job_name(platform, run.run_id, attempt, nonce)
+    return nonce, registry.launch(run.run_id, run.execution.arn, attempt=attempt, job_name=name, now=runs.iso(now))
+
+
+def execution_has_ended(arn: str) -> bool:
+    """Whether a Step Functions execution is over (a run's holder that never let go may then be taken over)."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    try:
+        status = boto3.client("stepfunctions", region_name=os.environ.get("AWS_REGION")).describe_execution(
+            executionArn=arn)["status"]
+    except ClientError as exc:
+        if exc.response["Error"].get("Code") == "ExecutionDoesNotExist":
+            return True
+        raise
+    return status != "RUNNING"
 
 
 def jobs_of_run(run: RunState, region: str | None = None) -> list[dict[str, Any]]:
@@ -188,13 +255,20 @@ def _decide(request, run: RunState, failure_event: dict[str, Any]) -> dict[str, 
     if decision.action is not Action.RETRY:
         return {"run": run.to_dict(), "decision": decision.to_event()}
     attempt = run.attempt + 1
+    try:
+        nonce, epoch = launch_epoch(run_registry(platform) if run.execution.arn else None, run, platform,
+                                    attempt, now)
+    except LeaseLost as lost:
+        decision = Decision(Action.FAIL, 0, Category.SUPERSEDED, f"{lost}: this execution launches nothing more "
+                            f"({decision.reason} was next)")
+        return {"run": run.to_dict(), "decision": decision.to_event()}
     create = render_create_training_job(request, platform, run_id=run.run_id, attempt=attempt,
                                         instance_type=decision.instance_type, spot=decision.spot,
                                         infra_check=decision.infra_check if decision.infra_check is not None
                                         else current.infra_check,
                                         starts_at=now + decision.wait_seconds,
                                         measured_stall_s=measured_save_seconds(run.attempts),
-                                        plans_ended=run.plans_ended)
+                                        plans_ended=run.plans_ended, name_nonce=nonce, epoch=epoch)
     run.waited_seconds += decision.wait_seconds
     runs.start_attempt(run, create, attempt=attempt, now=now + decision.wait_seconds)
     return {"run": run.to_dict(), "launch": {"create": create}, "decision": decision.to_event()}
@@ -250,8 +324,64 @@ def summarize(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     outcome = summary(run, job=job, decision=decision, now=now, stopped_jobs=stopped, jobs_left_running=left,
                       prices=training_prices(platform_region(), sorted(types)))
     subject, message = describe_in_words(outcome)
+    if run.execution.arn:
+        run_registry(platform_settings()).release(run.run_id, run.execution.arn, outcome=outcome["status"].lower(),
+                                                  now=runs.iso(now))
     return {"succeeded": outcome["status"] == "Succeeded", "subject": subject, "message": message,
             "summary": outcome}
+
+
+# The statuses an EventBridge "Step Functions Execution Status Change" event carries for an execution that ended.
+ENDED_EXECUTION = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
+
+
+def reap(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
+    """An execution of the launcher ended (the execution-status rule's event): whatever ended it (Summarize, a
+    console stop, StopExecution from code, a failure no Catch took, a timeout), stop every job of the run it held
+    that still runs, and let the run go. Safe to run again: a stop is asked only of a job that runs, the lease is
+    given back only by its holder. A stop that may pass raises, so that Lambda runs the event again."""
+    detail = event.get("detail") or {}
+    arn, status = detail.get("executionArn", ""), detail.get("status", "")
+    if not arn or status not in ENDED_EXECUTION:
+        return {"execution": arn, "run_id": "", "stopped": [], "left": []}
+    platform = platform_settings()
+    run_id = run_of_execution(arn)
+    registry = run_registry(platform)
+    record = registry.read(run_id) if run_id else None
+    if record is None or record.owner != arn:
+        # It never took a run (refused in Prepare), or another execution holds the run now: its jobs are that one's.
+        return {"execution": arn, "run_id": run_id, "stopped": [], "left": []}
+    run = runs.new_run(SimpleNamespace(name=record.name, training_instance_type="", spot=False), run_id=run_id,
+                       execution={"id": arn}, now=clock())
+    run.checkpoint_s3_uri = checkpoint_s3_uri(platform, run_id)
+    mine = [a for a in record.attempts if a.get("execution") == arn]
+    run.attempts = [runs.Attempt(attempt=a["attempt"], job_name=a["job_name"], instance_type="", instance_count=0,
+                                 spot=False) for a in mine]
+    stopped, left, transient = stop_jobs_left_running(run)
+    if transient:
+        raise JobsStillRunning(f"could not stop {', '.join(transient)}; trying again")
+    registry.release(run_id, arn, outcome=status.lower(), now=runs.iso(clock()))
+    log.info("execution %s ended %s: run %s let go; stopped %s", arn, status, run_id, stopped or "nothing")
+    return {"execution": arn, "run_id": run_id, "stopped": stopped, "left": left}
+
+
+def run_of_execution(arn: str) -> str:
+    """The run an execution drove: its run state's id, from the first state that left the state with one (Prepare);
+    "" when none did (it ended in Prepare, which launches nothing)."""
+    import boto3
+
+    pages = boto3.client("stepfunctions", region_name=os.environ.get("AWS_REGION")).get_paginator(
+        "get_execution_history").paginate(executionArn=arn, includeExecutionData=True)
+    for page in pages:
+        for event in page["events"]:
+            output = (event.get("stateExitedEventDetails") or {}).get("output")
+            try:
+                run_id = (json.loads(output or "{}").get("run") or {}).get("run_id")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(run_id, str) and run_id:
+                return run_id
+    return ""
 
 
 def platform_region() -> str | None:
@@ -345,6 +475,12 @@ def stop_jobs_left_running(run: RunState) -> tuple[list[str], list[str], list[st
     stopped all the same: the run ends, and its names cannot be guessed, so such a job is almost surely its own.
     """
     stopped, left, transient = [], [], []
+    # A job created although its create failed (a 5xx) may show up only after Decide looked for it: any running job
+    # that carries the run's marker is the run's, recorded or not.
+    for job in running_jobs_of_run(run, known={a.job_name for a in run.attempts}):
+        run.attempts.append(runs.Attempt(attempt=attempt_number(job), job_name=job["TrainingJobName"],
+                                         instance_type="", instance_count=0, spot=False, status="Unknown",
+                                         reason="found running with the run's marker; not recorded by this run"))
     for attempt in (a for a in run.attempts if a.status in _MAY_RUN):
         job, error = look_up_training_job(attempt.job_name)
         if job is None and not error:
@@ -369,6 +505,26 @@ def stop_jobs_left_running(run: RunState) -> tuple[list[str], list[str], list[st
             attempt.status, attempt.stopped_by_launcher = "Stopping", True
             stopped.append(attempt.job_name)
     return stopped, left, transient
+
+
+def running_jobs_of_run(run: RunState, known: set[str]) -> list[dict[str, Any]]:
+    """The run's jobs, other than `known` ones, that SageMaker lists as InProgress (by the run id's random part, each
+    kept only when it carries the run's marker); [] when the listing fails (the recorded attempts are still looked up
+    one by one)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    client = _sagemaker(attempts=4)
+    found = []
+    try:
+        for page in client.get_paginator("list_training_jobs").paginate(NameContains=run_token(run.run_id),
+                                                                        StatusEquals="InProgress"):
+            for listed in (j for j in page["TrainingJobSummaries"] if j["TrainingJobName"] not in known):
+                job = runs.jsonable(client.describe_training_job(TrainingJobName=listed["TrainingJobName"]))
+                if runs.is_ours(run, job) and job.get("TrainingJobStatus") in runs.RUNNING:
+                    found.append(job)
+    except (BotoCoreError, ClientError) as exc:
+        log.warning("listing the jobs of run %s failed: %s", run.run_id, exc)
+    return found
 
 
 def stop_training_job(job_name: str) -> str:

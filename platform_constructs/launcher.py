@@ -11,7 +11,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from aws_cdk import RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
@@ -20,12 +22,19 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
+from jobs.handler import ENDED_EXECUTION
 from jobs.platform import PlatformSettings
 from platform_constructs import engineer_access
 from platform_constructs.launch_task import LaunchTrainingJob
 from platform_constructs.launcher_definition import LauncherDefinition
-from platform_constructs.launcher_functions import INLINE_POLICY_REASON, LauncherFunctions
+from platform_constructs.launcher_functions import (
+    INLINE_POLICY_REASON,
+    REAPER,
+    STATE_MACHINE_HANDLERS,
+    LauncherFunctions,
+)
 from platform_constructs.nag import acknowledge, nag_form
+from platform_constructs.run_registry import RunRegistry
 from platform_constructs.teams import MAX_NAME_PREFIX, NAME_PREFIX, run_id_tag_key
 
 
@@ -108,10 +117,49 @@ class JobLauncher(Construct):
         # Every version of each function, not only this deploy's: an execution calls the versions it started with,
         # and one started before a deploy runs on after it (for days), as one started before versions did
         # (unqualified; jobs.handler.STATE_SHAPE).
-        for function in self.functions.values():
-            function.grant_invoke(role)
+        for name in STATE_MACHINE_HANDLERS:
+            self.functions[name].grant_invoke(role)
         key.grant(role, "kms:Decrypt", "kms:GenerateDataKey*")
         self._acknowledge_state_machine_role()
+        self.registry = self._registry(removal_policy)
+        self.execution_ended = self._reaper_rule()
+
+    def _registry(self, removal_policy: RemovalPolicy) -> RunRegistry:
+        """The run registry (jobs.registry): every function writes it; Prepare takes a run over only from an
+        execution that ended (DescribeExecution), the reaper finds an ended execution's run in its history. The
+        executions' ARN is written from the state machine's name: the state machine's own ARN would make a cycle
+        (it invokes these functions)."""
+        registry = RunRegistry(self, "Runs", name_prefix=self.name_prefix, key=self.key,
+                               removal_policy=removal_policy)
+        executions = Stack.of(self).format_arn(service="states", resource="execution",
+                                               resource_name=f"{self.state_machine_name}:*",
+                                               arn_format=ArnFormat.COLON_RESOURCE_NAME)
+        for function in self.functions.values():
+            registry.grant_write(function)
+        self.functions["prepare"].add_to_role_policy(iam.PolicyStatement(
+            actions=["states:DescribeExecution"], resources=[executions]))
+        self.functions[REAPER].add_to_role_policy(iam.PolicyStatement(
+            actions=["states:GetExecutionHistory"], resources=[executions]))
+        for name in ("prepare", REAPER):
+            acknowledge(self.functions[name].role, f"AwsSolutions-IAM5[Resource::{nag_form(self, executions)}]",
+                        "The launcher's own executions (its state machine's name, then any execution name): the "
+                        "execution that held a run is known only at run time.")
+        return registry
+
+    def _reaper_rule(self) -> events.Rule:
+        """Whatever ends an execution (Summarize, a console stop, StopExecution from code, a failure no Catch takes,
+        a timeout), EventBridge invokes the reaper with the status change: it stops the run's jobs that still run
+        and lets the run go (jobs.handler.reap). Lambda retries a failed event twice, then keeps it in the
+        reaper's dead-letter queue."""
+        return events.Rule(
+            self, "ExecutionEnded",
+            description=f"{self.state_machine_name}: an execution ended; stop its run's jobs",
+            event_pattern=events.EventPattern(
+                source=["aws.states"], detail_type=["Step Functions Execution Status Change"],
+                detail={"status": list(ENDED_EXECUTION), "stateMachineArn": [self.state_machine.state_machine_arn]}),
+            targets=[targets.LambdaFunction(self.functions[REAPER], max_event_age=Duration.hours(24),
+                                            retry_attempts=185)],
+        )
 
     def _topic(self, notification_email: str | None) -> sns.Topic:
         topic = sns.Topic(self, "Notifications", topic_name=f"{self.name_prefix}-training-notifications",

@@ -108,7 +108,8 @@ class LauncherDefinition(Construct):
             "state_shape": STATE_SHAPE,
             "request": sfn.JsonPath.object_at(EXECUTION_INPUT),
             "execution": {"name": sfn.JsonPath.execution_name,
-                          "start_time": sfn.JsonPath.string_at("$$.Execution.StartTime")},
+                          "start_time": sfn.JsonPath.string_at("$$.Execution.StartTime"),
+                          "id": sfn.JsonPath.execution_id},
         })
         # The Lambda error's Cause is the JSON {errorMessage, errorType, ...}; the Fail state shows the
         # message, one "field.path: problem" line per problem.

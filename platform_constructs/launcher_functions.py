@@ -1,4 +1,4 @@
-"""The job launcher's three Lambda functions (jobs.handler.prepare, decide, summarize) and their roles."""
+"""The job launcher's Lambda functions (jobs.handler.prepare, decide, summarize, reap) and their roles."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from platform_constructs.nag import acknowledge, nag_form
@@ -20,14 +21,24 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # everything, re-include the two packages, then drop byte code and dot files.
 LAMBDA_CODE_EXCLUDE = ["*", "!jobs", "!jobs/**", "!contract", "!contract/**", "**/__pycache__", "**/*.pyc", "**/.*"]
 
-HANDLERS = ("prepare", "decide", "summarize")
+# The state machine's three, and the reaper that the execution-status rule invokes when an execution ends.
+STATE_MACHINE_HANDLERS = ("prepare", "decide", "summarize")
+REAPER = "reap"
+HANDLERS = (*STATE_MACHINE_HANDLERS, REAPER)
+# How long a reaper's event that kept failing stays in its dead-letter queue (SQS's longest).
+DEAD_LETTER_RETENTION_DAYS = 14
 # What each function may do to the platform's training jobs: prepare describes a resumed run's earlier jobs;
-# decide looks up whether a failed launch left a job running; summarize also stops it when the run ends.
+# decide looks up whether a failed launch left a job running; summarize and reap also stop the run's jobs that
+# still run when its execution ends.
 SAGEMAKER_ACTIONS = {
     "prepare": ("sagemaker:DescribeTrainingJob",),
     "decide": ("sagemaker:DescribeTrainingJob",),
     "summarize": ("sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob"),
+    "reap": ("sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob"),
 }
+# Who lists training jobs (no resource-level permissions): prepare finds a resumed run's earlier jobs, summarize and
+# reap every running job carrying the run's marker (one whose create answered an error may show up late).
+LISTING = ("prepare", "summarize", "reap")
 
 INLINE_POLICY_REASON = (
     "The CDK's grants write this role's least-privilege statements into a policy attached to this role only "
@@ -36,7 +47,7 @@ INLINE_POLICY_REASON = (
 
 
 class LauncherFunctions(Construct):
-    """One function per handler, each with its own role (no AWSLambdaBasicExecutionRole), an encrypted log
+    """One function per handler (HANDLERS), each with its own role (no AWSLambdaBasicExecutionRole), an encrypted log
     group, X-Ray tracing, and the platform settings (JSON) in PLATFORM_SETTINGS.
 
     `decide` may describe the training jobs matching `training_job_arn_pattern` (whether a failed launch left
@@ -73,9 +84,9 @@ class LauncherFunctions(Construct):
                 f"({name_prefix}-*): job names are generated per attempt, so a name prefix is the narrowest "
                 "resource that fits.",
             )
-        # A resumed run's earlier jobs are found by listing; ListTrainingJobs has no resource-level permissions.
-        self.functions["prepare"].add_to_role_policy(iam.PolicyStatement(
-            actions=["sagemaker:ListTrainingJobs"], resources=["*"]))
+        for name in LISTING:
+            self.functions[name].add_to_role_policy(iam.PolicyStatement(
+                actions=["sagemaker:ListTrainingJobs"], resources=["*"]))
         # The run's record prices its instance-hours (jobs.handler.training_prices: the AWS Price List API, public
         # prices); GetProducts has no resource-level permissions either.
         self.functions["summarize"].add_to_role_policy(iam.PolicyStatement(
@@ -86,8 +97,8 @@ class LauncherFunctions(Construct):
 
     @property
     def versions(self) -> dict[str, lambda_.IVersion]:
-        """Each function's version of this deploy: what the state machine's definition invokes."""
-        return {name: function.current_version for name, function in self.functions.items()}
+        """Each state machine function's version of this deploy: what the state machine's definition invokes."""
+        return {name: self.functions[name].current_version for name in STATE_MACHINE_HANDLERS}
 
     def _function(self, name: str, settings_json: str, log_retention: logs.RetentionDays,
                   reserved_concurrency: int | None, removal_policy: RemovalPolicy) -> lambda_.Function:
@@ -99,6 +110,7 @@ class LauncherFunctions(Construct):
         role = iam.Role(self, f"{title}Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
                         description=f"{self.name_prefix} job launcher: the {name} function", path=self.role_path)
         log_group.grant_write(role)
+        dead_letters = self._dead_letters(role, removal_policy) if name == REAPER else None
         function = lambda_.Function(
             self, f"{title}Function",
             description=f"{self.name_prefix} job launcher: jobs.handler.{name}",
@@ -114,6 +126,9 @@ class LauncherFunctions(Construct):
             timeout=Duration.seconds(60),
             tracing=lambda_.Tracing.ACTIVE,
             reserved_concurrent_executions=reserved_concurrency,
+            # The reaper is invoked asynchronously (EventBridge): an event it failed on, after Lambda's own retries,
+            # is kept for an operator rather than dropped.
+            dead_letter_queue=dead_letters,
             # A version per deploy that changes the code or the settings, kept: an execution keeps the definition
             # it started with, which calls the versions deployed with it (`versions`), never newer code that
             # expects another shape of the state. Deleting the function deletes its versions.
@@ -123,20 +138,32 @@ class LauncherFunctions(Construct):
         _acknowledge(name, role, function, reserved_concurrency)
         return function
 
+    def _dead_letters(self, role: iam.Role, removal_policy: RemovalPolicy) -> sqs.Queue:
+        queue = sqs.Queue(self, "ReapDeadLetters", encryption=sqs.QueueEncryption.KMS, encryption_master_key=self.key,
+                          enforce_ssl=True, retention_period=Duration.days(DEAD_LETTER_RETENTION_DAYS),
+                          removal_policy=removal_policy)
+        self.key.grant(role, "kms:GenerateDataKey", "kms:Decrypt")
+        acknowledge(queue, "AwsSolutions-SQS3", "This queue is the reaper function's dead-letter queue itself.")
+        self.reaper_dead_letters = queue
+        return queue
+
 
 def _acknowledge(name: str, role: iam.Role, function: lambda_.Function, reserved_concurrency: int | None) -> None:
     acknowledge(role, "NIST.800.53.R5-IAMNoInlinePolicy", INLINE_POLICY_REASON)
     listing = {"prepare": " and SageMaker ListTrainingJobs (finding a resumed run's earlier jobs)",
-               "summarize": " and the Price List API's GetProducts (public prices, for the run's cost)"}.get(name, "")
+               "summarize": ", SageMaker ListTrainingJobs (the run's running jobs) and the Price List API's "
+                            "GetProducts (public prices, for the run's cost)",
+               "reap": " and SageMaker ListTrainingJobs (the run's running jobs)"}.get(name, "")
     acknowledge(role, "AwsSolutions-IAM5[Resource::*]",
                 f"X-Ray PutTraceSegments/PutTelemetryRecords{listing} support no resource-level permissions.")
     acknowledge(function, "NIST.800.53.R5-LambdaInsideVPC",
                 "The function reaches nothing inside the VPC (it calls SageMaker's ListTrainingJobs, "
-                "DescribeTrainingJob and StopTrainingJob, and the Price List API, only); it handles job requests "
-                "and job descriptions, never training data.")
-    acknowledge(function, "NIST.800.53.R5-LambdaDLQ",
-                "Invoked synchronously by Step Functions, which retries and catches its errors; a DLQ "
-                "applies only to asynchronous invocations.")
+                "DescribeTrainingJob and StopTrainingJob, the Price List API, the launcher's run registry table and "
+                "its executions' status, only); it handles job requests and job descriptions, never training data.")
+    if name != REAPER:
+        acknowledge(function, "NIST.800.53.R5-LambdaDLQ",
+                    "Invoked synchronously by Step Functions, which retries and catches its errors; a DLQ "
+                    "applies only to asynchronous invocations.")
     acknowledge(function, "AwsSolutions-L1",
                 "Python 3.12 is the runtime the jobs package is written and tested for (fixed contract).")
     if reserved_concurrency is None:

@@ -35,6 +35,9 @@ class Category(enum.StrEnum):
     HARDWARE = "hardware"  # an unhealthy instance, a GPU memory error, a broken NCCL/EFA transport
     USER_ERROR = "user_error"
     MAX_RUNTIME = "max_runtime"
+    # Another execution of the run holds it (jobs.registry), or a newer attempt claimed its checkpoints
+    # (training.fencing): this execution must not launch or write, and ends.
+    SUPERSEDED = "superseded"
     UNKNOWN = "unknown"
 
 
@@ -120,6 +123,9 @@ RULES: tuple[Rule, ...] = (
     Rule(r"\[training:host_lost\]", JOB_TEXT, Category.HARDWARE,
          "an instance was lost mid-run, retried on a health-checked instance: {short}",
          action=Response.RETRY_CHECKED),
+    # A newer attempt of the run claimed its checkpoint folder (training.fencing): whoever runs it, not this run.
+    Rule(r"\[training:superseded\]", JOB_TEXT, Category.SUPERSEDED,
+         "a newer attempt of the run writes its checkpoints, so this one stopped: {short}", action=Response.FAIL),
     # The training package's own verdict (contract.failures), inside "AlgorithmError: ...": the user's to fix.
     Rule(r"\[training:[a-z_]+\]", JOB_TEXT, Category.USER_ERROR, "the training package reported: {short}",
          action=Response.FAIL),

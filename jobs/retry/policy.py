@@ -72,6 +72,8 @@ _NO_RETRY_HINT = {
                          "checkpoints, or submit it as a new run",
     Category.MAX_RUNTIME: "checkpoints are kept: `{resume}` continues the run (raise max_runtime_hours in the "
                           "request to give each attempt longer)",
+    Category.SUPERSEDED: "another execution holds the run now; `trainctl runs` shows which, and `{resume}` "
+                         "continues it once that one has ended",
     Category.UNKNOWN: "not retried, to be safe; see the job's logs; `{resume}` continues it from its checkpoints",
 }
 NO_RETRY = tuple(_NO_RETRY_HINT)

@@ -41,6 +41,9 @@ def jsonable(value: Any) -> Any:
 class Execution:
     name: str = ""
     start_time: str = ""
+    # Its ARN ($$.Execution.Id): who holds the run in the registry (jobs.registry). Empty for an execution on a
+    # definition before the registry, which then has no lease to take or give back.
+    arn: str = ""
 
 
 @dataclass
@@ -208,7 +211,8 @@ def new_run(request: JobRequest, *, run_id: str, execution: dict[str, Any], now:
     return RunState(
         run_id=run_id,
         name=request.name,
-        execution=Execution(name=execution.get("name", ""), start_time=execution.get("start_time") or iso(started)),
+        execution=Execution(name=execution.get("name", ""), start_time=execution.get("start_time") or iso(started),
+                            arn=execution.get("id", "")),
         started_at=iso(started),
         started_epoch=started,
         instance_type=request.training_instance_type,

@@ -191,29 +191,27 @@ def test_resume_without_a_request_continues_with_the_runs_own(launcher, tmp_path
 
 def test_resume_refuses_a_run_waiting_between_attempts(launcher, tmp_path):
     """No job of the run runs while its execution waits out a capacity shortage: the launcher's job check
-    cannot see it, trainctl's execution check does."""
-    import time
-
-    sm.StateTaskServiceSageMaker.world = sm.ScriptedSageMaker([sm.capacity_error(), sm.completed()])
+    cannot see it, trainctl's execution check does. The resumes run while the execution is held in its Backoff."""
     request = job_request(retry={**FAST_RETRY, "capacity_wait_seconds": 20, "capacity_wait_max_seconds": 20})
-    sfn = boto3.client("stepfunctions", region_name=REGION)
-    arn = sfn.start_execution(stateMachineArn=launcher.state_machine_arn, name="waiting",
-                              input=json.dumps(request))["executionArn"]
+    (tmp_path / "r.json").write_text(json.dumps(request))
+    answers = []
+
+    def while_waiting(arn: str, state: str, seconds: float) -> None:
+        if state == "Backoff":
+            run_id = _run_of("waiting")["run_id"]
+            answers.extend((run_id, run("resume", run_id, *args, "--region", REGION))
+                           for args in ((), (str(tmp_path / "r.json"),)))
+
+    launcher.on_wait = while_waiting
     try:
-        deadline = time.monotonic() + 15
-        while not any(e["type"] == "WaitStateEntered" for e in
-                      sfn.get_execution_history(executionArn=arn, maxResults=1000)["events"]):
-            assert time.monotonic() < deadline, "the execution never reached its wait"
-            time.sleep(0.05)
-        run_id = _run_of("waiting")["run_id"]
-        (tmp_path / "r.json").write_text(json.dumps(request))
-        for args in ((), (str(tmp_path / "r.json"),)):
-            refused = run("resume", run_id, *args, "--region", REGION)
-            assert refused.exit_code == 2, refused.output
-            assert f"run {run_id} is still active: execution waiting is RUNNING" in refused.stderr
-            assert "trainctl stop waiting" in refused.stderr
+        launcher.run(request, [sm.capacity_error(), sm.completed()], name="waiting")
     finally:
-        sfn.stop_execution(executionArn=arn)
+        launcher.on_wait = None
+    assert len(answers) == 2
+    for run_id, refused in answers:
+        assert refused.exit_code == 2, refused.output
+        assert f"run {run_id} is still active: execution waiting is RUNNING" in refused.stderr
+        assert "trainctl stop waiting" in refused.stderr
 
 
 def test_runs_keep_what_a_run_measured_and_plan_is_corrected_by_it(launcher, tmp_path, monkeypatch):

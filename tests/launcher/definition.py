@@ -69,6 +69,10 @@ class LauncherDefinition:
     handlers: dict[str, str]
     topic_name: str
     topic_arn: str
+    # The run registry's table as the template declares it (TableName, KeySchema, AttributeDefinitions, ...).
+    table: dict[str, Any]
+    # The EventBridge rules on the state machine's executions: (pattern with its Refs resolved, target handlers).
+    execution_rules: list[tuple[dict[str, Any], list[str]]]
 
 
 def fake_names(template: dict) -> tuple[dict[str, str], dict[tuple[str, str], str]]:
@@ -91,6 +95,10 @@ def fake_names(template: dict) -> tuple[dict[str, str], dict[tuple[str, str], st
         elif kind == "AWS::IAM::Role":
             refs[logical_id] = logical_id
             attrs[(logical_id, "Arn")] = f"arn:aws:iam::{ACCOUNT}:role/{logical_id}"
+        elif kind == "AWS::StepFunctions::StateMachine":
+            refs[logical_id] = f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{props['StateMachineName']}"
+        elif kind == "AWS::DynamoDB::Table":
+            refs[logical_id] = props["TableName"]
         elif kind == "AWS::Logs::LogGroup":
             name = props.get("LogGroupName", logical_id)
             refs[logical_id] = name
@@ -119,9 +127,22 @@ def launcher_definition(template: dict) -> LauncherDefinition:
     topics = [(lid, r) for lid, r in template["Resources"].items() if r["Type"] == "AWS::SNS::Topic"]
     assert len(topics) == 1, "expected one notification topic"
     topic_id, _ = topics[0]
+    (table,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::DynamoDB::Table"]
+    rules = []
+    for rule in (r["Properties"] for r in resources.values() if r["Type"] == "AWS::Events::Rule"):
+        pattern = resolve(rule["EventPattern"], refs, attrs)
+        if pattern.get("source") == ["aws.states"]:
+            targets = [handlers[resolve(t["Arn"], refs, attrs)] for t in rule["Targets"]]
+            rules.append((pattern, targets))
     return LauncherDefinition(
         definition=definition,
         handlers=handlers,
         topic_name=attrs[(topic_id, "TopicName")],
         topic_arn=refs[topic_id],
+        table={k: v for k, v in table.items() if k in TABLE_PROPERTIES},
+        execution_rules=rules,
     )
+
+
+# What CreateTable takes of the template's table (the rest: encryption, recovery, protection, tags).
+TABLE_PROPERTIES = ("TableName", "KeySchema", "AttributeDefinitions", "BillingMode", "GlobalSecondaryIndexes")

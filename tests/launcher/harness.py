@@ -1,9 +1,16 @@
 """Run the launcher's synthesized state machine in moto's Step Functions interpreter (execute mode).
 
 What is real: the definition (from the synthesized template, intrinsics resolved), moto's interpreter
-(Retry/Catch, Choice, Wait, intrinsics, history), the `jobs.handler` functions (in-process), moto's
-SageMaker and SNS. What is stood in: the SageMaker `.sync` integration (sagemaker_sync.py) and the Lambda
-runtime (lambda_inprocess.py). The seams reach into moto internals; test_moto_internals.py pins them.
+(Retry/Catch, Choice, Wait, intrinsics, history, StopExecution), the `jobs.handler` functions (in-process), moto's
+SageMaker, SNS and DynamoDB (the run registry's table, created as the template declares it), and the execution-status
+rule's pattern (moto's EventBridge matcher). What is stood in: the SageMaker `.sync` integration (sagemaker_sync.py),
+the Lambda runtime (lambda_inprocess.py), and EventBridge's delivery: when an execution has ended, `wait` hands the
+status change (the documented event) to the rule's target handler, once, as EventBridge would shortly after.
+The seams reach into moto internals; test_moto_internals.py pins them.
+
+Interleavings are forced, not timed: `on_wait(execution ARN, state name, seconds)` runs inside a Wait state
+(Backoff, WaitForJob), `lambdas.before(handler, event)` before a function runs; either may start, run or stop other
+executions while this one is held there. Wait states record their seconds and do not sleep them.
 """
 
 from __future__ import annotations
@@ -12,6 +19,8 @@ import contextlib
 import json
 import os
 import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -19,6 +28,7 @@ from unittest import mock
 
 import boto3
 from moto import mock_aws
+from moto.events.models import EventPattern
 from moto.sns.models import sns_backends
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
@@ -26,6 +36,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
     state_task_factory,
 )
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import state_task_service_callback
+from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
 
 from tests.launcher.definition import ACCOUNT, REGION, LauncherDefinition
 from tests.launcher.lambda_inprocess import InProcessLambda
@@ -59,6 +70,8 @@ class ExecutionResult:
     stop_calls: list[str] = field(default_factory=list)  # StopTrainingJob requests, by job name
     # The waits a Retry asked for before each retry, in seconds (the harness does not sleep them).
     retry_waits: list[float] = field(default_factory=list)
+    # What the execution-status rule's target returned for this execution's end (None: not delivered).
+    reaped: dict[str, Any] | None = None
 
     @property
     def states_entered(self) -> list[str]:
@@ -84,6 +97,11 @@ class LauncherHarness:
         self._stack = contextlib.ExitStack()
         self.state_machine_arn = ""
         self.retry_waits: list[float] = []
+        # Wait states: (execution name, state name, seconds), in order; and the test's hook, if any.
+        self.waits: list[tuple[str, str, float]] = []
+        self.on_wait: Callable[[str, str, float], None] | None = None
+        self.world: ScriptedSageMaker | None = None
+        self._sent_before = 0
 
     def __enter__(self) -> LauncherHarness:
         original_factory = state_task_factory.state_task_service_for
@@ -111,6 +129,8 @@ class LauncherHarness:
             sagemaker_hooks(),
             # A Retry's interval is recorded, not slept: the waits are asserted, and the suite does not spend them.
             mock.patch.object(retrier_decl, "time", SimpleNamespace(sleep=self.retry_waits.append)),
+            mock.patch.object(WaitFunction, "_wait_interval",
+                              lambda function, env, wait_seconds: self._wait_interval(function, env, wait_seconds)),
         ]
         with contextlib.ExitStack() as stack:
             for patch in patches:
@@ -119,7 +139,16 @@ class LauncherHarness:
             self._stack = stack.pop_all()
         return self
 
+    def _wait_interval(self, function: WaitFunction, env, wait_seconds: int) -> None:
+        """A Wait state: recorded, the test's hook run inside it (this execution held there), never slept."""
+        data = env.states.context_object.context_object_data
+        arn, state = data["Execution"]["Id"], data["State"]["Name"]
+        self.waits.append((arn.rsplit(":", 1)[-1], state, wait_seconds))
+        if self.on_wait is not None:
+            self.on_wait(arn, state, wait_seconds)
+
     def _create_world(self) -> None:
+        boto3.client("dynamodb", region_name=REGION).create_table(**self.launcher.table)
         self.sfn = boto3.client("stepfunctions", region_name=REGION)
         topic_arn = boto3.client("sns", region_name=REGION).create_topic(Name=self.launcher.topic_name)[
             "TopicArn"
@@ -136,26 +165,42 @@ class LauncherHarness:
         StateTaskServiceSageMaker.world = None
         self._stack.close()
 
-    def run(
-        self, request: dict[str, Any], outcomes: list[Outcome], *, name: str, timeout: float = 60
-    ) -> ExecutionResult:
-        world = ScriptedSageMaker(outcomes)
-        StateTaskServiceSageMaker.world = world
+    def new_world(self, outcomes: list[Outcome]) -> ScriptedSageMaker:
+        """A fresh emulated SageMaker playing `outcomes`, one per CreateTrainingJob, whichever execution sends it."""
+        self.world = ScriptedSageMaker(outcomes)
+        StateTaskServiceSageMaker.world = self.world
         self.lambdas.calls.clear()
         self.retry_waits.clear()
-        topic = sns_backends[ACCOUNT][REGION].topics[self.launcher.topic_arn]
-        sent_before = len(topic.sent_notifications)
-        arn = self.sfn.start_execution(
-            stateMachineArn=self.state_machine_arn, name=name, input=json.dumps(request)
-        )["executionArn"]
+        self._sent_before = len(self._topic().sent_notifications)
+        return self.world
+
+    def _topic(self):
+        return sns_backends[ACCOUNT][REGION].topics[self.launcher.topic_arn]
+
+    def start(self, request: dict[str, Any], *, name: str, outcomes: list[Outcome] | None = None) -> str:
+        """StartExecution (in a new world when `outcomes` is given); the execution's ARN, without waiting."""
+        if outcomes is not None:
+            self.new_world(outcomes)
+        return self.sfn.start_execution(
+            stateMachineArn=self.state_machine_arn, name=name, input=json.dumps(request))["executionArn"]
+
+    def stop(self, arn: str) -> None:
+        """StopExecution, as the console's Stop button or code sends it."""
+        self.sfn.stop_execution(executionArn=arn, error="Stopped", cause="stopped from the console")
+
+    def wait(self, arn: str, *, timeout: float = 60, deliver: bool = True) -> ExecutionResult:
+        """Wait for the execution to end; then (unless `deliver` is False) hand its status change to the
+        execution-status rule's target, as EventBridge would."""
         deadline = time.monotonic() + timeout
         while (described := self.sfn.describe_execution(executionArn=arn))["status"] == "RUNNING":
             if time.monotonic() > deadline:
-                raise TimeoutError(f"execution {name} still RUNNING after {timeout} s")
+                raise TimeoutError(f"execution {arn} still RUNNING after {timeout} s")
             time.sleep(0.01)
         history = [event for page in self.sfn.get_paginator("get_execution_history").paginate(executionArn=arn)
                    for event in page["events"]]
+        reaped = self.deliver_end(arn) if deliver else None
         output = described.get("output")
+        world = self.world
         return ExecutionResult(
             status=described["status"],
             output=json.loads(output) if output else None,
@@ -165,9 +210,51 @@ class LauncherHarness:
             create_calls=world.create_calls,
             lambda_calls=list(self.lambdas.calls),
             notifications=[
-                (subject, message) for _, message, subject, _, _ in topic.sent_notifications[sent_before:]
+                (subject, message) for _, message, subject, _, _ in self._topic().sent_notifications[self._sent_before:]
             ],
             jobs=world.statuses(),
             stop_calls=list(world.stop_calls),
             retry_waits=list(self.retry_waits),
+            reaped=reaped,
         )
+
+    def run(
+        self, request: dict[str, Any], outcomes: list[Outcome], *, name: str, timeout: float = 60
+    ) -> ExecutionResult:
+        return self.wait(self.start(request, name=name, outcomes=outcomes), timeout=timeout)
+
+    def status_change(self, arn: str) -> dict[str, Any]:
+        """The "Step Functions Execution Status Change" event EventBridge sends for an execution (the shape of the
+        Step Functions developer guide's example)."""
+        described = self.sfn.describe_execution(executionArn=arn)
+        millis = lambda t: int(t.timestamp() * 1000) if t else None  # noqa: E731
+        return {
+            "version": "0", "id": str(uuid.uuid4()), "detail-type": "Step Functions Execution Status Change",
+            "source": "aws.states", "account": ACCOUNT, "time": described["startDate"].isoformat(),
+            "region": REGION, "resources": [arn],
+            "detail": {"executionArn": arn, "stateMachineArn": described["stateMachineArn"],
+                       "name": described["name"], "status": described["status"],
+                       "startDate": millis(described["startDate"]), "stopDate": millis(described.get("stopDate")),
+                       "input": described.get("input"), "output": described.get("output"),
+                       "inputDetails": {"included": True}, "outputDetails": {"included": True}},
+        }
+
+    def deliver_end(self, arn: str) -> dict[str, Any] | None:
+        """Deliver the execution's status change to each execution rule whose pattern (moto's matcher) takes it;
+        the (single) target's answer, or None when no rule took it. A target that raises is run again, as Lambda
+        retries an asynchronous event twice; the last error propagates."""
+        event = self.status_change(arn)
+        answer = None
+        for pattern, targets in self.launcher.execution_rules:
+            if not EventPattern.load(json.dumps(pattern)).matches_event(event):
+                continue
+            for handler in targets:
+                function = self.lambdas.handler_for_name(handler)
+                for tries_left in (2, 1, 0):
+                    try:
+                        answer = function(json.loads(json.dumps(event)), None)
+                        break
+                    except Exception:
+                        if not tries_left:
+                            raise
+        return answer

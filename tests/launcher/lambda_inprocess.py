@@ -14,6 +14,7 @@ import importlib
 import json
 import traceback
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,8 +41,16 @@ class InProcessLambda:
     handlers: dict[str, str]
     calls: list[tuple[str, dict]] = field(default_factory=list)  # (handler, event)
 
+    # The test's hook, run before each handler with (handler, event): it may start, run or stop other executions
+    # while this one is held inside the function (a forced interleaving).
+    before: Callable[[str, dict], None] | None = None
+
     def handler_for(self, function_arn: str):
-        module_name, _, attr = self.handlers[function_arn].rpartition(".")
+        return self.handler_for_name(self.handlers[function_arn])
+
+    @staticmethod
+    def handler_for_name(handler: str):
+        module_name, _, attr = handler.rpartition(".")
         return getattr(importlib.import_module(module_name), attr)
 
     def invoke(self, parameters: dict, region: str, state_credentials: Any) -> dict:
@@ -50,6 +59,8 @@ class InProcessLambda:
         event = json.loads(payload.decode() if isinstance(payload, bytes) else payload)
         self.calls.append((self.handlers[arn], event))
         context = FakeContext(function_name=arn.rsplit(":", 1)[-1])
+        if self.before is not None:
+            self.before(self.handlers[arn], event)
         try:
             result = self.handler_for(arn)(event, context)
             # The result travels as JSON; a value that cannot be serialized fails the invocation, as in Lambda.

@@ -109,8 +109,11 @@ def test_state_machine_role_is_least_privilege(launcher_template):
     assert invoke and all("Function" in json.dumps(s["Resource"]) for s in invoke)
     # Every version of each launcher function: executions started on an earlier deploy call theirs.
     invoked = json.dumps([s["Resource"] for s in invoke])
-    for logical_id in resources(launcher_template, "AWS::Lambda::Function"):
-        assert json.dumps({"Fn::Join": ["", [{"Fn::GetAtt": [logical_id, "Arn"]}, ":*"]]}) in invoked
+    functions = resources(launcher_template, "AWS::Lambda::Function")
+    for logical_id in functions:
+        granted_invoke = json.dumps({"Fn::Join": ["", [{"Fn::GetAtt": [logical_id, "Arn"]}, ":*"]]}) in invoked
+        # The state machine's three functions, never the reaper (EventBridge invokes it, on an execution's end).
+        assert granted_invoke == (functions[logical_id]["Properties"]["Handler"] != "jobs.handler.reap"), logical_id
     publish = [s for s in statements if actions(s) == ["sns:Publish"]]
     assert publish and all(
         s["Resource"] == {"Ref": next(iter(resources(launcher_template, "AWS::SNS::Topic")))} for s in publish
@@ -132,6 +135,7 @@ def test_lambdas_run_only_the_jobs_package(launcher_template, cdk_out: Path):
         "jobs.handler.prepare",
         "jobs.handler.decide",
         "jobs.handler.summarize",
+        "jobs.handler.reap",
     }
     for function in functions.values():
         props = function["Properties"]
@@ -172,11 +176,13 @@ def test_settings_fit_in_the_lambda_environment(launcher_template):
 
 def test_decide_may_describe_only_the_platforms_jobs(launcher_template):
     # prepare describes a resumed run's earlier jobs; decide looks up a job a failed launch may have left running;
-    # summarize stops it when the run ends. Listing (prepare only) cannot be scoped: checked apart.
+    # summarize stops it when the run ends, and the reaper when an execution ends any other way. Listing (prepare,
+    # summarize and the reaper) cannot be scoped: checked apart.
     granted = {
         "jobs.handler.prepare": ["sagemaker:DescribeTrainingJob"],
         "jobs.handler.decide": ["sagemaker:DescribeTrainingJob"],
         "jobs.handler.summarize": ["sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob"],
+        "jobs.handler.reap": ["sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob"],
     }
     functions = resources(launcher_template, "AWS::Lambda::Function")
     for function in functions.values():
@@ -184,7 +190,7 @@ def test_decide_may_describe_only_the_platforms_jobs(launcher_template):
         statements = policy_statements(launcher_template, role_id)
         handler = function["Properties"]["Handler"]
         listing = [a for s in statements if s["Resource"] == "*" for a in actions(s) if a.startswith("sagemaker:")]
-        assert listing == (["sagemaker:ListTrainingJobs"] if handler == "jobs.handler.prepare" else [])
+        assert listing == (["sagemaker:ListTrainingJobs"] if handler != "jobs.handler.decide" else [])
         pricing = [a for s in statements if s["Resource"] == "*" for a in actions(s) if a.startswith("pricing:")]
         assert pricing == (["pricing:GetProducts"] if handler == "jobs.handler.summarize" else [])
         sagemaker = [s for s in statements
@@ -278,9 +284,10 @@ def test_every_acknowledgement_names_a_resource_and_a_reason(cdk_out: Path):
     assert acknowledged
     job_prefix = "arn:<AWS::Partition>:sagemaker:<AWS::Region>:<AWS::AccountId>:training-job/mltrain-*"
     # The engineers' managed policy: the launcher's executions, the training log group, the platform's parameters.
+    launcher_executions = "arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:mltrain-job-launcher:*"
     engineers = {
         job_prefix,
-        "arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:mltrain-job-launcher:*",
+        launcher_executions,
         "arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws/sagemaker/TrainingJobs:*",
         # GetLogEvents on the streams of the launcher's own jobs (<job name>/algo-N-...).
         "arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws/sagemaker/TrainingJobs:log-stream:"
@@ -298,6 +305,10 @@ def test_every_acknowledgement_names_a_resource_and_a_reason(cdk_out: Path):
             kind, value = finding.groups()
             if kind == "Resource" and "/EngineersPolicy" in path:
                 assert value in engineers, rule
+            elif kind == "Resource" and path.endswith(("/PrepareRole", "/ReapRole")) and "execution:" in value:
+                # Prepare (DescribeExecution: may the run be taken over?) and the reaper (GetExecutionHistory: which
+                # run did it drive?) read the launcher's own executions.
+                assert value == launcher_executions, rule
             elif kind == "Resource":
                 assert value in ("*", job_prefix) or re.fullmatch(
                     r"<JobLauncher\w+Function\w+\.Arn>:\*", value

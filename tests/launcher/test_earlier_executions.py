@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.launcher import sagemaker_sync as sm
-from tests.launcher.definition import LauncherDefinition
+from tests.launcher.definition import LauncherDefinition, launcher_definition
 from tests.launcher.harness import LauncherHarness
 from tests.launcher.inputs import job_request
 
@@ -23,8 +23,13 @@ EARLIER = Path(__file__).parent / "earlier" / "definition-a3dcd76.json"
 
 
 @pytest.fixture(scope="module")
-def earlier(platform_settings: dict):
-    with LauncherHarness(LauncherDefinition(**json.loads(EARLIER.read_text())), platform_settings) as world:
+def earlier(launcher_template: dict, platform_settings: dict):
+    # Today's deploy around it: its registry table, and its execution-status rule, which sees every execution of the
+    # state machine, those started on an earlier definition too.
+    today = launcher_definition(launcher_template)
+    definition = LauncherDefinition(**json.loads(EARLIER.read_text()), table=today.table,
+                                    execution_rules=today.execution_rules)
+    with LauncherHarness(definition, platform_settings) as world:
         yield world
 
 

@@ -38,7 +38,7 @@ def test_the_json_shape_is_the_state_machines(platform):
     req, run = started(platform)
     data = json.loads(run.to_json())
     assert list(data) == KEYS
-    assert data["execution"] == {"name": "e", "start_time": "2027-01-15T08:00:00Z"}
+    assert data["execution"] == {"name": "e", "start_time": "2027-01-15T08:00:00Z", "arn": ""}
     assert data["counts"] == {"capacity": 0, "spot_interruption": 0, "internal": 0, "quota": 0, "throttling": 0,
                               "api_error_streak": 0, "interruption": 0}
     assert list(data["attempts"][0]) == ATTEMPT_KEYS

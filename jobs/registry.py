@@ -1,0 +1,208 @@
+"""Who holds a run: the run registry, one DynamoDB item per run, the one record every execution of the run writes.
+
+    {"run_id" (key), "name", "digest" (of the request that took the run last), "owner" (the execution ARN that
+     holds the run), "status" ("active" while its owner runs, "ended" once it let go), "outcome", "epoch" (the last
+     one issued), "attempts": [{"attempt", "job_name", "epoch", "execution"}, ...], "created_at", "updated_at"}
+
+A run is held by one execution at a time (its lease). Prepare takes it with a conditional write: a new run's item
+is created only where none exists; a resumed run's item is taken over only from an owner that let go or whose
+execution has ended, and only from that owner (a compare-and-swap on `owner`: of two resumes that read the same
+ended owner, one write succeeds and the other is refused naming the winner). Every launch goes through it too:
+the attempt's epoch is issued by the same conditional write that records its job's name, and only the owner may
+write one (an execution that lost the run learns it there, before it creates anything). Summarize lets go; when
+an execution ends any other way (a console stop, a failure, a timeout), the reaper does (jobs.handler.reap,
+invoked by the launcher's execution-status rule), and stops every job the item records.
+
+Nothing here sleeps or retries: the state machine's retriers and the callers decide. The client is boto3's
+low-level DynamoDB client (the Lambda runtime's own), passed in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+KEY = "run_id"
+OWNER = "owner"
+ACTIVE, ENDED = "active", "ended"
+
+
+def table_name(name_prefix: str) -> str:
+    """The launcher's registry table (one per launcher, hence per team: a team's roles reach only its own)."""
+    return f"{name_prefix}-runs"
+
+
+def request_digest(document: dict[str, Any]) -> str:
+    """The request as sent, hashed: which request took the run last, without carrying it."""
+    return hashlib.sha256(json.dumps(document, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+class RunHeld(Exception):
+    """Another execution holds the run: `holder` (its ARN), and whether it is known to run."""
+
+    def __init__(self, run_id: str, holder: str):
+        super().__init__(f"run {run_id} is held by execution {holder}")
+        self.run_id, self.holder = run_id, holder
+
+
+class LeaseLost(Exception):
+    """This execution no longer holds the run (another took it over): it must not launch."""
+
+
+@dataclass
+class RunRecord:
+    run_id: str
+    owner: str = ""
+    status: str = ""
+    outcome: str = ""
+    name: str = ""
+    digest: str = ""
+    epoch: int = 0
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    created_at: str = ""
+    updated_at: str = ""
+
+    @classmethod
+    def from_item(cls, item: dict[str, Any]) -> RunRecord:
+        values = {k: _value(v) for k, v in item.items()}
+        known = {k: values[k] for k in cls.__dataclass_fields__ if k in values}
+        known["epoch"] = int(known.get("epoch", 0))
+        known["attempts"] = [{**a, "attempt": int(a.get("attempt", 0)), "epoch": int(a.get("epoch", 0))}
+                             for a in known.get("attempts", [])]
+        return cls(**known)
+
+    @property
+    def job_names(self) -> list[str]:
+        return [a["job_name"] for a in self.attempts]
+
+
+def _value(attribute: dict[str, Any]) -> Any:
+    """A DynamoDB attribute value as plain JSON (the types this table holds: S, N, M, L, BOOL, NULL)."""
+    ((kind, value),) = attribute.items()
+    if kind == "N":
+        number = float(value)
+        return int(number) if number.is_integer() else number
+    if kind == "M":
+        return {k: _value(v) for k, v in value.items()}
+    if kind == "L":
+        return [_value(v) for v in value]
+    if kind == "NULL":
+        return None
+    return value
+
+
+def _attribute(value: Any) -> dict[str, Any]:
+    if isinstance(value, bool):
+        return {"BOOL": value}
+    if isinstance(value, int | float):
+        return {"N": str(value)}
+    if isinstance(value, dict):
+        return {"M": {k: _attribute(v) for k, v in value.items()}}
+    if isinstance(value, list):
+        return {"L": [_attribute(v) for v in value]}
+    if value is None:
+        return {"NULL": True}
+    return {"S": str(value)}
+
+
+def _failed_condition(exc: Exception) -> bool:
+    return getattr(exc, "response", {}).get("Error", {}).get("Code") == "ConditionalCheckFailedException"
+
+
+@dataclass
+class Registry:
+    client: Any  # boto3.client("dynamodb")
+    table: str
+
+    def read(self, run_id: str) -> RunRecord | None:
+        item = self.client.get_item(TableName=self.table, Key={KEY: {"S": run_id}}, ConsistentRead=True).get("Item")
+        return RunRecord.from_item(item) if item else None
+
+    def acquire(self, run_id: str, execution: str, *, name: str, digest: str, now: str,
+                has_ended: Callable[[str], bool]) -> RunRecord:
+        """Take the run for `execution`, or raise RunHeld naming the execution that holds it. `has_ended(arn)`
+        says whether an owner's execution has ended (it may then be taken over although it never let go)."""
+        fresh = {KEY: run_id, OWNER: execution, "status": ACTIVE, "outcome": "", "name": name, "digest": digest,
+                 "epoch": 0, "attempts": [], "created_at": now, "updated_at": now}
+        try:
+            self.client.put_item(TableName=self.table, Item={k: _attribute(v) for k, v in fresh.items()},
+                                 ConditionExpression=f"attribute_not_exists({KEY})")
+            return RunRecord.from_item({k: _attribute(v) for k, v in fresh.items()})
+        except Exception as exc:
+            if not _failed_condition(exc):
+                raise
+        record = self.read(run_id)
+        if record is None:  # deleted between the two calls: a fresh item again
+            return self.acquire(run_id, execution, name=name, digest=digest, now=now, has_ended=has_ended)
+        if record.owner == execution:  # this execution's Prepare, run again
+            return record
+        if record.status == ACTIVE and not has_ended(record.owner):
+            raise RunHeld(run_id, record.owner)
+        try:
+            self.client.update_item(
+                TableName=self.table, Key={KEY: {"S": run_id}},
+                UpdateExpression="SET #owner = :me, #status = :active, #outcome = :none, #name = :name, "
+                                 "digest = :digest, updated_at = :now",
+                ConditionExpression="#owner = :holder",
+                ExpressionAttributeNames={"#owner": OWNER, "#status": "status", "#outcome": "outcome",
+                                          "#name": "name"},
+                ExpressionAttributeValues={":me": {"S": execution}, ":active": {"S": ACTIVE}, ":none": {"S": ""},
+                                           ":name": {"S": name}, ":digest": {"S": digest}, ":now": {"S": now},
+                                           ":holder": {"S": record.owner}})
+        except Exception as exc:
+            if not _failed_condition(exc):
+                raise
+            winner = self.read(run_id)
+            raise RunHeld(run_id, winner.owner if winner else record.owner) from None
+        return self.read(run_id) or record
+
+    def launch(self, run_id: str, execution: str, *, attempt: int, job_name: str, now: str) -> int:
+        """Issue the next epoch and record the attempt's job name under it, as the run's owner, in one conditional
+        write; the epoch. A run with no item (started before the registry) is adopted by its execution here.
+        LeaseLost when another execution holds the run."""
+        for _ in range(3):  # only the owner writes epochs: a second try meets at most its own earlier write
+            record = self.read(run_id)
+            if record is not None and record.owner != execution:
+                raise LeaseLost(f"run {run_id} is held by execution {record.owner}, not {execution}")
+            old = record.epoch if record else 0
+            entry = {"attempt": attempt, "job_name": job_name, "epoch": old + 1, "execution": execution,
+                     "launched_at": now}
+            try:
+                self.client.update_item(
+                    TableName=self.table, Key={KEY: {"S": run_id}},
+                    UpdateExpression="SET epoch = :epoch, attempts = list_append(if_not_exists(attempts, :empty), "
+                                     ":attempt), #owner = :me, #status = if_not_exists(#status, :active), "
+                                     "updated_at = :now, created_at = if_not_exists(created_at, :now)",
+                    ConditionExpression=f"(attribute_not_exists({KEY}) OR #owner = :me) AND "
+                                        "(attribute_not_exists(epoch) OR epoch = :old)",
+                    ExpressionAttributeNames={"#owner": OWNER, "#status": "status"},
+                    ExpressionAttributeValues={
+                        ":epoch": {"N": str(old + 1)}, ":old": {"N": str(old)}, ":empty": {"L": []},
+                        ":attempt": {"L": [_attribute(entry)]}, ":me": {"S": execution},
+                        ":active": {"S": ACTIVE}, ":now": {"S": now}})
+                return old + 1
+            except Exception as exc:
+                if not _failed_condition(exc):
+                    raise
+        record = self.read(run_id)
+        raise LeaseLost(f"run {run_id}: no epoch could be issued to {execution} (held by "
+                        f"{record.owner if record else '(none)'})")
+
+    def release(self, run_id: str, execution: str, *, outcome: str, now: str) -> bool:
+        """Let go of the run, recording how the execution ended; False when `execution` did not hold it."""
+        try:
+            self.client.update_item(
+                TableName=self.table, Key={KEY: {"S": run_id}},
+                UpdateExpression="SET #status = :ended, #outcome = :outcome, updated_at = :now",
+                ConditionExpression="#owner = :me",
+                ExpressionAttributeNames={"#owner": OWNER, "#status": "status", "#outcome": "outcome"},
+                ExpressionAttributeValues={":ended": {"S": ENDED}, ":outcome": {"S": outcome}, ":now": {"S": now},
+                                           ":me": {"S": execution}})
+            return True
+        except Exception as exc:
+            if not _failed_condition(exc):
+                raise
+            return False
