@@ -477,10 +477,15 @@ def stop_jobs_left_running(run: RunState) -> tuple[list[str], list[str], list[st
     stopped, left, transient = [], [], []
     # A job created although its create failed (a 5xx) may show up only after Decide looked for it: any running job
     # that carries the run's marker is the run's, recorded or not.
-    for job in running_jobs_of_run(run, known={a.job_name for a in run.attempts}):
-        run.attempts.append(runs.Attempt(attempt=attempt_number(job), job_name=job["TrainingJobName"],
-                                         instance_type="", instance_count=0, spot=False, status="Unknown",
-                                         reason="found running with the run's marker; not recorded by this run"))
+    recorded = {a.job_name: a for a in run.attempts}
+    for job in running_jobs_of_run(run, known={n for n, a in recorded.items() if a.status in _MAY_RUN}):
+        name = job["TrainingJobName"]
+        if name in recorded:  # an attempt given up as never created, whose job showed up since
+            recorded[name].status = "Unknown"
+        else:
+            run.attempts.append(runs.Attempt(attempt=attempt_number(job), job_name=name, instance_type="",
+                                             instance_count=0, spot=False, status="Unknown",
+                                             reason="found running with the run's marker; not recorded by this run"))
     for attempt in (a for a in run.attempts if a.status in _MAY_RUN):
         job, error = look_up_training_job(attempt.job_name)
         if job is None and not error:

@@ -28,6 +28,9 @@ from typing import Any
 KEY = "run_id"
 OWNER = "owner"
 ACTIVE, ENDED = "active", "ended"
+# How often Prepare looks again at a run whose owner changed under it before it gives up (each look that finds a live
+# owner refuses at once; only owners that keep ending between a read and a write use them up).
+TAKEOVER_TRIES = 3
 
 
 def table_name(name_prefix: str) -> str:
@@ -134,30 +137,31 @@ class Registry:
         except Exception as exc:
             if not _failed_condition(exc):
                 raise
-        record = self.read(run_id)
-        if record is None:  # deleted between the two calls: a fresh item again
-            return self.acquire(run_id, execution, name=name, digest=digest, now=now, has_ended=has_ended)
-        if record.owner == execution:  # this execution's Prepare, run again
-            return record
-        if record.status == ACTIVE and not has_ended(record.owner):
-            raise RunHeld(run_id, record.owner)
-        try:
-            self.client.update_item(
-                TableName=self.table, Key={KEY: {"S": run_id}},
-                UpdateExpression="SET #owner = :me, #status = :active, #outcome = :none, #name = :name, "
-                                 "digest = :digest, updated_at = :now",
-                ConditionExpression="#owner = :holder",
-                ExpressionAttributeNames={"#owner": OWNER, "#status": "status", "#outcome": "outcome",
-                                          "#name": "name"},
-                ExpressionAttributeValues={":me": {"S": execution}, ":active": {"S": ACTIVE}, ":none": {"S": ""},
-                                           ":name": {"S": name}, ":digest": {"S": digest}, ":now": {"S": now},
-                                           ":holder": {"S": record.owner}})
-        except Exception as exc:
-            if not _failed_condition(exc):
-                raise
-            winner = self.read(run_id)
-            raise RunHeld(run_id, winner.owner if winner else record.owner) from None
-        return self.read(run_id) or record
+        for _ in range(TAKEOVER_TRIES):
+            record = self.read(run_id)
+            if record is None:  # deleted between the two calls: a fresh item again
+                return self.acquire(run_id, execution, name=name, digest=digest, now=now, has_ended=has_ended)
+            if record.owner == execution:  # this execution's Prepare, run again
+                return record
+            if record.status == ACTIVE and not has_ended(record.owner):
+                raise RunHeld(run_id, record.owner)
+            try:
+                self.client.update_item(
+                    TableName=self.table, Key={KEY: {"S": run_id}},
+                    UpdateExpression="SET #owner = :me, #status = :active, #outcome = :none, #name = :name, "
+                                     "digest = :digest, updated_at = :now",
+                    ConditionExpression="#owner = :holder",
+                    ExpressionAttributeNames={"#owner": OWNER, "#status": "status", "#outcome": "outcome",
+                                              "#name": "name"},
+                    ExpressionAttributeValues={":me": {"S": execution}, ":active": {"S": ACTIVE}, ":none": {"S": ""},
+                                               ":name": {"S": name}, ":digest": {"S": digest}, ":now": {"S": now},
+                                               ":holder": {"S": record.owner}})
+                return self.read(run_id) or record
+            except Exception as exc:
+                if not _failed_condition(exc):
+                    raise
+            # Another execution took it between the read and the write: look again at who holds it now.
+        raise RunHeld(run_id, record.owner)
 
     def launch(self, run_id: str, execution: str, *, attempt: int, job_name: str, now: str) -> int:
         """Issue the next epoch and record the attempt's job name under it, as the run's owner, in one conditional
@@ -192,15 +196,16 @@ class Registry:
                         f"{record.owner if record else '(none)'})")
 
     def release(self, run_id: str, execution: str, *, outcome: str, now: str) -> bool:
-        """Let go of the run, recording how the execution ended; False when `execution` did not hold it."""
+        """Let go of the run, recording how the execution ended; False when `execution` did not hold it (or let go
+        already: the first end recorded is kept, e.g. Summarize's before the reaper's)."""
         try:
             self.client.update_item(
                 TableName=self.table, Key={KEY: {"S": run_id}},
                 UpdateExpression="SET #status = :ended, #outcome = :outcome, updated_at = :now",
-                ConditionExpression="#owner = :me",
+                ConditionExpression="#owner = :me AND #status = :active",
                 ExpressionAttributeNames={"#owner": OWNER, "#status": "status", "#outcome": "outcome"},
                 ExpressionAttributeValues={":ended": {"S": ENDED}, ":outcome": {"S": outcome}, ":now": {"S": now},
-                                           ":me": {"S": execution}})
+                                           ":me": {"S": execution}, ":active": {"S": ACTIVE}})
             return True
         except Exception as exc:
             if not _failed_condition(exc):

@@ -68,6 +68,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state
 )
 from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
 
+from jobs.retry.run_state import RUNNING
 from tests.launcher.definition import ACCOUNT, REGION
 
 RESOURCE = "arn:aws:states:::sagemaker:createTrainingJob.sync"
@@ -128,6 +129,9 @@ class Outcome:
     throttled_describes: int = 0
     # How many StopTrainingJob calls answer ThrottlingException before one is taken.
     throttled_stops: int = 0
+    # How many DescribeTrainingJob calls answer "not found", and listings leave the job out, after it was created:
+    # SageMaker's reads are eventually consistent, and a job whose create answered 5xx may show up late.
+    unseen_looks: int = 0
 
     @property
     def label(self) -> str:
@@ -225,6 +229,11 @@ def throttled_while_training(then: Outcome | None = None, describes: int = 1) ->
     return dataclasses.replace(then or completed(), throttled_describes=describes)
 
 
+def created_unseen(looks: int = 1, then: Outcome | None = None) -> Outcome:
+    """CreateTrainingJob answers 500 but created the job, which the first `looks` look-ups and listings miss."""
+    return dataclasses.replace(created_then_5xx(then), unseen_looks=looks)
+
+
 def name_in_use(then: Outcome | None = None) -> Outcome:
     """The create's answer is lost and it is sent again: ResourceInUse for the attempt's own, running job."""
     return dataclasses.replace(then or completed(), sent_twice=True)
@@ -257,7 +266,14 @@ class ScriptedSageMaker:
         self._throttle: dict[str, int] = {}
         self._stop_throttle: dict[str, int] = {}
         self._played = 0  # outcomes played: one per CreateTrainingJob the integration sends
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._unseen: dict[str, int] = {}
+        self.prefixes: dict[str, str] = {}  # job name -> its CheckpointConfig S3Uri
+        # Every create made while another job on the same checkpoint prefix still ran: (new job, running job).
+        self.overlaps: list[tuple[str, str]] = []
+        # A test's hook, run at each look at a job once the look has moved it: (job name, its secondary status). It
+        # may start, run or stop executions while the one that looks is held there.
+        self.on_look: Callable[[str, str], None] | None = None
         ScriptedSageMaker.current = self
 
     @property
@@ -279,6 +295,10 @@ class ScriptedSageMaker:
         self._check_name_free(name)
         if outcome.api_error:
             raise _client_error(*outcome.api_error)
+        prefix = params["CheckpointConfig"]["S3Uri"]
+        self.overlaps += [(name, other) for other, theirs in self.prefixes.items()
+                          if theirs == prefix and self.backend.training_jobs[other].training_job_status in RUNNING]
+        self.prefixes[name] = prefix
         response = client.create_training_job(**params)
         job = self.backend.training_jobs[name]
         self.job_names.append(name)
@@ -291,6 +311,7 @@ class ScriptedSageMaker:
         self._steps[name] = self._play(job, outcome)
         self._throttle[name] = outcome.throttled_describes
         self._stop_throttle[name] = outcome.throttled_stops
+        self._unseen[name] = outcome.unseen_looks
         next(self._steps[name])
         if outcome.sent_twice:
             self.create_calls.append(json.loads(json.dumps(params)))
@@ -347,15 +368,25 @@ class ScriptedSageMaker:
             job.model_artifacts = None
 
     def look(self, name: str) -> None:
-        """One DescribeTrainingJob of `name` reaches SageMaker: throttled, or the job moves on one step."""
+        """One DescribeTrainingJob of `name` reaches SageMaker: not found yet, throttled, or the job moves on one
+        step (then the test's on_look hook runs, outside the lock)."""
         with self._lock:
             self.describe_calls += 1
             job = self.backend.training_jobs.get(name)
+            if self._unseen.get(name, 0) > 0:
+                self._unseen[name] -= 1
+                raise ValidationError("Requested resource not found.")
             if job is not None and job.secondary_status == "Training" and self._throttle.get(name, 0) > 0:
                 self._throttle[name] -= 1
                 raise ThrottlingError("Rate exceeded")
             if name in self._steps:
                 next(self._steps[name], None)
+        if self.on_look is not None and job is not None:
+            self.on_look(name, job.secondary_status)
+
+    def listed(self, name: str) -> bool:
+        """Whether a listing shows the job yet (a listing does not count as a look)."""
+        return self._unseen.get(name, 0) == 0
 
     def describe(self, client, name: str) -> dict[str, Any]:
         description = client.describe_training_job(TrainingJobName=name)
@@ -411,7 +442,18 @@ def sagemaker_hooks() -> Iterator[None]:
         ScriptedSageMaker.current.stop(name)
         return EmptyResult()
 
+    original_list = SageMakerModelBackend.list_training_jobs
+
+    def list_training_jobs(backend, *args, **kwargs):
+        answer = original_list(backend, *args, **kwargs)
+        world = ScriptedSageMaker.current
+        if world is not None:
+            answer["TrainingJobSummaries"] = [j for j in answer["TrainingJobSummaries"]
+                                              if world.listed(j["TrainingJobName"])]
+        return answer
+
     with mock.patch.object(SageMakerModelBackend, "describe_training_job", describe_training_job), \
+            mock.patch.object(SageMakerModelBackend, "list_training_jobs", list_training_jobs), \
             mock.patch.object(SageMakerResponse, "stop_training_job", stop_training_job, create=True):
         try:
             yield

@@ -1,0 +1,232 @@
+"""One run, one writer: several actors on one run, through the synthesized state machine in moto with the run
+registry (a real DynamoDB table in moto, created as the template declares it) and the execution-status rule.
+
+Interleavings are forced, not timed: an execution is held inside a state (a Wait state, a function, or a look at its
+running job) while the test starts, runs or stops others from there (tests/launcher/harness.py). Throughout, the
+emulated SageMaker records every create made while another job on the same checkpoint prefix still ran
+(`world.overlaps`): it must stay empty.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import boto3
+import pytest
+
+from contract.container import ENV_EPOCH, ENV_RUN_ID
+from jobs.registry import ENDED, Registry, table_name
+from tests.launcher import sagemaker_sync as sm
+from tests.launcher.definition import REGION
+from tests.launcher.inputs import job_request
+
+EXECUTION = "arn:aws:states:us-east-1:123456789012:execution:mltrain-job-launcher:"
+
+
+def registry(harness) -> Registry:
+    return Registry(boto3.client("dynamodb", region_name=REGION), table_name(harness.settings["name_prefix"]))
+
+
+def ended_run(harness, name: str) -> str:
+    """A run whose first execution ended resumable (its attempt reached max_runtime_hours); its id."""
+    first = harness.run(job_request(), [sm.Outcome(status="Stopped", secondary=(
+        "Starting", "Downloading", "Training", "MaxRuntimeExceeded"), training_seconds=12 * 3600)], name=name)
+    assert first.status == "FAILED", (first.error, first.cause)
+    return first.create_calls[0]["Environment"][ENV_RUN_ID]
+
+
+def training(outcome: sm.Outcome | None = None, looks: int = 6) -> sm.Outcome:
+    """A job that trains for `looks` look-ups, then ends as `outcome` does (completed by default)."""
+    import dataclasses
+
+    then = outcome or sm.completed()
+    return dataclasses.replace(then, secondary=("Starting", "Downloading", *["Training"] * looks, *then.secondary[-2:]))
+
+
+def drive(harness, request: dict, outcomes: list[sm.Outcome], name: str, *, where: str | None = None,
+          action: Callable[[str], None] | None = None) -> str:
+    """Start `request` in a new world playing `outcomes`; the ARN (also in `current`). With `where`, run
+    `action(its ARN)` once while it is held there: "Launch" (at a look of the .sync task at its training job),
+    "WaitForJob" or "Backoff" (inside the Wait state), or a function ("Prepare", "Decide", "Summarize": before it
+    runs)."""
+    harness.new_world(outcomes)
+    current[0] = arn = EXECUTION + name
+    done: list[str] = []
+
+    def once() -> None:
+        if not done:
+            done.append(arn)
+            action(arn)
+
+    handler = {"Prepare": "jobs.handler.prepare", "Decide": "jobs.handler.decide",
+               "Summarize": "jobs.handler.summarize"}.get(where or "")
+    if where == "Launch":
+        harness.world.on_look = lambda job, status: once() if status == "Training" else None
+    elif handler:
+        harness.lambdas.before = lambda h, event: once() if h == handler else None
+    elif where:
+        harness.on_wait = lambda execution, state, seconds: once() if state == where and execution == arn else None
+    assert harness.start(request, name=name) == arn
+    return arn
+
+
+current: list[str] = [""]  # the ARN of the execution the test drives
+
+
+@pytest.fixture(autouse=True)
+def no_hooks(harness):
+    yield
+    harness.on_wait = None
+    harness.lambdas.before = None
+    if harness.world is not None:
+        harness.world.on_look = None
+
+
+# What holds the first execution where the second arrives, and the outcomes that take it there.
+HELD = {
+    "Launch": [training()],
+    "WaitForJob": [sm.throttled_while_training(training(), describes=1)],
+    "Backoff": [sm.capacity_error(), sm.completed()],
+    "Decide": [sm.capacity_error(), sm.completed()],
+    "Summarize": [sm.completed()],
+}
+
+
+@pytest.mark.parametrize("where", list(HELD))
+def test_a_second_resume_of_a_run_that_is_driven_is_refused_naming_the_driver(harness, where):
+    """Two resumes of one run: the second (a `trainctl resume` or a direct StartExecution with resume_run, both a
+    StartExecution) arrives while the first is in each state; it is refused before anything is launched, naming the
+    execution or the job that holds the run, and the first goes on to its end."""
+    run_id = ended_run(harness, f"one-writer-first-{where}")
+    answers = []
+
+    def second_resume(held_arn: str) -> None:
+        arn = harness.start(job_request(resume_run=run_id), name=f"one-writer-second-{where}")
+        answers.append(harness.wait(arn))
+
+    first = drive(harness, job_request(resume_run=run_id), HELD[where], f"one-writer-driver-{where}", where=where,
+                  action=second_resume)
+    result = harness.wait(first)
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    (second,) = answers
+    assert second.status == "FAILED" and second.error == "RequestInvalid", (second.error, second.cause)
+    assert "resume_run:" in second.cause
+    assert first in second.cause or any(name in second.cause for name in result.job_names), second.cause
+    assert second.states_entered == ["Prepare", "ParseRequestError", "RequestInvalid"]
+    assert harness.world.overlaps == []
+    assert len(result.create_calls) == len(HELD[where])  # the refused execution created nothing
+    record = registry(harness).read(run_id)
+    assert record.owner == first and record.status == ENDED and record.outcome == "succeeded"
+
+
+def test_concurrent_resumes_and_direct_starts_leave_one_driver(harness):
+    """Three more StartExecutions of one run while its driver waits between attempts (no job runs, so no job
+    check can see it): all refused, naming the driver; one job at a time on the prefix."""
+    run_id = ended_run(harness, "many-first")
+    answers = []
+
+    def others(held_arn: str) -> None:
+        arns = [harness.start(job_request(resume_run=run_id), name=f"many-other-{i}") for i in range(3)]
+        answers.extend(harness.wait(arn) for arn in arns)
+
+    result = harness.wait(drive(harness, job_request(resume_run=run_id), HELD["Backoff"], "many-driver",
+                                where="Backoff", action=others))
+    assert result.status == "SUCCEEDED"
+    assert [a.error for a in answers] == ["RequestInvalid"] * 3
+    assert all(f"held by execution {current[0]}" in a.cause and "still running" in a.cause for a in answers)
+    assert harness.world.overlaps == []
+
+
+def test_two_resumes_racing_for_an_ended_run_take_it_one_at_a_time(harness, monkeypatch):
+    """Both read the run's owner (an ended execution) before either writes: the second write finds another owner,
+    which is running, and the second resume is refused naming it. Forced: the first resume's Prepare is held
+    between its read and its write while the second resume starts and reaches its running job."""
+    run_id = ended_run(harness, "race-first")
+    reached, release = threading.Event(), threading.Event()
+    calls = {"reads": 0}
+    original = Registry.read
+
+    def read(self, rid):
+        record = original(self, rid)
+        calls["reads"] += 1
+        if calls["reads"] == 1:  # the first resume's Prepare, between its read and its write
+            arns.append(harness.start(job_request(resume_run=run_id), name="race-second"))
+            assert reached.wait(30), "the second resume never reached its job"
+        return record
+
+    arns: list[str] = []
+    monkeypatch.setattr(Registry, "read", read)
+    harness.new_world([training(looks=3)])
+    harness.world.on_look = lambda name, status: (reached.set(), release.wait(30)) if status == "Training" else None
+    first = harness.start(job_request(resume_run=run_id), name="race-first-resume")
+    refused = harness.wait(first)
+    release.set()
+    winner = harness.wait(arns[0])
+    assert refused.status == "FAILED" and refused.error == "RequestInvalid", (refused.error, refused.cause)
+    assert f"held by execution {arns[0]}" in refused.cause
+    assert winner.status == "SUCCEEDED", (winner.error, winner.cause)
+    assert len(winner.create_calls) == 1 and harness.world.overlaps == []
+
+
+def test_a_run_resumed_after_its_driver_ended_is_taken_over_with_a_newer_epoch(harness):
+    """Sequential resumes are what resume is for: each takes the run from an ended owner, and each attempt's epoch
+    is newer than every earlier one (the registry issues them, whatever execution launches)."""
+    run_id = ended_run(harness, "epochs-first")
+    epochs = []
+    for i in range(2):
+        result = harness.run(job_request(resume_run=run_id), [sm.capacity_error(), sm.Outcome(
+            status="Stopped", secondary=("Starting", "Training", "MaxRuntimeExceeded"))], name=f"epochs-{i}")
+        epochs += [int(c["Environment"][ENV_EPOCH]) for c in result.create_calls]
+    assert epochs == sorted(set(epochs)) and len(epochs) == 4
+    record = registry(harness).read(run_id)
+    assert record.epoch == epochs[-1] and [a["epoch"] for a in record.attempts][-4:] == epochs
+
+
+STOP_IN = {
+    "Prepare": [sm.completed()],
+    "Launch": [training()],
+    "Decide": [sm.capacity_error(), sm.completed()],
+    "WaitForJob": [sm.throttled_while_training(training(), describes=1)],
+    "Backoff": [sm.capacity_error(), sm.completed()],
+    "Summarize": [sm.completed()],
+}
+
+
+@pytest.mark.parametrize("where", list(STOP_IN))
+def test_a_console_stop_in_any_state_leaves_no_job_running(harness, where):
+    """StopExecution (the console's Stop, or code) while the execution is in each state: the execution ends ABORTED,
+    the execution-status rule's reaper stops whatever job of the run still runs, and the run is let go, so that a
+    resume may take it."""
+    result = harness.wait(drive(harness, job_request(), STOP_IN[where], f"console-stop-{where}", where=where,
+                                action=harness.stop))
+    assert result.status == "ABORTED", (result.status, result.error, result.cause)
+    assert not [name for name, status in result.jobs.items() if status == "InProgress"], result.jobs
+    assert result.reaped is not None and result.reaped["execution"] == current[0]
+    if result.create_calls:
+        run_id = result.create_calls[0]["Environment"][ENV_RUN_ID]
+        record = registry(harness).read(run_id)
+        assert record.status == ENDED and record.owner == current[0]
+
+
+def test_without_the_reaper_a_console_stop_leaves_the_job_billing(harness):
+    """The failure the reaper answers, shown on the same path: StopExecution does not stop a job the execution
+    only watches."""
+    result = harness.wait(drive(harness, job_request(), [training()], "console-stop-unreaped", where="Launch",
+                                action=harness.stop), deliver=False)
+    assert result.status == "ABORTED"
+    assert list(result.jobs.values()) == ["InProgress"]
+    harness.deliver_end(current[0])
+    assert list(harness.world.statuses().values()) in (["Stopping"], ["Stopped"])
+
+
+def test_a_job_that_shows_up_after_its_attempt_was_given_up_is_stopped_when_the_run_ends(harness):
+    """CreateTrainingJob answered 500 but created the job, which Decide's look-up missed (SageMaker's reads are
+    eventually consistent): the attempt is recorded NotCreated and the next one runs. When the run ends, every
+    running job carrying the run's marker is stopped, recorded or not."""
+    result = harness.run(job_request(), [sm.created_unseen(looks=1, then=training(looks=50)), sm.completed()],
+                         name="late-visible")
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    late = result.job_names[0]
+    assert result.jobs[late] in ("Stopping", "Stopped") and late in result.stop_calls
+    assert late in result.output["stopped_jobs"]
