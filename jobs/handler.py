@@ -46,8 +46,8 @@ from jobs.request.parse import parse_request
 from jobs.request.platform_rules import validate_for_platform
 from jobs.request.state_size import state_size_problem
 from jobs.retry import run_state as runs
-from jobs.retry.classify import Category, Failure, classify_launch, ended_job_in
-from jobs.retry.policy import Action, Decision, decide_next, succeeded, watch_again
+from jobs.retry.classify import Category, Failure, classify_launch, ended_job_in, may_have_created
+from jobs.retry.policy import Action, Decision, decide_next, settle_unseen, succeeded, watch_again
 from jobs.retry.resume import attempt_number, check_init_run, resume_command, resume_point, run_token
 from jobs.retry.run_state import RunState
 
@@ -244,6 +244,12 @@ def _decide(request, run: RunState, failure_event: dict[str, Any]) -> dict[str, 
             decision = succeeded(run)
             log.info("run %s attempt %s: %s", run.run_id, run.attempt, decision.reason)
             return {"run": run.to_dict(), "launch": {"job": job}, "decision": decision.to_event()}
+        if job is None and squatter is None and may_have_created(failure_event) and (
+                settle := settle_unseen(request, run, classify_launch(failure_event, None))):
+            current.status = "Unknown"  # not seen, not ruled out: Summarize and the reaper look for it too
+            run.waited_seconds += settle.wait_seconds
+            log.info("run %s attempt %s: %s", run.run_id, run.attempt, settle.reason)
+            return {"run": run.to_dict(), "launch": failure_event, "decision": settle.to_event()}
     failure = name_taken(run, squatter) if squatter is not None else classify_launch(failure_event, job)
     runs.finish_attempt(run, now=now, job=job, failure=failure)
     if failure.category is Category.INTERRUPTION and current.training_plan \

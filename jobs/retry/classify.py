@@ -289,6 +289,17 @@ def classify_launch(failure: dict[str, Any], job: dict[str, Any] | None) -> Fail
     return classify_api_error(str(failure.get("Error") or ""), _message_of(failure.get("Cause")))
 
 
+# How the Java SDK's message (the Catch's Cause of an API error at create) gives the HTTP status of the answer.
+_SERVER_ERROR = re.compile(r"Status Code: 5\d\d\b")
+
+
+def may_have_created(failure: dict[str, Any]) -> bool:
+    """Whether a failed create may still have made its job: SageMaker answered it with a server error (5xx), which
+    it also does after creating the job (docs/REFERENCE.md)."""
+    return str(failure.get("Error") or "").startswith("SageMaker.") and bool(
+        _SERVER_ERROR.search(str(failure.get("Cause") or "")))
+
+
 def _embedded_description(cause: str) -> dict[str, Any] | None:
     # Some integrations wrap the description in a message, e.g. "... : {json}".
     start = cause.find("{")

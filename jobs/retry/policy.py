@@ -63,6 +63,13 @@ class Action(enum.StrEnum):
 # Longest wait between two looks at a job that no `.sync` task waits on. Each look adds about 9 events to
 # the execution's history; 20 minutes keeps a 28-day job (SageMaker's longest) under the 25,000 allowed.
 WATCH_MAX_SECONDS = 1200
+# Shortest: the request's retry.api_error_wait_seconds may be 0 (the schema allows it, for quick retries of a
+# throttled create), which would look again at once, 9 events a look, until the history's limit ended the execution
+# with no summary. The waits start here and double (tests/launcher/test_history_bound.py counts the events).
+WATCH_MIN_SECONDS = 30
+# How many look-ups must miss a job whose create answered a server error before its attempt counts as never created:
+# SageMaker's reads may lag its writes, and such a job can show up after the first look.
+SETTLE_LOOKS = 3
 
 
 # The categories the policy never retries, and what the run's reason adds for each.
@@ -190,13 +197,32 @@ def watch_again(request: JobRequest, run: RunState, failure: Failure, lookup_err
                             f"error: {failure.reason}; `{resume_command(run.run_id)}` continues the run")
         # WATCH_MAX_SECONDS, not api_error_wait_max_seconds, caps the wait: looking for 28 days must stay within
         # the execution's history.
-        wait = backoff(request.retry.api_error_wait_seconds, WATCH_MAX_SECONDS, n)
+        wait = backoff(watch_base(request), WATCH_MAX_SECONDS, n)
         what = f"could not look up {current.job_name} ({lookup_error}, {n} times in a row)"
     else:
-        wait = backoff(request.retry.api_error_wait_seconds, WATCH_MAX_SECONDS, current.looks)
+        wait = backoff(watch_base(request), WATCH_MAX_SECONDS, current.looks)
         what = f"{current.job_name} still runs ({current.status}/{current.secondary_status}): waiting on it"
     return Decision(Action.WATCH, wait, failure.category,
                     f"launch error ({failure.reason}), but {what}; looking again in {wait} s")
+
+
+def watch_base(request: JobRequest) -> int:
+    """The first wait between two looks at a job: the request's, never under WATCH_MIN_SECONDS."""
+    return max(request.retry.api_error_wait_seconds, WATCH_MIN_SECONDS)
+
+
+def settle_unseen(request: JobRequest, run: RunState, failure: Failure) -> Decision | None:
+    """The create answered a server error and the look-up found no job: SageMaker may have created it all the same
+    and not show it yet. Look again (SETTLE_LOOKS look-ups in all, the waits of a watch) before the attempt counts as
+    never created; None once they have all missed it."""
+    current = run.current
+    if current.looks >= SETTLE_LOOKS:
+        return None
+    wait = backoff(watch_base(request), WATCH_MAX_SECONDS, current.looks)
+    return Decision(Action.WATCH, wait, failure.category,
+                    f"launch error ({failure.reason}); {current.job_name} is not found yet, but a create that answered "
+                    f"a server error may have made it (look-up {current.looks} of {SETTLE_LOOKS}); looking again in "
+                    f"{wait} s before starting another")
 
 
 def succeeded(run: RunState) -> Decision:

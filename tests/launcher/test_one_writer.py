@@ -220,12 +220,25 @@ def test_without_the_reaper_a_console_stop_leaves_the_job_billing(harness):
     assert list(harness.world.statuses().values()) in (["Stopping"], ["Stopped"])
 
 
+@pytest.mark.parametrize("unseen", [1, 2])
+def test_a_job_whose_create_answered_500_and_shows_up_late_is_waited_on_not_doubled(harness, unseen):
+    """CreateTrainingJob answered 500 but created the job, which the first look-ups miss (SageMaker's reads are
+    eventually consistent): Decide looks again (SETTLE_LOOKS times) before it starts another, finds the job, and
+    waits on it; no second job on the prefix."""
+    result = harness.run(job_request(), [sm.created_unseen(looks=unseen, then=training(looks=4))],
+                         name=f"late-visible-{unseen}")
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert len(result.create_calls) == 1 and harness.world.overlaps == []
+    assert [state for name, state, _ in harness.waits if name == f"late-visible-{unseen}"].count("WaitForJob") >= unseen
+
+
 def test_a_job_that_shows_up_after_its_attempt_was_given_up_is_stopped_when_the_run_ends(harness):
-    """CreateTrainingJob answered 500 but created the job, which Decide's look-up missed (SageMaker's reads are
-    eventually consistent): the attempt is recorded NotCreated and the next one runs. When the run ends, every
-    running job carrying the run's marker is stopped, recorded or not."""
-    result = harness.run(job_request(), [sm.created_unseen(looks=1, then=training(looks=50)), sm.completed()],
-                         name="late-visible")
+    """Missed by every settling look-up, the attempt counts as never created and the next one runs; when the run
+    ends, every running job carrying the run's marker is stopped, recorded or not."""
+    from jobs.retry.policy import SETTLE_LOOKS
+
+    result = harness.run(job_request(), [sm.created_unseen(looks=SETTLE_LOOKS, then=training(looks=50)),
+                                         sm.completed()], name="late-visible-given-up")
     assert result.status == "SUCCEEDED", (result.error, result.cause)
     late = result.job_names[0]
     assert result.jobs[late] in ("Stopping", "Stopped") and late in result.stop_calls
