@@ -102,6 +102,8 @@ class LauncherHarness:
         self.on_wait: Callable[[str, str, float], None] | None = None
         self.world: ScriptedSageMaker | None = None
         self._sent_before = 0
+        # Seconds the Wait states have asked for, all executions together: a test's simulated clock runs on them.
+        self.waited = 0.0
 
     def __enter__(self) -> LauncherHarness:
         original_factory = state_task_factory.state_task_service_for
@@ -144,6 +146,7 @@ class LauncherHarness:
         data = env.states.context_object.context_object_data
         arn, state = data["Execution"]["Id"], data["State"]["Name"]
         self.waits.append((arn.rsplit(":", 1)[-1], state, wait_seconds))
+        self.waited += wait_seconds
         if self.on_wait is not None:
             self.on_wait(arn, state, wait_seconds)
 

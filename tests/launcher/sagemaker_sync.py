@@ -132,6 +132,8 @@ class Outcome:
     # How many DescribeTrainingJob calls answer "not found", and listings leave the job out, after it was created:
     # SageMaker's reads are eventually consistent, and a job whose create answered 5xx may show up late.
     unseen_looks: int = 0
+    # Seconds of the world's clock (ScriptedSageMaker.clock) the job stays in Training, whatever the look-ups.
+    trains_for_seconds: float = 0
 
     @property
     def label(self) -> str:
@@ -274,6 +276,9 @@ class ScriptedSageMaker:
         # A test's hook, run at each look at a job once the look has moved it: (job name, its secondary status). It
         # may start, run or stop executions while the one that looks is held there.
         self.on_look: Callable[[str, str], None] | None = None
+        # The time jobs see (Outcome.trains_for_seconds): the harness's simulated clock, when a test sets one.
+        self.clock: Callable[[], float] | None = None
+        self._trains_until: dict[str, float] = {}
         ScriptedSageMaker.current = self
 
     @property
@@ -312,6 +317,8 @@ class ScriptedSageMaker:
         self._throttle[name] = outcome.throttled_describes
         self._stop_throttle[name] = outcome.throttled_stops
         self._unseen[name] = outcome.unseen_looks
+        if outcome.trains_for_seconds and self.clock is not None:
+            self._trains_until[name] = self.clock() + outcome.trains_for_seconds
         next(self._steps[name])
         if outcome.sent_twice:
             self.create_calls.append(json.loads(json.dumps(params)))
@@ -379,7 +386,9 @@ class ScriptedSageMaker:
             if job is not None and job.secondary_status == "Training" and self._throttle.get(name, 0) > 0:
                 self._throttle[name] -= 1
                 raise ThrottlingError("Rate exceeded")
-            if name in self._steps:
+            training = job is not None and job.secondary_status == "Training" and self.clock is not None \
+                and self.clock() < self._trains_until.get(name, 0)
+            if name in self._steps and not training:
                 next(self._steps[name], None)
         if self.on_look is not None and job is not None:
             self.on_look(name, job.secondary_status)
