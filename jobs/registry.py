@@ -172,7 +172,10 @@ class Registry:
             if record is not None and record.owner != execution:
                 raise LeaseLost(f"run {run_id} is held by execution {record.owner}, not {execution}")
             old = record.epoch if record else 0
-            entry = {"attempt": attempt, "job_name": job_name, "epoch": old + 1, "execution": execution,
+            # Never under the attempt's number: before the registry an attempt's epoch was its number, and a run
+            # from then gets its item (at 0) when it is resumed.
+            epoch = max(old + 1, attempt)
+            entry = {"attempt": attempt, "job_name": job_name, "epoch": epoch, "execution": execution,
                      "launched_at": now}
             try:
                 self.client.update_item(
@@ -184,10 +187,10 @@ class Registry:
                                         "(attribute_not_exists(epoch) OR epoch = :old)",
                     ExpressionAttributeNames={"#owner": OWNER, "#status": "status"},
                     ExpressionAttributeValues={
-                        ":epoch": {"N": str(old + 1)}, ":old": {"N": str(old)}, ":empty": {"L": []},
+                        ":epoch": {"N": str(epoch)}, ":old": {"N": str(old)}, ":empty": {"L": []},
                         ":attempt": {"L": [_attribute(entry)]}, ":me": {"S": execution},
                         ":active": {"S": ACTIVE}, ":now": {"S": now}})
-                return old + 1
+                return epoch
             except Exception as exc:
                 if not _failed_condition(exc):
                     raise

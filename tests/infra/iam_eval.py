@@ -72,6 +72,8 @@ class Templates:
                                             f"{props.get('FunctionName', {}).get('Ref', logical_id)}:1",
             ("AWS::SNS::Topic", None): f"arn:aws:sns:{region_account}:{props.get('TopicName', logical_id)}",
             ("AWS::Logs::LogGroup", "Arn"): f"arn:aws:logs:{region_account}:log-group:{logical_id}:*",
+            ("AWS::DynamoDB::Table", "Arn"): f"arn:aws:dynamodb:{region_account}:table/"
+                                             f"{props.get('TableName', logical_id)}",
         }
         return values.get((kind, attribute), f"{logical_id}.{attribute}" if attribute else logical_id)
 

@@ -14,6 +14,7 @@ import pytest
 import app as cdk_app
 from contract.errors import RequestInvalid
 from jobs.platform import PlatformSettings
+from jobs.registry import table_name
 from jobs.render.training_job import render_create_training_job
 from jobs.request.parse import parse_request
 from jobs.request.platform_rules import validate_for_platform
@@ -55,6 +56,12 @@ class Team:
         self.engineer_policies = [t.managed_policy(LAUNCHER, policy)]
         self.engineer_roles = t.templates[LAUNCHER]["Resources"][policy]["Properties"].get("Roles", [])
         self.state_machine = f"{STATES}:stateMachine:{prefix}-job-launcher"
+        # The launcher's functions (Prepare, Decide, Summarize, the reaper): each writes the team's run registry.
+        self.functions = {
+            name: (t.role_arn(LAUNCHER, role), t.role_policies(LAUNCHER, role))
+            for name in ("Prepare", "Decide", "Summarize", "Reap")
+            for role in [t.find(LAUNCHER, "AWS::IAM::Role", f"{construct}JobLauncher{name}Role")]}
+        self.registry = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{table_name(prefix)}"
 
     def job(self, run: str = "run-abc") -> str:
         return f"{SAGEMAKER}:training-job/{self.prefix}-{run}-a1"
@@ -107,6 +114,12 @@ def add_cells(m: Matrix, t: Templates, own: Team, other: Team, who: str) -> None
               resource=target.job(), context={f"aws:RequestTag/{target.prefix}:run-id": "run-abc"}, expect=expect)
         m.add(f"{who} launcher describes job {side}", **machine, action="sagemaker:DescribeTrainingJob",
               resource=target.job(), context=target.tag(), expect=expect)
+        for name, (arn, policies) in own.functions.items():
+            for action in ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"):
+                m.add(f"{who} {name} {action} run registry {side}", principal=arn, policies=policies, action=action,
+                      resource=target.registry, expect=expect)
+            m.add(f"{who} {name} deletes from run registry {side}", principal=arn, policies=policies,
+                  action="dynamodb:DeleteItem", resource=target.registry, expect=DENIED)
 
 
 def add_outside_cells(m: Matrix, t: Templates, own: Team, who: str) -> None:

@@ -243,3 +243,18 @@ def test_a_job_that_shows_up_after_its_attempt_was_given_up_is_stopped_when_the_
     late = result.job_names[0]
     assert result.jobs[late] in ("Stopping", "Stopped") and late in result.stop_calls
     assert late in result.output["stopped_jobs"]
+
+
+def test_a_run_started_before_the_registry_is_still_resumed(harness):
+    """A run whose executions ran before the registry existed has no item: its resume creates one (its jobs are found
+    by their marker, as before) and trains on with an epoch above every earlier attempt's number."""
+    run_id = ended_run(harness, "before-registry-first")
+    boto3.client("dynamodb", region_name=REGION).delete_item(
+        TableName=table_name(harness.settings["name_prefix"]), Key={"run_id": {"S": run_id}})
+    result = harness.run(job_request(resume_run=run_id), [sm.completed()], name="before-registry-resume")
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    (create,) = result.create_calls
+    assert create["TrainingJobName"].endswith("-a2") and create["Environment"][ENV_EPOCH] == "2"
+    record = registry(harness).read(run_id)
+    assert record.owner.endswith(":before-registry-resume") and record.status == ENDED
+    assert [a["job_name"] for a in record.attempts] == [create["TrainingJobName"]]
