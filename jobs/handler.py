@@ -47,7 +47,15 @@ from jobs.request.platform_rules import validate_for_platform
 from jobs.request.state_size import state_size_problem
 from jobs.retry import run_state as runs
 from jobs.retry.classify import Category, Failure, classify_launch, ended_job_in, may_have_created
-from jobs.retry.policy import Action, Decision, decide_next, settle_unseen, succeeded, watch_again
+from jobs.retry.policy import (
+    Action,
+    Decision,
+    decide_next,
+    plan_ended,
+    settle_unseen,
+    succeeded,
+    watch_again,
+)
 from jobs.retry.resume import attempt_number, check_init_run, resume_command, resume_point, run_token
 from jobs.retry.run_state import RunState
 
@@ -251,11 +259,13 @@ def _decide(request, run: RunState, failure_event: dict[str, Any]) -> dict[str, 
             log.info("run %s attempt %s: %s", run.run_id, run.attempt, settle.reason)
             return {"run": run.to_dict(), "launch": failure_event, "decision": settle.to_event()}
     failure = name_taken(run, squatter) if squatter is not None else classify_launch(failure_event, job)
-    runs.finish_attempt(run, now=now, job=job, failure=failure)
-    if failure.category is Category.INTERRUPTION and current.training_plan \
-            and request.training_plan not in run.plans_ended:
-        # SageMaker stopped a job on a training plan: most likely the plan ended. Its ARN would be refused now.
+    if current.training_plan and request.training_plan not in run.plans_ended and (
+            ended := plan_ended(failure, request.training_plan, current.training_plan)):
+        # Most likely the plan ended (SageMaker stops its jobs, fails them for capacity, then refuses its ARN): the
+        # next attempts do not target it.
         run.plans_ended.append(request.training_plan)
+        failure = ended
+    runs.finish_attempt(run, now=now, job=job, failure=failure)
     decision = decide_next(request, run, failure, now)
     log.info("run %s attempt %s: %s -> %s", run.run_id, run.attempt, failure.category, decision.reason)
     if decision.action is not Action.RETRY:

@@ -10,9 +10,11 @@ from jobs.request.schema import JobRequest
 from jobs.retry.policy import (
     FUNCTION_RETRIES,
     FUNCTION_RETRY_SECONDS,
+    SETTLE_LOOKS,
     STOP_RETRIES,
     STOP_RETRY_MAX_SECONDS,
     STOP_RETRY_SECONDS,
+    WATCH_MIN_SECONDS,
     retry_waits,
 )
 
@@ -25,17 +27,19 @@ RETRY_POLICY = f"""\
 | Capacity shortage (`FailureReason` starts `CapacityError: Unable to provision requested ML compute capacity`, an insufficient-capacity message, `MaxPendingTimeInSeconds` reached, or 30+ minutes in `Pending`) | wait `retry.capacity_wait_seconds`, doubling each time up to `retry.capacity_wait_max_seconds`, then the next type of `[instance.type, *instance.fallbacks]` (cycling; the same type when there are none) |
 | Spot interruption (`SecondaryStatus` `Interrupted`) or `MaxWaitTimeExceeded` | wait `retry.interruption_wait_seconds`, new attempt; after `retry.interruptions_before_on_demand` interruptions, on demand |
 | SageMaker internal error (`InternalServerError`, `InternalFailure`, HTTP 5xx in any spelling) | wait `retry.internal_error_wait_seconds`, retry, at most `retry.internal_error_max_retries` times |
-| A Launch error while the attempt's job exists and runs (a 5xx after the job was created, a throttled poll, the attempt's own name `ResourceInUse`) | no second job: wait on that job (looks every `retry.api_error_wait_seconds`, doubling up to 20 minutes) and decide when it ends; a job that cannot be looked up (throttled, denied) is waited on as long as it can run (its max runtime, or max wait on Spot, plus an hour), never stopped for it |
+| A Launch error while the attempt's job exists and runs (a 5xx after the job was created, a throttled poll, the attempt's own name `ResourceInUse`) | no second job: wait on that job (looks every `retry.api_error_wait_seconds`, at least {WATCH_MIN_SECONDS} s, doubling up to 20 minutes) and decide when it ends; a job that cannot be looked up (throttled, denied) is waited on as long as it can run (its max runtime, or max wait on Spot, plus an hour), never stopped for it; a create that answered a 5xx whose job is not found is looked up {SETTLE_LOOKS} times before the attempt counts as never created (SageMaker's reads lag its writes) |
+| The platform's own permissions refuse the launch (`AccessDenied`, "not authorized to perform", `iam:PassRole`) | no retry: the run fails with `platform_config`, saying the platform team must give the launcher what it lacks; then `trainctl resume <run id>` continues it |
+| Another execution holds the run (a second resume), or a newer attempt claimed its checkpoints (`[training:superseded]`) | a second resume is refused in Prepare naming the execution that holds the run; an execution that lost its run ends with `superseded` and launches nothing more |
 | A fault of a launcher function (an error it raises, a timeout) | retried {FUNCTION_RETRIES} times, {_FUNCTION_WAITS_TEXT} s apart (a refused request excepted); one that persists ends the run with `launcher_error`, a summary and a notification |
 | Hardware or infrastructure fault (an instance replaced as unhealthy, uncorrectable ECC, NCCL/EFA transport errors) | new attempt with `infra_check` on, on the next fallback type when there is one; at most `retry.hardware_max_retries` times |
 | Quota (`ResourceLimitExceeded` at CreateTrainingJob) or throttling (`ThrottlingException`, "Rate exceeded") | wait `retry.api_error_wait_seconds`, doubling up to `retry.api_error_wait_max_seconds`, retry; give up after `retry.api_error_max_retries` in a row |
 | Impossible quota (an account limit of 0, a request above the limit, a type not offered in the region) | no retry: the run fails saying which quota to raise |
 | The user's code or data (`AlgorithmError`, `ClientError`, a rejected request, the training package's own `[training:<code>]` failure line) | no retry: the run fails with the reason (for out of memory, what to lower); once fixed, `trainctl resume <run id> REQUEST` continues it from its checkpoints |
-| Stopped while its execution runs (`TrainingJobStatus` `Stopped`, no reason): SageMaker, a training plan's end, the console | resumed like an interruption; a training plan an attempt was stopped on is not targeted again (the next attempt runs on demand on its type). `trainctl stop` (or stopping the execution) is how a run is stopped: it ends the execution before the job |
+| Stopped while its execution runs (`TrainingJobStatus` `Stopped`, no reason): SageMaker, a training plan's end, the console | resumed like an interruption; a training plan an attempt was stopped on, failed for capacity naming, or whose create was refused naming it, is not targeted again (the next attempt runs on demand on its type). `trainctl stop` (or stopping the execution) is how a run is stopped: it ends the execution before the job |
 | `MaxRuntimeExceeded` | no retry; checkpoints are kept: `trainctl resume <run id>` continues the run (raise `max_runtime_hours` to give each attempt longer) |
 | Anything unrecognised | no retry (fail safe) |
 | `retry.max_attempts` attempts used, or `retry.max_total_hours` spent (waits included) | the run fails with "attempts exhausted" / "time budget exhausted"; `trainctl resume <run id>` continues it with a new budget |
-| The run ends, however it ends (a fault in Decide or Summarize included) | any job of the run still running is stopped (a stop refused for a passing reason, such as throttling, makes Summarize run again, {STOP_RETRY_SECONDS} s to {STOP_RETRY_MAX_SECONDS // 60} min apart for about {_STOP_MINUTES:.0f} minutes); the summary lists it |
+| The run ends, however it ends (a fault in Decide or Summarize included, a console stop, a timeout) | any job of the run still running is stopped, recorded or not (every job carrying the run's marker; after an execution ends any other way, the execution-status rule's reaper does it) (a stop refused for a passing reason, such as throttling, makes Summarize run again, {STOP_RETRY_SECONDS} s to {STOP_RETRY_MAX_SECONDS // 60} min apart for about {_STOP_MINUTES:.0f} minutes); the summary lists it |
 
 Every attempt is a new training job named `<name_prefix>-<run id>-<8 random characters>-a<N>` that resumes
 from the run's one checkpoint prefix, `s3://<checkpoint bucket>/<name_prefix>/<run id>/checkpoints/`. The run

@@ -38,6 +38,9 @@ class Category(enum.StrEnum):
     # Another execution of the run holds it (jobs.registry), or a newer attempt claimed its checkpoints
     # (training.fencing): this execution must not launch or write, and ends.
     SUPERSEDED = "superseded"
+    # The platform's own setup refused the launch (the launcher may not pass the execution role, create or tag the
+    # job): nothing in the request can fix it, and no wait will.
+    PLATFORM_CONFIG = "platform_config"
     UNKNOWN = "unknown"
 
 
@@ -59,6 +62,8 @@ class Source(enum.StrEnum):
 PENDING_TOO_LONG_SECONDS = 1800
 
 JOB_TEXT = (Source.FAILURE_REASON, Source.STATUS_MESSAGE)
+# How the Java SDK's message (the Catch's Cause of an API error) gives an answer's HTTP status when it was 5xx.
+SERVER_ERROR = r"Status Code: 5\d\d"
 API_ERROR = (Source.ERROR_CODE, Source.ERROR_MESSAGE)
 ANY_TEXT = JOB_TEXT + API_ERROR
 
@@ -162,11 +167,13 @@ RULES: tuple[Rule, ...] = (
     # HTTP 5xx in every spelling: the service's error codes, the Java SDK's "Status Code: 500", botocore's
     # "An error occurred (500) ... Internal Server Error", 503 Service Unavailable.
     Rule(r"InternalServerError|Internal ?Failure|internal error|Internal Server Error|Service ?Unavailable|"
-         r"Status Code: 5\d\d|\(5\d\d\)|\b50[0-4] (?:Internal|Service|Bad Gateway|Gateway)", ANY_TEXT,
+         rf"{SERVER_ERROR}|\(5\d\d\)|\b50[0-4] (?:Internal|Service|Bad Gateway|Gateway)", ANY_TEXT,
          Category.INTERNAL, "SageMaker internal error: {short}"),
     Rule(r"ValidationException|No such file|not found|invalid", JOB_TEXT, Category.USER_ERROR,
          "the training code or its data failed: {short}"),
-    Rule(r"ValidationException|ValidationError|AccessDenied|ResourceInUse|ResourceNotFound", API_ERROR,
+    Rule(r"AccessDenied|not authorized to perform|iam:PassRole", API_ERROR, Category.PLATFORM_CONFIG,
+         "the platform's own permissions refused the launch: {short}"),
+    Rule(r"ValidationException|ValidationError|ResourceInUse|ResourceNotFound", API_ERROR,
          Category.USER_ERROR, "the request was rejected: {short}"),
     Rule(r"States\.Timeout|States\.HeartbeatTimeout", API_ERROR, Category.UNKNOWN, "the task timed out: {short}"),
 )
@@ -289,15 +296,13 @@ def classify_launch(failure: dict[str, Any], job: dict[str, Any] | None) -> Fail
     return classify_api_error(str(failure.get("Error") or ""), _message_of(failure.get("Cause")))
 
 
-# How the Java SDK's message (the Catch's Cause of an API error at create) gives the HTTP status of the answer.
-_SERVER_ERROR = re.compile(r"Status Code: 5\d\d\b")
 
 
 def may_have_created(failure: dict[str, Any]) -> bool:
     """Whether a failed create may still have made its job: SageMaker answered it with a server error (5xx), which
     it also does after creating the job (docs/REFERENCE.md)."""
     return str(failure.get("Error") or "").startswith("SageMaker.") and bool(
-        _SERVER_ERROR.search(str(failure.get("Cause") or "")))
+        re.search(SERVER_ERROR, str(failure.get("Cause") or "")))
 
 
 def _embedded_description(cause: str) -> dict[str, Any] | None:

@@ -28,6 +28,7 @@ on the same checkpoints), looking again after a wait, and the attempt is decided
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 
 from jobs.request.schema import JobRequest
@@ -81,6 +82,9 @@ _NO_RETRY_HINT = {
                           "request to give each attempt longer)",
     Category.SUPERSEDED: "another execution holds the run now; `trainctl runs` shows which, and `{resume}` "
                          "continues it once that one has ended",
+    Category.PLATFORM_CONFIG: "not the request's to fix: the platform team must give the launcher what it lacks "
+                              "(redeploy the platform, or fix the role named above), then `{resume}` continues the "
+                              "run from its checkpoints",
     Category.UNKNOWN: "not retried, to be safe; see the job's logs; `{resume}` continues it from its checkpoints",
 }
 NO_RETRY = tuple(_NO_RETRY_HINT)
@@ -204,6 +208,25 @@ def watch_again(request: JobRequest, run: RunState, failure: Failure, lookup_err
         what = f"{current.job_name} still runs ({current.status}/{current.secondary_status}): waiting on it"
     return Decision(Action.WATCH, wait, failure.category,
                     f"launch error ({failure.reason}), but {what}; looking again in {wait} s")
+
+
+# How a failure names a training plan when it does not name the run's own: SageMaker's words for the plan.
+_A_PLAN = re.compile(r"training[ -]?plan", re.IGNORECASE)
+
+
+def plan_ended(failure: Failure, name: str, arn: str) -> Failure | None:
+    """The attempt ran on training plan `name` (`arn`) and its failure says the plan can no longer run it: a stop
+    nobody asked for (a plan's end stops its jobs), a job that failed for capacity naming the plan, or a create the
+    plan refused (its ARN is rejected once it expired). The failure to decide on then (capacity, so that the next
+    attempt runs without the plan), or None when the plan is not in question."""
+    if failure.category is Category.INTERRUPTION:
+        return failure
+    if failure.category not in (Category.CAPACITY, Category.USER_ERROR):
+        return None
+    if not (name in failure.reason or arn in failure.reason or _A_PLAN.search(failure.reason)):
+        return None
+    return Failure(Category.CAPACITY, f"training plan {name} can no longer run the job ({failure.reason}); the next "
+                   "attempt runs without it", job_started=failure.job_started)
 
 
 def watch_base(request: JobRequest) -> int:

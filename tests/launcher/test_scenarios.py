@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.launcher import sagemaker_sync as sm
 from tests.launcher.inputs import job_request
 from tests.launcher.paths import ENDED_JOB, FAILURE_TAIL, GIVE_UP, RETRY, RETRY_API, SUCCESS_TAIL
@@ -174,6 +176,51 @@ def test_a_training_plan_an_attempt_was_stopped_on_is_not_targeted_again(harness
     first, second = (c["ResourceConfig"] for c in result.create_calls)
     assert first["TrainingPlanArn"] == plan["arn"] and "TrainingPlanArn" not in second
     assert second["InstanceType"] == plan["instance_type"]
+
+
+PLAN_ENDS = {
+    # SageMaker's own word when a job on a plan found no capacity (its user guide: terminated with it after 2 days
+    # Pending), naming the plan.
+    "failed-for-capacity": [sm.Outcome(status="Failed", secondary=("Starting", "Pending", "Failed"), training_seconds=0,
+                                       failure_reason="InsufficientCapacityError: the capacity of training plan p5-week "
+                                                      "is no longer available"), sm.completed()],
+    # The create is refused once the plan has expired (its ARN in the message).
+    "create-refused": [sm.Outcome(api_error=("ValidationException", "Training plan arn:aws:sagemaker:us-east-1:"
+                                                                    "123456789012:training-plan/p5-week is Expired.")),
+                       sm.completed()],
+}
+
+
+@pytest.mark.parametrize("form", list(PLAN_ENDS))
+def test_a_plan_that_ended_in_any_form_is_not_targeted_again(harness, platform_settings, monkeypatch, form):
+    """A plan's end seen as a capacity failure naming the plan, or as a create refused for the plan: like the
+    stopped form above, the next attempt runs on demand without the plan, and the run does not end as the user's
+    error."""
+    plan = {"name": "p5-week", "arn": "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p5-week",
+            "instance_type": "ml.p5.48xlarge", "instance_count": 2}
+    monkeypatch.setenv("PLATFORM_SETTINGS", json.dumps({**platform_settings, "training_plans": {"p5-week": plan}}))
+    request = job_request(training_plan="p5-week", instance={"type": "ml.p5.48xlarge", "count": 2, "fallbacks": []})
+    result = harness.run(request, PLAN_ENDS[form], name=f"plan-ended-{form}")
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    first, second = (c["ResourceConfig"] for c in result.create_calls)
+    assert first["TrainingPlanArn"] == plan["arn"] and "TrainingPlanArn" not in second
+    assert result.output["attempts"][0]["category"] == "capacity"
+    assert "training plan p5-week can no longer run the job" in result.output["attempts"][0]["reason"]
+
+
+def test_a_launch_the_platforms_permissions_refuse_is_the_platforms_to_fix(harness):
+    """CreateTrainingJob refused because the launcher may not pass the execution role: not the request's fault, not
+    retried, and the run's end says who must fix what and how to go on."""
+    denied = sm.Outcome(api_error=("AccessDeniedException", "User: arn:aws:sts::123456789012:assumed-role/mltrain-"
+                                   "job-launcher/abc is not authorized to perform: iam:PassRole on resource: "
+                                   "arn:aws:iam::123456789012:role/mltrain-execution"))
+    result = harness.run(job_request(), [denied], name="passrole-denied")
+    assert result.status == "FAILED" and result.error == "platform_config", (result.error, result.cause)
+    assert len(result.create_calls) == 1
+    assert "iam:PassRole" in result.cause and "platform team" in result.cause and "trainctl resume" in result.cause
+    assert "fix the code or data" not in result.cause
+    ((subject, _),) = result.notifications
+    assert "platform_config" in subject
 
 
 def test_bad_input_fails_in_prepare_naming_the_field(harness):
