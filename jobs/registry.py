@@ -214,3 +214,17 @@ class Registry:
             if not _failed_condition(exc):
                 raise
             return False
+
+    def scan(self) -> list[RunRecord]:
+        """Every run of the launcher (a team's table: its runs only)."""
+        return [RunRecord.from_item(item) for page in self.client.get_paginator("scan").paginate(
+            TableName=self.table, ConsistentRead=True) for item in page.get("Items", [])]
+
+    @staticmethod
+    def executions(record: RunRecord) -> list[str]:
+        """The ARNs of the executions that launched the run's attempts, oldest first, then its owner."""
+        found: list[str] = []
+        for arn in [*(a.get("execution", "") for a in record.attempts), record.owner]:
+            if arn and arn not in found:
+                found.append(arn)
+        return found

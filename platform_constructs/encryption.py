@@ -9,6 +9,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
+from jobs.registry import table_name
+
 # The role FSx for Lustre uses to read a linked bucket; one per file system, named after its id.
 FSX_S3_ROLE = "role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/AWSServiceRoleForFSxS3Access_*"
 # What the account (through IAM) may do to the key without being one of its users: manage it (the account must keep
@@ -48,7 +50,8 @@ class PlatformKey(Construct):
         # The least-privilege key policy (the CDK's key-administrators pattern): `policy` given, the CDK adds no
         # kms:* for the account root; the account keeps administration, and use is delegated to IAM only for the
         # platform's own roles (key_user_path) and the AWS services below.
-        statements = [*_account_statements(user_path or key_user_path(name_prefix)), *_service_statements()]
+        statements = [*_account_statements(user_path or key_user_path(name_prefix)),
+                      _registry_readers(name_prefix), *_service_statements()]
         if budgets:  # a team's budget publishes to its key-encrypted notification topic (platform_constructs.budget)
             statements.append(iam.PolicyStatement(
                 sid="BudgetsPublish", principals=[iam.ServicePrincipal("budgets.amazonaws.com")],
@@ -86,6 +89,18 @@ def _account_statements(user_path: str) -> list[iam.PolicyStatement]:
             conditions={"StringEquals": {"kms:ViaService": f"lambda.{region}.amazonaws.com",
                                          "kms:CallerAccount": account}}),
     ]
+
+
+def _registry_readers(name_prefix: str) -> iam.PolicyStatement:
+    """Engineers (outside the platform's path) read their launcher's run registry through trainctl: the key decrypts
+    for them only through DynamoDB and only for the platform's registry tables (`<prefix>*-runs`, one per team; each
+    engineers' policy names its own team's table and key)."""
+    region, account = cdk.Aws.REGION, cdk.Aws.ACCOUNT_ID
+    return iam.PolicyStatement(
+        sid="RunRegistryReaders", principals=[iam.AccountRootPrincipal()], actions=["kms:Decrypt", "kms:DescribeKey"],
+        resources=["*"],
+        conditions={"StringEquals": {"kms:ViaService": f"dynamodb.{region}.amazonaws.com", "kms:CallerAccount": account},
+                    "StringLike": {"kms:EncryptionContext:aws:dynamodb:tableName": table_name(f"{name_prefix}*")}})
 
 
 def _service_statements() -> list[iam.PolicyStatement]:

@@ -4,6 +4,7 @@ trainctl (cli/) calls, besides reading `/<prefix>/platform-settings` and `/<pref
   submit: states:StartExecution                      stop: sagemaker:StopTrainingJob, states:StopExecution
   status: states:DescribeExecution, GetExecutionHistory, sagemaker:DescribeTrainingJob
   list:   states:ListExecutions                      logs: logs:DescribeLogStreams, logs:GetLogEvents
+  runs, show, resume: the run registry's items (dynamodb:GetItem, Scan; the key decrypting through DynamoDB)
 It reads no CloudWatch metrics, so none is granted.
 
 Everything is the launcher's own: its executions, the jobs named `<prefix>-*` that also carry its run-id tag key
@@ -27,6 +28,7 @@ from constructs import Node
 
 from contract.container import LOG_GROUP
 from platform_constructs.nag import acknowledge, nag_form
+from platform_constructs.run_registry import RunRegistry
 
 
 class JobLauncher(Protocol):
@@ -39,6 +41,7 @@ class JobLauncher(Protocol):
     state_machine_name: str
     training_job_arn_pattern: str
     run_id_tag_key: str
+    registry: RunRegistry
 
 _TRAINING_LOGS_ID = "TrainingJobLogs"
 
@@ -59,7 +62,8 @@ def grant_observe(launcher: JobLauncher, grantee: iam.IGrantable) -> iam.Grant:
             .combine(_training_logs(launcher).grant(grantee, "logs:DescribeLogStreams"))
             .combine(iam.Grant.add_to_principal(grantee=grantee, actions=["logs:GetLogEvents"],
                                                 resource_arns=[log_streams_arn(launcher)]))
-            .combine(_grant_parameters(launcher, grantee)))
+            .combine(_grant_parameters(launcher, grantee))
+            .combine(launcher.registry.grant_read(grantee)))
 
 
 def _grant_jobs(launcher: JobLauncher, grantee: iam.IGrantable, *actions: str) -> iam.Grant:

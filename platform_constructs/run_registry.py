@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -14,7 +14,7 @@ from platform_constructs.nag import acknowledge
 # What the launcher's functions do with it: read an item, create a run's, update it under a condition. No scan, no
 # delete: a run's record outlives its executions.
 WRITER_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
-READER_ACTIONS = ("dynamodb:GetItem", "dynamodb:Query", "dynamodb:Scan")
+READER_ACTIONS = ("dynamodb:GetItem", "dynamodb:Scan")
 # DynamoDB encrypts and decrypts the table's data key with the caller's rights (named actions, no wildcard).
 KEY_ACTIONS = ("kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey", "kms:DescribeKey")
 
@@ -48,6 +48,13 @@ class RunRegistry(Construct):
         return self.table.grant(grantee, *WRITER_ACTIONS)
 
     def grant_read(self, grantee: iam.IGrantable) -> iam.Grant:
-        """What `trainctl runs` and `show` need: read the items."""
-        self.key.grant(grantee, "kms:Decrypt", "kms:DescribeKey")
-        return self.table.grant(grantee, *READER_ACTIONS)
+        """What `trainctl runs`, `show` and `resume` need: read the items, the key decrypting through DynamoDB only
+        (the platform key's policy allows that much to the account for the registry tables: platform_constructs.
+        encryption)."""
+        iam.Grant.add_to_principal(
+            grantee=grantee, actions=["kms:Decrypt", "kms:DescribeKey"], resource_arns=[self.key.key_arn],
+            conditions={"StringEquals": {"kms:ViaService": f"dynamodb.{Stack.of(self).region}.amazonaws.com"}})
+        # Written out rather than table.grant: the grantee is often a managed policy, which the table's grant reads
+        # as a resource policy's principal and refuses.
+        return iam.Grant.add_to_principal(grantee=grantee, actions=list(READER_ACTIONS),
+                                          resource_arns=[self.table.table_arn])

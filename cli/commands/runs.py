@@ -24,6 +24,7 @@ from cli.console import out
 from cli.errors import UserError
 from jobs.outcome.run_record import BUCKETS, run_record
 from jobs.outcome.summary import duration, money
+from jobs.registry import Registry, table_name
 from jobs.retry.run_state import Attempt, RunState
 
 # Executions read when looking for runs: each costs a GetExecutionHistory call.
@@ -68,15 +69,43 @@ class RunView:
         return run_record(self.attempts, started=self.started, ended=self.ended, prices=prices)
 
 
-def _execution_runs(aws: Aws, machine: str, limit: int) -> list[tuple[dict[str, Any], dict, dict | None, Any]]:
-    """(ListExecutions item, latest run state, summary, input) of the newest `limit` executions that got a
-    run."""
-    from cli.execution_history import final_summary, history_events, latest_run_state
+def registered_executions(aws: Aws, *, run_id: str | None, limit: int) -> list[str] | None:
+    """The executions the run registry (jobs.registry) records: run `run_id`'s, or those of its newest `limit` runs;
+    None when it cannot be read (a platform deployed before it, or a role without its read grant)."""
+    from botocore.exceptions import BotoCoreError, ClientError
 
+    registry = Registry(aws.client("dynamodb"), table_name(aws.prefix))
+    try:
+        if run_id is not None:
+            records = [r] if (r := registry.read(run_id)) else []
+        else:
+            records = sorted(registry.scan(), key=lambda r: r.updated_at, reverse=True)[:limit]
+    except (BotoCoreError, ClientError):
+        return None
+    return [arn for record in records for arn in Registry.executions(record)]
+
+
+def _listed_executions(aws: Aws, machine: str, limit: int) -> list[dict[str, Any]]:
     items = []
     paginator = aws.client("stepfunctions").get_paginator("list_executions")
     for page in paginator.paginate(stateMachineArn=machine, PaginationConfig={"MaxItems": limit}):
         items.extend(page["executions"])
+    return items
+
+
+def _execution_runs(aws: Aws, machine: str, limit: int,
+                    run_id: str | None = None) -> list[tuple[dict[str, Any], dict, dict | None, Any]]:
+    """(execution, latest run state, summary, input) of the executions that got a run: for one run, those the
+    registry records (every one, however old; a run from before the registry: the newest `limit` executions); for
+    all runs, those of the registry's newest `limit` runs and the newest `limit` executions (runs from before it)."""
+    from cli.execution_history import final_summary, history_events, latest_run_state
+
+    registered = registered_executions(aws, run_id=run_id, limit=limit)
+    sfn = aws.client("stepfunctions")
+    items = [sfn.describe_execution(executionArn=arn) for arn in registered or []]
+    if registered is None or run_id is None or not registered:
+        known = {item["executionArn"] for item in items}
+        items += [item for item in _listed_executions(aws, machine, limit) if item["executionArn"] not in known]
     found = []
     for item in items:
         events = history_events(aws, item["executionArn"])
@@ -96,10 +125,11 @@ def _input(events: list[dict[str, Any]]) -> Any:
     return None
 
 
-def collect_runs(aws: Aws, machine: str, limit: int = DEFAULT_LIMIT) -> list[RunView]:
-    """The runs of the newest `limit` executions, newest run first."""
+def collect_runs(aws: Aws, machine: str, limit: int = DEFAULT_LIMIT, run_id: str | None = None) -> list[RunView]:
+    """The runs (`run_id`'s only, when given) of the run registry and of the newest `limit` executions, newest run
+    first."""
     runs: dict[str, RunView] = {}
-    for item, state, summary, document in sorted(_execution_runs(aws, machine, limit),
+    for item, state, summary, document in sorted(_execution_runs(aws, machine, limit, run_id),
                                                  key=lambda x: x[0]["startDate"]):
         run = RunState.from_dict(state)
         view = runs.setdefault(run.run_id, RunView(run.run_id, run.name, run.checkpoint_s3_uri,
@@ -112,18 +142,36 @@ def collect_runs(aws: Aws, machine: str, limit: int = DEFAULT_LIMIT) -> list[Run
         view.executions.append(ExecutionOfRun(item["name"], item["status"], item.get("startDate"),
                                               item.get("stopDate"), (summary or {}).get("status", ""),
                                               document if isinstance(document, dict) else None))
+    for view in runs.values():
+        settle_last_job(aws, view)
     return sorted(runs.values(), key=lambda v: v.executions[-1].start or 0, reverse=True)
 
 
+def settle_last_job(aws: Aws, view: RunView) -> None:
+    """An execution that ended without a summary (stopped, timed out) left its last attempt as it last saw it:
+    look its job up, so that a job that completed as the stop arrived reads as completed, not resumable."""
+    from cli.execution_history import describe_job
+
+    last = view.executions[-1]
+    if last.status == "RUNNING" or last.outcome or not view.attempts or \
+            view.attempts[-1].status not in ("InProgress", "Stopping", "Unknown"):
+        return
+    job = describe_job(aws, view.attempts[-1].job_name)
+    if job is not None:
+        view.attempts[-1].status = job.get("TrainingJobStatus", view.attempts[-1].status)
+        if view.attempts[-1].status == "Completed":
+            last.outcome = "Succeeded"
+
+
 def search_run(aws: Aws, machine: str, run_id: str, limit: int) -> RunView | None:
-    return next((view for view in collect_runs(aws, machine, limit) if view.run_id == run_id), None)
+    return next((view for view in collect_runs(aws, machine, limit, run_id) if view.run_id == run_id), None)
 
 
 def find_run(aws: Aws, machine: str, run_id: str, limit: int) -> RunView:
     view = search_run(aws, machine, run_id, limit)
     if view is not None:
         return view
-    raise UserError(f"no run {run_id} among the launcher's newest {limit} executions",
+    raise UserError(f"no run {run_id} in the run registry nor among the launcher's newest {limit} executions",
                     "check the id (`trainctl runs` lists them), or look further back with --limit")
 
 

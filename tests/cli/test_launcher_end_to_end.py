@@ -214,6 +214,45 @@ def test_resume_refuses_a_run_waiting_between_attempts(launcher, tmp_path):
         assert "trainctl stop waiting" in refused.stderr
 
 
+def test_resume_finds_the_runs_driver_in_the_registry_however_many_executions_came_since(launcher, tmp_path):
+    """The run's driver waits between attempts while newer executions start: `--limit 1` scans none of the run's
+    executions, and the run registry still names the driver, so the resume is refused before anything starts."""
+    request = job_request(retry={**FAST_RETRY, "capacity_wait_seconds": 20, "capacity_wait_max_seconds": 20})
+    answers = []
+
+    def while_waiting(arn: str, state: str, seconds: float) -> None:
+        if state == "Backoff" and arn.endswith(":driver-waiting"):
+            newer = launcher.start(job_request(), name="newer-run")
+            launcher.wait(newer)
+            run_id = json.loads(launcher.sfn.get_execution_history(executionArn=arn)["events"][-1].get(
+                "stateEnteredEventDetails", {}).get("input", "{}")).get("run", {}).get("run_id")
+            answers.append((run_id, run("resume", run_id, "--limit", "1", "--region", REGION)))
+
+    launcher.on_wait = while_waiting
+    try:
+        launcher.run(request, [sm.capacity_error(), sm.completed(), sm.completed()], name="driver-waiting")
+    finally:
+        launcher.on_wait = None
+    ((run_id, refused),) = answers
+    assert run_id and refused.exit_code == 2, refused.output
+    assert f"run {run_id} is still active: execution driver-waiting is RUNNING" in refused.stderr
+
+
+def test_a_job_that_completed_as_its_execution_was_stopped_reads_completed(launcher):
+    """A stop that arrives as the job completes: the execution is ABORTED without a summary, but the run is listed
+    completed (its job says so), not resumable."""
+    world = launcher.new_world([sm.completed()])
+    world.on_look = lambda name, status: launcher.stop(arn) if status == "Uploading" else None
+    arn = launcher.start(job_request(), name="stopped-as-completed")
+    result = launcher.wait(arn, deliver=False)
+    assert result.status == "ABORTED"
+    for name in result.jobs:  # the job goes on to its end, as SageMaker's would: it was never stopped
+        world.look(name)
+    assert set(world.statuses().values()) == {"Completed"}
+    view = _run_of("stopped-as-completed")
+    assert view["status"] == "completed", view
+
+
 def test_runs_keep_what_a_run_measured_and_plan_is_corrected_by_it(launcher, tmp_path, monkeypatch):
     """A run whose job printed its step time, found by `trainctl runs`: its measured section is kept in trainctl's
     cache, `show` says it, and `trainctl plan` of the same model on the same instance type corrects its figures

@@ -91,6 +91,8 @@ def add_cells(m: Matrix, t: Templates, own: Team, other: Team, who: str) -> None
             ("stop-job", "sagemaker:StopTrainingJob", target.job(), target.tag()),
             ("logs", "logs:GetLogEvents", f"{LOGS}:log-stream:{target.prefix}-run-abc-a1/algo-1", {}),
             ("settings", "ssm:GetParameter", f"{SSM}/{target.prefix}/platform-settings", {}),
+            ("reads run registry", "dynamodb:GetItem", target.registry, {}),
+            ("scans run registry", "dynamodb:Scan", target.registry, {}),
         ]
         for cell, action, resource, context in cells:
             m.add(f"{who} engineer {cell} {side}", **engineer, action=action, resource=resource, context=context,
@@ -132,6 +134,9 @@ def add_outside_cells(m: Matrix, t: Templates, own: Team, who: str) -> None:
     untagged = {"aws:ResourceTag/mltrain:run-id": "x"}
     m.add(f"{who} engineer filters the whole log group", **engineer, action="logs:FilterLogEvents",
           resource=f"{LOGS}:*", expect=DENIED)
+    for action in ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"):  # only the launcher writes it
+        m.add(f"{who} engineer {action} own run registry", **engineer, action=action, resource=own.registry,
+              expect=DENIED)
     m.add(f"{who} engineer describes own-named job without its tag", **engineer,
           action="sagemaker:DescribeTrainingJob", resource=own.job(), context=untagged, expect=DENIED)
     forged = f"{SAGEMAKER}:training-job/mltrain--b-run-abc-a1"

@@ -328,5 +328,6 @@ def test_engineers_policy_is_published_and_holds_only_the_trainctl_actions(launc
         "states:StartExecution", "states:ListExecutions", "states:DescribeExecution",
         "states:GetExecutionHistory", "states:StopExecution", "sagemaker:DescribeTrainingJob",
         "sagemaker:StopTrainingJob", "logs:DescribeLogStreams", "logs:GetLogEvents", "ssm:GetParameter",
+        "dynamodb:GetItem", "dynamodb:Scan", "kms:Decrypt", "kms:DescribeKey",
     }
     assert all(s["Resource"] != "*" for s in props["PolicyDocument"]["Statement"])

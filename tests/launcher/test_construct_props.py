@@ -114,9 +114,13 @@ def _granted(stack: Stack, statements: list[dict]) -> set[tuple[str, str]]:
     machine = stack.resolve(stack.get_logical_id(
         next(c for c in stack.node.find_all() if c.node.path.endswith("JobLauncher/StateMachine/Resource"))))
 
+    types = {lid: r["Type"] for lid, r in Template.from_stack(stack).to_json()["Resources"].items()}
+
     def readable(resource) -> str:
         if resource == {"Ref": machine}:
             return "state-machine"
+        if "Fn::GetAtt" in resource:  # a resource of the stack, by its type: AWS::DynamoDB::Table
+            return types[resource["Fn::GetAtt"][0]]
         parts = resource["Fn::Join"][1]
         return "".join(p if isinstance(p, str) else "<ref>" for p in parts).removeprefix("arn:<ref>:")
 
@@ -156,7 +160,14 @@ def test_grant_observe_gives_exactly_status_list_and_logs():
         ("logs:DescribeLogStreams", logs),
         ("logs:GetLogEvents", streams),
         ("ssm:GetParameter", "ssm:<ref>:<ref>:parameter/mltrain/*"),
+        # The run registry (trainctl runs, show, resume), its key decrypting through DynamoDB only.
+        ("dynamodb:GetItem", "AWS::DynamoDB::Table"),
+        ("dynamodb:Scan", "AWS::DynamoDB::Table"),
+        ("kms:Decrypt", "AWS::KMS::Key"),
+        ("kms:DescribeKey", "AWS::KMS::Key"),
     }
+    (decrypt,) = [s for s in _role_statements(stack, role) if "kms:Decrypt" in s["Action"]]
+    assert list(decrypt["Condition"]["StringEquals"]) == ["kms:ViaService"]
 
 
 def test_engineers_policy_is_both_grants():
