@@ -102,7 +102,7 @@ def prepare(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     if request.init_from_run:
         source = runs.new_run(request, run_id=request.init_from_run, execution={}, now=now)
         source.checkpoint_s3_uri = checkpoint_s3_uri(platform, request.init_from_run)
-        check_init_run(request, jobs_of_run(source, platform.region))
+        check_init_run(request, jobs_of_run(source, platform))
     attempt = run.resumed_after + 1
     registry = run_registry(platform) if run.execution.arn else None
     if registry is not None:
@@ -128,7 +128,7 @@ def _continue_run(run: RunState, request, platform: PlatformSettings) -> float |
     """A resumed run: its checkpoint prefix and the attempt it ended on (RequestInvalid when it cannot be
     continued); returns the save stall its earlier jobs measured, for the next attempt's cadence."""
     run.checkpoint_s3_uri = checkpoint_s3_uri(platform, run.run_id)
-    earlier = jobs_of_run(run, platform.region)
+    earlier = jobs_of_run(run, platform)
     run.resumed_after = resume_point(request, earlier, run.checkpoint_s3_uri)
     return measured_save_seconds(SimpleNamespace(**job_figures(j)) for j in sorted(earlier, key=attempt_number))
 
@@ -183,16 +183,16 @@ def execution_has_ended(arn: str) -> bool:
     return status != "RUNNING"
 
 
-def jobs_of_run(run: RunState, region: str | None = None) -> list[dict[str, Any]]:
+def jobs_of_run(run: RunState, platform: PlatformSettings) -> list[dict[str, Any]]:
     """DescribeTrainingJob of every job of the run's earlier executions: those whose names carry the run id's
     random part (ListTrainingJobs NameContains, every page) and whose Environment carries its marker
     (jobs.retry.run_state.is_ours: a name proves nothing). A failed call raises: Prepare fails and nothing is launched."""
-    client = _sagemaker(region, attempts=4)  # Prepare has no Wait state to retry a throttled call from
+    client = _sagemaker(platform.region, attempts=4)  # Prepare has no Wait state to retry a throttled call from
     found = []
     for page in client.get_paginator("list_training_jobs").paginate(NameContains=run_token(run.run_id)):
         for listed in page["TrainingJobSummaries"]:
             job = runs.jsonable(client.describe_training_job(TrainingJobName=listed["TrainingJobName"]))
-            if runs.is_ours(run, job):
+            if runs.is_ours(run, job, platform.execution_role_arn):
                 found.append(job)
     return found
 
@@ -240,7 +240,7 @@ def _decide(request, run: RunState, failure_event: dict[str, Any]) -> dict[str, 
     squatter = None  # a job under the attempt's name that is not the run's
     if job is None:
         job, error = look_up_training_job(current.job_name, platform.region)
-        if job is not None and not runs.is_ours(run, job):
+        if job is not None and not runs.is_ours(run, job, platform.execution_role_arn):
             squatter, job = job, None
         runs.note_lookup(run, error)
         if job is not None:
@@ -491,10 +491,11 @@ def stop_jobs_left_running(run: RunState) -> tuple[list[str], list[str], list[st
     stopped all the same: the run ends, and its names cannot be guessed, so such a job is almost surely its own.
     """
     stopped, left, transient = [], [], []
+    role = platform_settings().execution_role_arn
     # A job created although its create failed (a 5xx) may show up only after Decide looked for it: any running job
     # that carries the run's marker is the run's, recorded or not.
     recorded = {a.job_name: a for a in run.attempts}
-    for job in running_jobs_of_run(run, known={n for n, a in recorded.items() if a.status in _MAY_RUN}):
+    for job in running_jobs_of_run(run, {n for n, a in recorded.items() if a.status in _MAY_RUN}, role):
         name = job["TrainingJobName"]
         if name in recorded:  # an attempt given up as never created, whose job showed up since
             recorded[name].status = "Unknown"
@@ -507,7 +508,7 @@ def stop_jobs_left_running(run: RunState) -> tuple[list[str], list[str], list[st
         if job is None and not error:
             attempt.status = "NotCreated"
             continue
-        if job is not None and not runs.is_ours(run, job):
+        if job is not None and not runs.is_ours(run, job, role):
             attempt.status = "NotCreated"  # the name is another's job: never stopped by this run
             continue
         if job is not None:
@@ -528,7 +529,7 @@ def stop_jobs_left_running(run: RunState) -> tuple[list[str], list[str], list[st
     return stopped, left, transient
 
 
-def running_jobs_of_run(run: RunState, known: set[str]) -> list[dict[str, Any]]:
+def running_jobs_of_run(run: RunState, known: set[str], role: str) -> list[dict[str, Any]]:
     """The run's jobs, other than `known` ones, that SageMaker lists as InProgress (by the run id's random part, each
     kept only when it carries the run's marker); [] when the listing fails (the recorded attempts are still looked up
     one by one)."""
@@ -541,7 +542,7 @@ def running_jobs_of_run(run: RunState, known: set[str]) -> list[dict[str, Any]]:
                                                                         StatusEquals="InProgress"):
             for listed in (j for j in page["TrainingJobSummaries"] if j["TrainingJobName"] not in known):
                 job = runs.jsonable(client.describe_training_job(TrainingJobName=listed["TrainingJobName"]))
-                if runs.is_ours(run, job) and job.get("TrainingJobStatus") in runs.RUNNING:
+                if runs.is_ours(run, job, role) and job.get("TrainingJobStatus") in runs.RUNNING:
                     found.append(job)
     except (BotoCoreError, ClientError) as exc:
         log.warning("listing the jobs of run %s failed: %s", run.run_id, exc)

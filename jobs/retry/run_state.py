@@ -168,12 +168,18 @@ class RunState:
 RUNNING = ("InProgress", "Stopping")
 
 
-def is_ours(run: RunState, job: dict[str, Any]) -> bool:
+def is_ours(run: RunState, job: dict[str, Any], role_arn: str) -> bool:
     """Whether a job found under one of the run's attempt names is the run's own: its Environment carries the
     run's id (contract.container.ENV_RUN_ID), which the launcher renders into every attempt and a request may
-    not set. Neither the name nor the checkpoint prefix proves it: anyone allowed to create training jobs under
-    the name prefix can pick both. A job that is not the run's is never waited on, adopted or stopped.
+    not set, and it runs as the platform's execution role `role_arn`. Neither the name, the checkpoint prefix nor
+    the run id proves it: they are public (the execution's history shows them, the next attempt's name before its
+    wait), and anyone allowed to create training jobs under the name prefix can pick them. The role can only be
+    passed by whom IAM lets pass it (the launcher: platform_constructs.launch_task), so a job carrying it was
+    created by the launcher (or an account administrator). A job that is not the run's is never waited on, adopted
+    or stopped.
     """
+    if job.get("RoleArn") != role_arn:
+        return False
     marker = (job.get("Environment") or {}).get(ENV_RUN_ID)
     if marker is None and _LEGACY_RUN_ID.fullmatch(run.run_id):
         # A run started before jobs carried the marker: its jobs have none, and waiting on them (the old rule:

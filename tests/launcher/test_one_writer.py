@@ -9,16 +9,18 @@ emulated SageMaker records every create made while another job on the same check
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 
 import boto3
 import pytest
+from moto.sagemaker.models import sagemaker_backends
 
 from contract.container import ENV_EPOCH, ENV_RUN_ID
 from jobs.registry import ENDED, Registry, table_name
 from tests.launcher import sagemaker_sync as sm
-from tests.launcher.definition import REGION
+from tests.launcher.definition import ACCOUNT, REGION
 from tests.launcher.inputs import job_request
 
 EXECUTION = "arn:aws:states:us-east-1:123456789012:execution:mltrain-job-launcher:"
@@ -258,3 +260,30 @@ def test_a_run_started_before_the_registry_is_still_resumed(harness):
     record = registry(harness).read(run_id)
     assert record.owner.endswith(":before-registry-resume") and record.status == ENDED
     assert [a["job_name"] for a in record.attempts] == [create["TrainingJobName"]]
+
+
+def test_a_job_squatting_on_the_next_attempts_name_with_the_runs_marker_is_never_adopted(harness):
+    """The next attempt's name and the run id are public (the history shows both before the Backoff wait): a job
+    created under that name with the run's marker, by someone who cannot pass the platform's execution role, is
+    left alone; the run goes on under a new name and reports its own job's result, never the squatter's."""
+    squatted = []
+
+    def squat(arn: str) -> None:
+        events = harness.sfn.get_execution_history(executionArn=arn, reverseOrder=True)["events"]
+        entered = next(e for e in events if e["type"] == "WaitStateEntered")
+        create = json.loads(entered["stateEnteredEventDetails"]["input"])["launch"]["create"]
+        foreign = {**create, "RoleArn": "arn:aws:iam::123456789012:role/someone-else"}
+        boto3.client("sagemaker", region_name=REGION).create_training_job(**foreign)
+        job = sagemaker_backends[ACCOUNT][REGION].training_jobs[create["TrainingJobName"]]
+        job.environment, job.training_job_status = foreign["Environment"], "InProgress"  # moto keeps neither
+        squatted.append(create["TrainingJobName"])
+
+    result = harness.wait(drive(harness, job_request(), [sm.capacity_error(), sm.completed(), sm.completed(
+        train_loss=1.5)], "squatter", where="Backoff", action=squat))
+    assert result.status == "SUCCEEDED", (result.error, result.cause)
+    (name,) = squatted
+    assert [c["TrainingJobName"] for c in result.create_calls][1] == name  # our create met the squatter's job
+    attempts = result.output["attempts"]
+    assert attempts[1]["status"] == "NotCreated" and "taken by a job this run did not create" in attempts[1]["reason"]
+    assert attempts[-1]["job_name"] != name and attempts[-1]["status"] == "Completed"
+    assert name not in result.stop_calls  # never stopped by this run either

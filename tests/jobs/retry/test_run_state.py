@@ -93,8 +93,11 @@ def test_a_state_written_before_the_watch_fields_still_reads(platform):
     assert again.current.job_name == run.current.job_name
 
 
-def _job(marker=None, checkpoint=None) -> dict:
-    job = {"TrainingJobName": "mltrain-x-a1", "TrainingJobStatus": "InProgress"}
+ROLE = "arn:aws:iam::123456789012:role/mltrain/ExecutionRole"
+
+
+def _job(marker=None, checkpoint=None, role=ROLE) -> dict:
+    job = {"TrainingJobName": "mltrain-x-a1", "TrainingJobStatus": "InProgress", "RoleArn": role}
     if marker is not None:
         job["Environment"] = {ENV_RUN_ID: marker}
     if checkpoint is not None:
@@ -102,19 +105,22 @@ def _job(marker=None, checkpoint=None) -> dict:
     return job
 
 
-def test_a_job_is_the_runs_own_only_by_its_marker():
+def test_a_job_is_the_runs_own_only_by_its_marker_and_the_platforms_role():
     run = RunState(run_id="gpt-abcdefghijklmnop", name="gpt", execution=Execution(), started_at="",
                    started_epoch=0.0, checkpoint_s3_uri="s3://ckpt/mltrain/gpt-abcdefghijklmnop/checkpoints/")
-    assert is_ours(run, _job(run.run_id))
+    assert is_ours(run, _job(run.run_id), ROLE)
     # The same name and checkpoint prefix prove nothing: anyone allowed to create jobs can copy them.
-    assert not is_ours(run, _job("gpt-qrstuvwxyz234567", run.checkpoint_s3_uri))
-    assert not is_ours(run, _job(None, run.checkpoint_s3_uri))
-    assert not is_ours(run, _job(None))
+    assert not is_ours(run, _job("gpt-qrstuvwxyz234567", run.checkpoint_s3_uri), ROLE)
+    assert not is_ours(run, _job(None, run.checkpoint_s3_uri), ROLE)
+    assert not is_ours(run, _job(None), ROLE)
+    # Nor does the marker, which is public: a job that runs as another role was not created by the launcher.
+    assert not is_ours(run, _job(run.run_id, role="arn:aws:iam::123456789012:role/squatter"), ROLE)
+    assert not is_ours(run, _job(run.run_id, role=None), ROLE)
 
 
 def test_runs_started_before_the_marker_keep_the_checkpoint_rule():
     legacy = RunState(run_id="gpt-1234abcd", name="gpt", execution=Execution(), started_at="", started_epoch=0.0,
                       checkpoint_s3_uri="s3://ckpt/mltrain/gpt-1234abcd/checkpoints/")
-    assert is_ours(legacy, _job(None, legacy.checkpoint_s3_uri))
-    assert not is_ours(legacy, _job(None, "s3://ckpt/mltrain/other/checkpoints/"))
-    assert not is_ours(legacy, _job("someone-else", legacy.checkpoint_s3_uri))
+    assert is_ours(legacy, _job(None, legacy.checkpoint_s3_uri), ROLE)
+    assert not is_ours(legacy, _job(None, "s3://ckpt/mltrain/other/checkpoints/"), ROLE)
+    assert not is_ours(legacy, _job("someone-else", legacy.checkpoint_s3_uri), ROLE)
