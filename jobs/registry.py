@@ -1,8 +1,9 @@
 """Who holds a run: the run registry, one DynamoDB item per run, the one record every execution of the run writes.
 
     {"run_id" (key), "name", "digest" (of the request that took the run last), "owner" (the execution ARN that
-     holds the run), "status" ("active" while its owner runs, "ended" once it let go), "outcome", "epoch" (the last
-     one issued), "attempts": [{"attempt", "job_name", "epoch", "execution"}, ...], "created_at", "updated_at"}
+     holds the run), "status" ("active" while its owner runs, "ended" once it let go), "outcome", "last_epoch" (the
+     last one issued), "attempts": [{"attempt", "job_name", "attempt_epoch", "execution", "launched_at"}, ...],
+     "created_at", "updated_at"}
 
 A run is held by one execution at a time (its lease). Prepare takes it with a conditional write: a new run's item
 is created only where none exists; a resumed run's item is taken over only from an owner that let go or whose
@@ -24,6 +25,8 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from contract.container import FENCE_KEY
 
 KEY = "run_id"
 OWNER = "owner"
@@ -63,7 +66,7 @@ class RunRecord:
     outcome: str = ""
     name: str = ""
     digest: str = ""
-    epoch: int = 0
+    last_epoch: int = 0
     attempts: list[dict[str, Any]] = field(default_factory=list)
     created_at: str = ""
     updated_at: str = ""
@@ -72,8 +75,8 @@ class RunRecord:
     def from_item(cls, item: dict[str, Any]) -> RunRecord:
         values = {k: _value(v) for k, v in item.items()}
         known = {k: values[k] for k in cls.__dataclass_fields__ if k in values}
-        known["epoch"] = int(known.get("epoch", 0))
-        known["attempts"] = [{**a, "attempt": int(a.get("attempt", 0)), "epoch": int(a.get("epoch", 0))}
+        known["last_epoch"] = int(known.get("last_epoch", 0))
+        known["attempts"] = [{**a, "attempt": int(a.get("attempt", 0)), FENCE_KEY: int(a.get(FENCE_KEY, 0))}
                              for a in known.get("attempts", [])]
         return cls(**known)
 
@@ -129,7 +132,7 @@ class Registry:
         """Take the run for `execution`, or raise RunHeld naming the execution that holds it. `has_ended(arn)`
         says whether an owner's execution has ended (it may then be taken over although it never let go)."""
         fresh = {KEY: run_id, OWNER: execution, "status": ACTIVE, "outcome": "", "name": name, "digest": digest,
-                 "epoch": 0, "attempts": [], "created_at": now, "updated_at": now}
+                 "last_epoch": 0, "attempts": [], "created_at": now, "updated_at": now}
         try:
             self.client.put_item(TableName=self.table, Item={k: _attribute(v) for k, v in fresh.items()},
                                  ConditionExpression=f"attribute_not_exists({KEY})")
@@ -171,20 +174,20 @@ class Registry:
             record = self.read(run_id)
             if record is not None and record.owner != execution:
                 raise LeaseLost(f"run {run_id} is held by execution {record.owner}, not {execution}")
-            old = record.epoch if record else 0
+            old = record.last_epoch if record else 0
             # Never under the attempt's number: before the registry an attempt's epoch was its number, and a run
             # from then gets its item (at 0) when it is resumed.
             epoch = max(old + 1, attempt)
-            entry = {"attempt": attempt, "job_name": job_name, "epoch": epoch, "execution": execution,
+            entry = {"attempt": attempt, "job_name": job_name, FENCE_KEY: epoch, "execution": execution,
                      "launched_at": now}
             try:
                 self.client.update_item(
                     TableName=self.table, Key={KEY: {"S": run_id}},
-                    UpdateExpression="SET epoch = :epoch, attempts = list_append(if_not_exists(attempts, :empty), "
+                    UpdateExpression="SET last_epoch = :epoch, attempts = list_append(if_not_exists(attempts, :empty), "
                                      ":attempt), #owner = :me, #status = if_not_exists(#status, :active), "
                                      "updated_at = :now, created_at = if_not_exists(created_at, :now)",
                     ConditionExpression=f"(attribute_not_exists({KEY}) OR #owner = :me) AND "
-                                        "(attribute_not_exists(epoch) OR epoch = :old)",
+                                        "(attribute_not_exists(last_epoch) OR last_epoch = :old)",
                     ExpressionAttributeNames={"#owner": OWNER, "#status": "status"},
                     ExpressionAttributeValues={
                         ":epoch": {"N": str(epoch)}, ":old": {"N": str(old)}, ":empty": {"L": []},

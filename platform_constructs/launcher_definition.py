@@ -15,6 +15,11 @@
     Notify (SNS) -> Outcome? -> Summary -> Succeeded (output: the summary)
                              -> Failed (error: the category, cause: the reason)
 
+Prepare takes the run's lease in the run registry (jobs.registry) and every launch issues its epoch there;
+Summarize lets the run go. An execution that ends any other way (a console stop, a failure no Catch takes, a
+timeout) is answered outside this definition: the launcher's execution-status rule invokes the reaper
+(jobs.handler.reap), which stops the run's jobs and lets the run go.
+
 A launch error does not prove that no job runs (a 5xx after the job was created, a throttled poll, the
 attempt's own name in use): Decide looks the job up and, while it runs, the execution waits on it in the
 WaitForJob -> Decide loop instead of starting a second job on the same checkpoints. Whatever ends the run,

@@ -17,7 +17,7 @@ import boto3
 import pytest
 from moto.sagemaker.models import sagemaker_backends
 
-from contract.container import ENV_EPOCH, ENV_RUN_ID
+from contract.container import ENV_EPOCH, ENV_RUN_ID, FENCE_KEY
 from jobs.registry import ENDED, Registry, table_name
 from tests.launcher import sagemaker_sync as sm
 from tests.launcher.definition import ACCOUNT, REGION
@@ -182,7 +182,7 @@ def test_a_run_resumed_after_its_driver_ended_is_taken_over_with_a_newer_epoch(h
         epochs += [int(c["Environment"][ENV_EPOCH]) for c in result.create_calls]
     assert epochs == sorted(set(epochs)) and len(epochs) == 4
     record = registry(harness).read(run_id)
-    assert record.epoch == epochs[-1] and [a["epoch"] for a in record.attempts][-4:] == epochs
+    assert record.last_epoch == epochs[-1] and [a[FENCE_KEY] for a in record.attempts][-4:] == epochs
 
 
 STOP_IN = {

@@ -95,7 +95,7 @@ FAULT_LINES = [
                                             ["algo-1", "algo-2"], 310, 300, "hang_timeout_min_seconds"),
      Category.HARDWARE, Response.RETRY_CHECKED),
     # An older attempt fenced out by a newer one (training.fencing): its execution ends, the newer one carries the run.
-    ("superseded", FailureCode.SUPERSEDED, superseded_message(), Category.USER_ERROR, Response.FAIL),
+    ("superseded", FailureCode.SUPERSEDED, superseded_message(), Category.SUPERSEDED, Response.FAIL),
     ("read-only folder", FailureCode.CHECKPOINT_UNWRITABLE,
      _full_message("EROFS", Path("/opt/ml/checkpoints"), Path("/opt/ml/checkpoints/step-40")), Category.USER_ERROR,
      Response.FAIL),
