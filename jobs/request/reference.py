@@ -60,7 +60,8 @@ continued by `trainctl resume <run id> [REQUEST]`: a new execution whose request
 execution was sent) carries `resume_run`, under the same run id and checkpoint prefix, its attempts numbered on
 from the run's last, with a new retry budget. The request may change `hyperparameters.max_steps`, the instances
 and `retry`, not `model` or `model_size`. trainctl refuses a run with an execution still running (training, or
-waiting between attempts); Prepare refuses, naming `resume_run`, a run it finds no job of, a run whose job is
+waiting between attempts, found through the run registry however old); Prepare refuses, naming `resume_run`, a run
+another live execution holds (its lease in the registry), a run it finds no job of, a run whose job is
 active (`InProgress` or `Stopping`), and a run that completed (start a new run with `hyperparameters.init_from`
 instead).
 """
