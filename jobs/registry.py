@@ -3,7 +3,8 @@
     {"run_id" (key), "name", "digest" (of the request that took the run last), "owner" (the execution ARN that
      holds the run), "status" ("active" while its owner runs, "ended" once it let go), "outcome", "last_epoch" (the
      last one issued), "attempts": [{"attempt", "job_name", "attempt_epoch", "execution", "launched_at"}, ...],
-     "created_at", "updated_at"}
+     "record" (wall time, goodput, step, cost of the run as its last summary counted them), "created_at",
+     "updated_at"}
 
 A run is held by one execution at a time (its lease). Prepare takes it with a conditional write: a new run's item
 is created only where none exists; a resumed run's item is taken over only from an owner that let go or whose
@@ -70,6 +71,7 @@ class RunRecord:
     attempts: list[dict[str, Any]] = field(default_factory=list)
     created_at: str = ""
     updated_at: str = ""
+    record: dict[str, Any] | None = None  # the run's record when its last execution ended through Summarize
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> RunRecord:
@@ -201,17 +203,22 @@ class Registry:
         raise LeaseLost(f"run {run_id}: no epoch could be issued to {execution} (held by "
                         f"{record.owner if record else '(none)'})")
 
-    def release(self, run_id: str, execution: str, *, outcome: str, now: str) -> bool:
-        """Let go of the run, recording how the execution ended; False when `execution` did not hold it (or let go
-        already: the first end recorded is kept, e.g. Summarize's before the reaper's)."""
+    def release(self, run_id: str, execution: str, *, outcome: str, now: str,
+                record: dict[str, Any] | None = None) -> bool:
+        """Let go of the run, recording how the execution ended (and, from Summarize, the run's record: wall time,
+        goodput, step, cost); False when `execution` did not hold it (or let go already: the first end recorded is
+        kept, e.g. Summarize's before the reaper's)."""
+        extra = ", #record = :record" if record is not None else ""
+        values = {":record": _attribute(record)} if record is not None else {}
+        names = {"#record": "record"} if record is not None else {}
         try:
             self.client.update_item(
                 TableName=self.table, Key={KEY: {"S": run_id}},
-                UpdateExpression="SET #status = :ended, #outcome = :outcome, updated_at = :now",
+                UpdateExpression=f"SET #status = :ended, #outcome = :outcome, updated_at = :now{extra}",
                 ConditionExpression="#owner = :me AND #status = :active",
-                ExpressionAttributeNames={"#owner": OWNER, "#status": "status", "#outcome": "outcome"},
+                ExpressionAttributeNames={"#owner": OWNER, "#status": "status", "#outcome": "outcome", **names},
                 ExpressionAttributeValues={":ended": {"S": ENDED}, ":outcome": {"S": outcome}, ":now": {"S": now},
-                                           ":me": {"S": execution}, ":active": {"S": ACTIVE}})
+                                           ":me": {"S": execution}, ":active": {"S": ACTIVE}, **values})
             return True
         except Exception as exc:
             if not _failed_condition(exc):

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
@@ -123,6 +125,7 @@ class JobLauncher(Construct):
         self._acknowledge_state_machine_role()
         self.registry = self._registry(removal_policy)
         self.execution_ended = self._reaper_rule()
+        self.reaper_failed_alarm = self._reaper_failed_alarm()
 
     def _registry(self, removal_policy: RemovalPolicy) -> RunRegistry:
         """The run registry (jobs.registry): every function writes it; Prepare takes a run over only from an
@@ -160,6 +163,26 @@ class JobLauncher(Construct):
             targets=[targets.LambdaFunction(self.functions[REAPER], max_event_age=Duration.hours(24),
                                             retry_attempts=185)],
         )
+
+    def _reaper_failed_alarm(self) -> cloudwatch.Alarm:
+        """An ended execution whose jobs the reaper could not stop, past Lambda's retries: its event waits in the
+        dead-letter queue, and a job may still bill. The team's topic is told."""
+        queue = self.lambdas.reaper_dead_letters
+        alarm = cloudwatch.Alarm(
+            self, "ReapFailed", alarm_name=f"{self.state_machine_name}-reap-failed",
+            alarm_description=(
+                "An execution ended and the reaper could not stop its run's jobs (after Lambda's retries). The event "
+                f"is in the dead-letter queue {queue.queue_name}: its detail.executionArn names the execution; "
+                "`trainctl status EXECUTION` lists its jobs, stop any still running, then delete the message."),
+            metric=queue.metric_approximate_number_of_messages_visible(period=Duration.minutes(5),
+                                                                       statistic="Maximum"),
+            threshold=1, evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING)
+        action = cloudwatch_actions.SnsAction(self.topic)
+        alarm.add_alarm_action(action)
+        alarm.add_ok_action(action)
+        return alarm
 
     def _topic(self, notification_email: str | None) -> sns.Topic:
         topic = sns.Topic(self, "Notifications", topic_name=f"{self.name_prefix}-training-notifications",

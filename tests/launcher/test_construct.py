@@ -232,7 +232,7 @@ def test_alarms_notify_the_topic(launcher_template):
         for a in resources(launcher_template, "AWS::CloudWatch::Alarm").values()
     }
     assert set(alarms) == {"mltrain-job-launcher-failed-executions", "mltrain-training-low-gpu-utilization",
-                           "mltrain-training-checkpoint-overdue"}
+                           "mltrain-training-checkpoint-overdue", "mltrain-job-launcher-reap-failed"}
     for alarm in alarms.values():
         assert alarm["AlarmActions"] == [topic_ref] and alarm["OKActions"] == [topic_ref]
         assert alarm["TreatMissingData"] == "notBreaching"
@@ -331,3 +331,30 @@ def test_engineers_policy_is_published_and_holds_only_the_trainctl_actions(launc
         "dynamodb:GetItem", "dynamodb:Scan", "kms:Decrypt", "kms:DescribeKey",
     }
     assert all(s["Resource"] != "*" for s in props["PolicyDocument"]["Statement"])
+
+
+def test_an_ended_execution_reaches_the_reaper_and_a_reaper_that_gives_up_is_told(launcher_template):
+    """The execution-status rule: every end of this state machine's executions, to the reaper function; the reaper's
+    failed events kept in its encrypted dead-letter queue, whose first message raises an alarm on the team's
+    topic."""
+    from jobs.handler import ENDED_EXECUTION
+
+    (rule,) = [r["Properties"] for r in resources(launcher_template, "AWS::Events::Rule").values()
+               if r["Properties"]["EventPattern"].get("source") == ["aws.states"]]
+    pattern = rule["EventPattern"]
+    assert pattern["detail-type"] == ["Step Functions Execution Status Change"]
+    assert sorted(pattern["detail"]["status"]) == sorted(ENDED_EXECUTION)
+    (machine,) = resources(launcher_template, "AWS::StepFunctions::StateMachine")
+    assert pattern["detail"]["stateMachineArn"] == [{"Ref": machine}]
+    (target,) = rule["Targets"]
+    functions = resources(launcher_template, "AWS::Lambda::Function")
+    reaper = target["Arn"]["Fn::GetAtt"][0]
+    assert functions[reaper]["Properties"]["Handler"] == "jobs.handler.reap"
+    queue = functions[reaper]["Properties"]["DeadLetterConfig"]["TargetArn"]["Fn::GetAtt"][0]
+    assert "KmsMasterKeyId" in launcher_template["Resources"][queue]["Properties"]
+    (alarm,) = [a["Properties"] for a in resources(launcher_template, "AWS::CloudWatch::Alarm").values()
+                if a["Properties"].get("AlarmName") == "mltrain-job-launcher-reap-failed"]
+    assert alarm["MetricName"] == "ApproximateNumberOfMessagesVisible" and alarm["Threshold"] == 1
+    assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [queue, "QueueName"]}}]
+    (topic,) = resources(launcher_template, "AWS::SNS::Topic")
+    assert alarm["AlarmActions"] == [{"Ref": topic}]
