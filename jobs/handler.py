@@ -341,16 +341,11 @@ def summarize(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
                       prices=training_prices(platform_region(), sorted(types)))
     subject, message = describe_in_words(outcome)
     if run.execution.arn:
-        record = outcome.get("record") or {}
-        run_registry(platform_settings()).release(
-            run.run_id, run.execution.arn, outcome=outcome["status"].lower(), now=runs.iso(now),
-            record={k: record.get(k) for k in REGISTERED_RECORD})
+        run_registry(platform_settings()).release(run.run_id, run.execution.arn, outcome=outcome["status"].lower(),
+                                                  now=runs.iso(now), record=outcome.get("record") or {})
     return {"succeeded": outcome["status"] == "Succeeded", "subject": subject, "message": message,
             "summary": outcome}
 
-
-# What the registry keeps of the run's record (jobs.outcome.run_record): what `trainctl runs` shows of a run.
-REGISTERED_RECORD = ("wall_seconds", "goodput", "step", "cost")
 
 # The statuses an EventBridge "Step Functions Execution Status Change" event carries for an execution that ended.
 ENDED_EXECUTION = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")

@@ -3,7 +3,7 @@
     {"run_id" (key), "name", "digest" (of the request that took the run last), "owner" (the execution ARN that
      holds the run), "status" ("active" while its owner runs, "ended" once it let go), "outcome", "last_epoch" (the
      last one issued), "attempts": [{"attempt", "job_name", "attempt_epoch", "execution", "launched_at"}, ...],
-     "record" (wall time, goodput, step, cost of the run as its last summary counted them), "created_at",
+     "record" (the run's record as its last summary counted it: jobs.outcome.run_record), "created_at",
      "updated_at"}
 
 A run is held by one execution at a time (its lease). Prepare takes it with a conditional write: a new run's item
