@@ -109,8 +109,10 @@ def test_a_run_prints_its_checkpoint_age_in_cadences(tmp_path):
     # Before the first save the age spans every timed step (and the start-up before them): at least k/4 of the
     # 4-step cadence by step k. Step 4's metrics are logged before its save.
     assert all(overdue[k] >= k / 4 for k in range(1, 5))
-    # One step after the saves of steps 4 and 8: about a quarter of a cadence; then it grows again.
-    assert 0 < overdue[5] < 1 <= overdue[4] and 0 < overdue[9] < 1
+    # One step after the saves of steps 4 and 8 the age has dropped (it counts from the save: one step, against the
+    # four before it); then it grows again. Not "under one cadence": one step of a loaded machine can take longer
+    # than four average ones (seen once in `make test`: 1.13 cadences at step 9).
+    assert 0 < overdue[5] < overdue[4] and 0 < overdue[9] < overdue[8] and 1 <= overdue[4]
     assert overdue[5] < overdue[8]
     # The cadence in seconds is 4 x the run's mean step time (every step is logged: the mean of their times).
     for step in (3, 5, 9):
