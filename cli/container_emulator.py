@@ -57,9 +57,8 @@ from contract.container import (
     ENV_EPOCH,
     ENV_STOP_FILE,
     FAILURE_FILE,
-    FENCE_FILE,
-    FENCE_KEY,
     channel_variable,
+    fence_claim,
 )
 from contract.failures import parse_failure_line
 from contract.hyperparameters import decode_hyperparameters
@@ -292,15 +291,11 @@ def next_epoch(store: Path) -> int:
     folder = Path(store).resolve()
     counter = folder.with_name(folder.name + ".epoch")
     counter.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        claimed = json.loads((folder / FENCE_FILE).read_text()).get(FENCE_KEY)
-    except (OSError, ValueError, AttributeError):
-        claimed = None
     with open(counter, "a+") as f:
         fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
         f.seek(0)
         text = f.read().strip()
-        epoch = max(int(text) if text.isdigit() else 0, claimed if isinstance(claimed, int) else 0) + 1
+        epoch = max(int(text) if text.isdigit() else 0, fence_claim(folder) or 0) + 1
         f.seek(0)
         f.truncate()
         f.write(f"{epoch}\n")

@@ -6,6 +6,9 @@ under a work dir) and the launcher's IAM and dashboards name the same things fro
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 # ---- paths inside the container (SageMaker's defaults) ----
 CHECKPOINT_DIR = "/opt/ml/checkpoints"  # CheckpointConfig.LocalPath: synced to the run's S3 prefix
 MODEL_DIR = "/opt/ml/model"  # tarred into model.tar.gz at the end of the job
@@ -74,3 +77,13 @@ LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 
 def channel_variable(channel: str) -> str:
     return ENV_CHANNEL_PREFIX + channel.upper()
+
+
+def fence_claim(folder: Path) -> int | None:
+    """The newest epoch that claimed checkpoint folder `folder` (FENCE_FILE), or None: no claim yet, or an unreadable
+    one (a claim is rewritten whole, so an unreadable one is a claim to make again)."""
+    try:
+        value = json.loads((Path(folder) / FENCE_FILE).read_text()).get(FENCE_KEY)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, int) else None

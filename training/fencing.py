@@ -22,7 +22,7 @@ import socket
 import typing
 from pathlib import Path
 
-from contract.container import ENV_EPOCH, FENCE_KEY
+from contract.container import ENV_EPOCH, FENCE_KEY, fence_claim
 from contract.container import FENCE_FILE as FENCE
 
 
@@ -32,18 +32,9 @@ def current_epoch(env: typing.Mapping[str, str] | None = None) -> int | None:
     return int(value) if value.isdigit() else None
 
 
-def claimed(root: Path) -> int | None:
-    """The newest epoch that claimed `root`, or None (no claim yet, or an unreadable one: a claim is rewritten)."""
-    try:
-        value = json.loads((root / FENCE).read_text()).get(FENCE_KEY)
-    except (OSError, ValueError, AttributeError):
-        return None
-    return value if isinstance(value, int) else None
-
-
 def superseded(root: Path, mine: int | None, run: str) -> str | None:
     """Why this attempt must not write in `root` (a newer epoch claimed it), or None."""
-    theirs = claimed(root) if mine is not None else None
+    theirs = fence_claim(root) if mine is not None else None
     if theirs is None or theirs <= mine:
         return None
     return (f"{run}'s attempt of epoch {mine} found its checkpoint folder {root} claimed by epoch {theirs}: a newer "
@@ -59,7 +50,7 @@ def claim(root: Path, mine: int | None, run: str) -> str | None:
         return None
     if why := superseded(root, mine, run):
         return why
-    if claimed(root) == mine:
+    if fence_claim(root) == mine:
         return None
     tmp = root / f"{FENCE}.{socket.gethostname()}-{os.getpid()}.tmp"
     tmp.write_text(json.dumps({FENCE_KEY: mine}) + "\n")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from contract.container import fence_claim
 from contract.failures import FailureCode, failure_line, parse_failure_line
 from jobs.retry.classify import Category, Response, classify_description
 from training.checkpoint import _full_message
@@ -157,12 +158,12 @@ def test_a_claim_holds_against_older_epochs_and_yields_to_newer_ones(tmp_path):
     from training import fencing
 
     run = "run 'gpt-1234'"
-    assert fencing.claim(tmp_path, 3, run) is None and fencing.claimed(tmp_path) == 3
+    assert fencing.claim(tmp_path, 3, run) is None and fence_claim(tmp_path) == 3
     assert fencing.claim(tmp_path, 3, run) is None  # the same attempt again (a restore after a fallback)
     refused = fencing.claim(tmp_path, 2, run)
     assert refused.startswith(f"run 'gpt-1234''s attempt of epoch 2 found its checkpoint folder {tmp_path} claimed by "
                               "epoch 3")
-    assert fencing.claimed(tmp_path) == 3  # an older attempt's refusal leaves the claim as it was
+    assert fence_claim(tmp_path) == 3  # an older attempt's refusal leaves the claim as it was
     assert fencing.claim(tmp_path, 5, run) is None and fencing.superseded(tmp_path, 3, run)
     assert fencing.claim(tmp_path, None, run) is None and fencing.superseded(tmp_path, None, run) is None
     assert not list(tmp_path.glob("*.tmp"))
