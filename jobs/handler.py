@@ -184,15 +184,23 @@ def execution_has_ended(arn: str) -> bool:
 
 
 def jobs_of_run(run: RunState, platform: PlatformSettings) -> list[dict[str, Any]]:
-    """DescribeTrainingJob of every job of the run's earlier executions: those whose names carry the run id's
-    random part (ListTrainingJobs NameContains, every page) and whose Environment carries its marker
-    (jobs.retry.run_state.is_ours: a name proves nothing). A failed call raises: Prepare fails and nothing is launched."""
-    client = _sagemaker(platform.region, attempts=4)  # Prepare has no Wait state to retry a throttled call from
+    """DescribeTrainingJob of every job of the run's earlier executions (_listed_jobs). A failed call raises: Prepare
+    fails and nothing is launched."""
+    # Prepare has no Wait state to retry a throttled call from.
+    return _listed_jobs(_sagemaker(platform.region, attempts=4), run, platform.execution_role_arn)
+
+
+def _listed_jobs(client, run: RunState, role: str, *, status: str | None = None,
+                 skip: set[str] | frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+    """DescribeTrainingJob of the run's jobs (`status` ones only, when given; none named in `skip`): those whose names
+    carry the run id's random part (ListTrainingJobs NameContains, every page) and that are the run's own
+    (jobs.retry.run_state.is_ours: a name proves nothing)."""
     found = []
-    for page in client.get_paginator("list_training_jobs").paginate(NameContains=run_token(run.run_id)):
-        for listed in page["TrainingJobSummaries"]:
+    filters = {"StatusEquals": status} if status else {}
+    for page in client.get_paginator("list_training_jobs").paginate(NameContains=run_token(run.run_id), **filters):
+        for listed in (j for j in page["TrainingJobSummaries"] if j["TrainingJobName"] not in skip):
             job = runs.jsonable(client.describe_training_job(TrainingJobName=listed["TrainingJobName"]))
-            if runs.is_ours(run, job, platform.execution_role_arn):
+            if runs.is_ours(run, job, role):
                 found.append(job)
     return found
 
@@ -479,8 +487,6 @@ def describe_training_job(job_name: str, region: str) -> dict[str, Any] | None:
     return look_up_training_job(job_name, region)[0]
 
 
-# Statuses of attempts whose job may still run: never ended as far as the run state knows.
-_MAY_RUN = (*runs.RUNNING, "Unknown")
 
 
 def stop_jobs_left_running(run: RunState) -> tuple[list[str], list[str], list[str]]:
@@ -495,7 +501,7 @@ def stop_jobs_left_running(run: RunState) -> tuple[list[str], list[str], list[st
     # A job created although its create failed (a 5xx) may show up only after Decide looked for it: any running job
     # that carries the run's marker is the run's, recorded or not.
     recorded = {a.job_name: a for a in run.attempts}
-    for job in running_jobs_of_run(run, {n for n, a in recorded.items() if a.status in _MAY_RUN}, role):
+    for job in running_jobs_of_run(run, {n for n, a in recorded.items() if a.status in runs.MAY_RUN}, role):
         name = job["TrainingJobName"]
         if name in recorded:  # an attempt given up as never created, whose job showed up since
             recorded[name].status = "Unknown"
@@ -503,7 +509,7 @@ def stop_jobs_left_running(run: RunState) -> tuple[list[str], list[str], list[st
             run.attempts.append(runs.Attempt(attempt=attempt_number(job), job_name=name, instance_type="",
                                              instance_count=0, spot=False, status="Unknown",
                                              reason="found running with the run's marker; not recorded by this run"))
-    for attempt in (a for a in run.attempts if a.status in _MAY_RUN):
+    for attempt in (a for a in run.attempts if a.status in runs.MAY_RUN):
         job, error = look_up_training_job(attempt.job_name)
         if job is None and not error:
             attempt.status = "NotCreated"
@@ -535,18 +541,12 @@ def running_jobs_of_run(run: RunState, known: set[str], role: str) -> list[dict[
     one by one)."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    client = _sagemaker(attempts=4)
-    found = []
     try:
-        for page in client.get_paginator("list_training_jobs").paginate(NameContains=run_token(run.run_id),
-                                                                        StatusEquals="InProgress"):
-            for listed in (j for j in page["TrainingJobSummaries"] if j["TrainingJobName"] not in known):
-                job = runs.jsonable(client.describe_training_job(TrainingJobName=listed["TrainingJobName"]))
-                if runs.is_ours(run, job, role) and job.get("TrainingJobStatus") in runs.RUNNING:
-                    found.append(job)
+        listed = _listed_jobs(_sagemaker(attempts=4), run, role, status="InProgress", skip=known)
     except (BotoCoreError, ClientError) as exc:
         log.warning("listing the jobs of run %s failed: %s", run.run_id, exc)
-    return found
+        return []
+    return [job for job in listed if job.get("TrainingJobStatus") in runs.RUNNING]  # not ended since it was listed
 
 
 def stop_training_job(job_name: str) -> str:

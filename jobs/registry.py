@@ -135,10 +135,10 @@ class Registry:
         says whether an owner's execution has ended (it may then be taken over although it never let go)."""
         fresh = {KEY: run_id, OWNER: execution, "status": ACTIVE, "outcome": "", "name": name, "digest": digest,
                  "last_epoch": 0, "attempts": [], "created_at": now, "updated_at": now}
+        item = {k: _attribute(v) for k, v in fresh.items()}
         try:
-            self.client.put_item(TableName=self.table, Item={k: _attribute(v) for k, v in fresh.items()},
-                                 ConditionExpression=f"attribute_not_exists({KEY})")
-            return RunRecord.from_item({k: _attribute(v) for k, v in fresh.items()})
+            self.client.put_item(TableName=self.table, Item=item, ConditionExpression=f"attribute_not_exists({KEY})")
+            return RunRecord.from_item(item)
         except Exception as exc:
             if not _failed_condition(exc):
                 raise

@@ -25,7 +25,7 @@ from cli.errors import UserError
 from jobs.outcome.run_record import BUCKETS, run_record
 from jobs.outcome.summary import duration, money
 from jobs.registry import Registry, table_name
-from jobs.retry.run_state import Attempt, RunState
+from jobs.retry.run_state import MAY_RUN, Attempt, RunState
 
 # Executions read when looking for runs: each costs a GetExecutionHistory call.
 DEFAULT_LIMIT = 50
@@ -154,7 +154,7 @@ def settle_last_job(aws: Aws, view: RunView) -> None:
 
     last = view.executions[-1]
     if last.status == "RUNNING" or last.outcome or not view.attempts or \
-            view.attempts[-1].status not in ("InProgress", "Stopping", "Unknown"):
+            view.attempts[-1].status not in MAY_RUN:
         return
     job = describe_job(aws, view.attempts[-1].job_name)
     if job is not None:

@@ -296,8 +296,6 @@ def classify_launch(failure: dict[str, Any], job: dict[str, Any] | None) -> Fail
     return classify_api_error(str(failure.get("Error") or ""), _message_of(failure.get("Cause")))
 
 
-
-
 def may_have_created(failure: dict[str, Any]) -> bool:
     """Whether a failed create may still have made its job: SageMaker answered it with a server error (5xx), which
     it also does after creating the job (docs/REFERENCE.md)."""

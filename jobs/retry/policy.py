@@ -201,10 +201,10 @@ def watch_again(request: JobRequest, run: RunState, failure: Failure, lookup_err
                             f"error: {failure.reason}; `{resume_command(run.run_id)}` continues the run")
         # WATCH_MAX_SECONDS, not api_error_wait_max_seconds, caps the wait: looking for 28 days must stay within
         # the execution's history.
-        wait = backoff(watch_base(request), WATCH_MAX_SECONDS, n)
+        wait = watch_wait(request, n)
         what = f"could not look up {current.job_name} ({lookup_error}, {n} times in a row)"
     else:
-        wait = backoff(watch_base(request), WATCH_MAX_SECONDS, current.looks)
+        wait = watch_wait(request, current.looks)
         what = f"{current.job_name} still runs ({current.status}/{current.secondary_status}): waiting on it"
     return Decision(Action.WATCH, wait, failure.category,
                     f"launch error ({failure.reason}), but {what}; looking again in {wait} s")
@@ -229,9 +229,10 @@ def plan_ended(failure: Failure, name: str, arn: str) -> Failure | None:
                    "attempt runs without it", job_started=failure.job_started)
 
 
-def watch_base(request: JobRequest) -> int:
-    """The first wait between two looks at a job: the request's, never under WATCH_MIN_SECONDS."""
-    return max(request.retry.api_error_wait_seconds, WATCH_MIN_SECONDS)
+def watch_wait(request: JobRequest, n: int) -> int:
+    """The wait before the n-th look at a job: the request's api_error_wait_seconds, never under WATCH_MIN_SECONDS,
+    doubling up to WATCH_MAX_SECONDS."""
+    return backoff(max(request.retry.api_error_wait_seconds, WATCH_MIN_SECONDS), WATCH_MAX_SECONDS, n)
 
 
 def settle_unseen(request: JobRequest, run: RunState, failure: Failure) -> Decision | None:
@@ -241,7 +242,7 @@ def settle_unseen(request: JobRequest, run: RunState, failure: Failure) -> Decis
     current = run.current
     if current.looks >= SETTLE_LOOKS:
         return None
-    wait = backoff(watch_base(request), WATCH_MAX_SECONDS, current.looks)
+    wait = watch_wait(request, current.looks)
     return Decision(Action.WATCH, wait, failure.category,
                     f"launch error ({failure.reason}); {current.job_name} is not found yet, but a create that answered "
                     f"a server error may have made it (look-up {current.looks} of {SETTLE_LOOKS}); looking again in "

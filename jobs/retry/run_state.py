@@ -166,6 +166,8 @@ class RunState:
 # TrainingJobStatus values of a job that still runs (or is on its way to Stopped); jobs.retry.classify.ENDED those of
 # one that has ended.
 RUNNING = ("InProgress", "Stopping")
+# Statuses of attempts whose job may still run: never seen ended (Unknown: a create whose answer said nothing sure).
+MAY_RUN = (*RUNNING, "Unknown")
 
 
 def is_ours(run: RunState, job: dict[str, Any], role_arn: str) -> bool:
