@@ -194,6 +194,12 @@ def spot_interrupted() -> Outcome:
     )
 
 
+def max_runtime_reached() -> Outcome:
+    """The attempt ran out its MaxRuntimeInSeconds (12 h, the test requests' max_runtime_hours): resumable."""
+    return Outcome(status="Stopped", secondary=("Starting", "Downloading", "Training", "MaxRuntimeExceeded"),
+                   training_seconds=12 * 3600)
+
+
 def stopped_by_user() -> Outcome:
     return Outcome(
         status="Stopped",

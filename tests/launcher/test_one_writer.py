@@ -32,8 +32,7 @@ def registry(harness) -> Registry:
 
 def ended_run(harness, name: str) -> str:
     """A run whose first execution ended resumable (its attempt reached max_runtime_hours); its id."""
-    first = harness.run(job_request(), [sm.Outcome(status="Stopped", secondary=(
-        "Starting", "Downloading", "Training", "MaxRuntimeExceeded"), training_seconds=12 * 3600)], name=name)
+    first = harness.run(job_request(), [sm.max_runtime_reached()], name=name)
     assert first.status == "FAILED", (first.error, first.cause)
     return first.create_calls[0]["Environment"][ENV_RUN_ID]
 
@@ -178,8 +177,8 @@ def test_a_run_resumed_after_its_driver_ended_is_taken_over_with_a_newer_epoch(h
     run_id = ended_run(harness, "epochs-first")
     epochs = []
     for i in range(2):
-        result = harness.run(job_request(resume_run=run_id), [sm.capacity_error(), sm.Outcome(
-            status="Stopped", secondary=("Starting", "Training", "MaxRuntimeExceeded"))], name=f"epochs-{i}")
+        result = harness.run(job_request(resume_run=run_id), [sm.capacity_error(), sm.max_runtime_reached()],
+                             name=f"epochs-{i}")
         epochs += [int(c["Environment"][ENV_EPOCH]) for c in result.create_calls]
     assert epochs == sorted(set(epochs)) and len(epochs) == 4
     record = registry(harness).read(run_id)

@@ -15,11 +15,6 @@ from tests.launcher.inputs import job_request
 REFUSED = ["Prepare", "ParseRequestError", "RequestInvalid"]
 
 
-def max_runtime_reached() -> sm.Outcome:
-    return sm.Outcome(status="Stopped", secondary=("Starting", "Downloading", "Training", "MaxRuntimeExceeded"),
-                      training_seconds=12 * 3600)
-
-
 def run_id_of(result) -> str:
     return result.create_calls[0]["Environment"][ENV_RUN_ID]
 
@@ -28,7 +23,7 @@ def attempt_tag(create: dict) -> str:
     return next(t["Value"] for t in create["Tags"] if t["Key"].endswith(":attempt"))
 
 
-@pytest.mark.parametrize("ending", [max_runtime_reached, sm.algorithm_error], ids=["max-runtime", "user-error"])
+@pytest.mark.parametrize("ending", [sm.max_runtime_reached, sm.algorithm_error], ids=["max-runtime", "user-error"])
 def test_a_run_that_ended_is_resumed_on_its_id_and_checkpoints(harness, ending):
     first = harness.run(job_request(), [ending()], name=f"resume-first-{ending.__name__}")
     assert first.status == "FAILED"
@@ -76,7 +71,7 @@ def test_resuming_a_completed_run_is_refused(harness):
 
 
 def test_resuming_an_active_run_is_refused(harness):
-    first = harness.run(job_request(), [max_runtime_reached()], name="resume-active-first")
+    first = harness.run(job_request(), [sm.max_runtime_reached()], name="resume-active-first")
     run_id = run_id_of(first)
     # Its job runs again as far as SageMaker says (e.g. an execution of the run that is still going).
     job = sagemaker_backends[ACCOUNT][REGION].training_jobs[first.job_names[0]]
@@ -92,7 +87,7 @@ def test_resuming_an_unknown_run_is_refused(harness):
 
 
 def test_resuming_with_another_model_is_refused(harness):
-    first = harness.run(job_request(), [max_runtime_reached()], name="resume-model-first")
+    first = harness.run(job_request(), [sm.max_runtime_reached()], name="resume-model-first")
     second = harness.run(job_request(resume_run=run_id_of(first), model_size="350m"), [], name="resume-model-second")
     _refused(second, "model_size", run_id_of(first), "'125m'")
 
