@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_events as events
@@ -130,13 +130,11 @@ class JobLauncher(Construct):
     def _registry(self, removal_policy: RemovalPolicy) -> RunRegistry:
         """The run registry (jobs.registry): every function writes it; Prepare takes a run over only from an
         execution that ended (DescribeExecution), the reaper finds an ended execution's run in its history. The
-        executions' ARN is written from the state machine's name: the state machine's own ARN would make a cycle
-        (it invokes these functions)."""
+        executions' ARN is written from the state machine's name (engineer_access.executions_arn): the state
+        machine's own ARN would make a cycle (it invokes these functions)."""
         registry = RunRegistry(self, "Runs", name_prefix=self.name_prefix, key=self.key,
                                removal_policy=removal_policy)
-        executions = Stack.of(self).format_arn(service="states", resource="execution",
-                                               resource_name=f"{self.state_machine_name}:*",
-                                               arn_format=ArnFormat.COLON_RESOURCE_NAME)
+        executions = engineer_access.executions_arn(self)
         for function in self.functions.values():
             registry.grant_write(function)
         self.functions["prepare"].add_to_role_policy(iam.PolicyStatement(
