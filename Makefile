@@ -29,8 +29,8 @@ demo: setup
 # --durations: each phase ends with its slowest tests (where the 15 minutes go).
 test: setup
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -n 2 --dist loadfile --durations=15
-	$(BIN)/python -m tools.image_torch -- -n 2 --dist loadfile --durations=15
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=15
+	$(BIN)/python -m tools.image_torch -- -n 2 --dist loadfile --no-loadscope-reorder --durations=15
 
 synth: setup
 	PATH="$(CURDIR)/$(BIN):$(CURDIR)/node_modules/.bin:$$PATH" cdk synth --quiet

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from cli.aws import Aws
+from jobs.retry.run_state import CONTINUED_IN
 
 # The training task is `arn:aws:states:::sagemaker:createTrainingJob.sync` (resource `createTrainingJob.sync`).
 _TRAINING_RESOURCE = "createTrainingJob"
@@ -53,6 +54,12 @@ class ExecutionView:
     @property
     def request_name(self) -> str | None:
         return self.input.get("name") if isinstance(self.input, dict) else None
+
+    @property
+    def continued_in(self) -> str:
+        """The execution the run went on in, when this one handed it over near the history limit; "" otherwise."""
+        found = self.output.get(CONTINUED_IN) if self.status == "SUCCEEDED" and isinstance(self.output, dict) else None
+        return found if isinstance(found, str) else ""
 
 
 def _json(text: str | None) -> Any:
@@ -108,6 +115,20 @@ def final_summary(events: list[dict[str, Any]]) -> dict[str, Any] | None:
         if isinstance(summary, dict):
             return summary
     return None
+
+
+def continued_in(events: list[dict[str, Any]]) -> str:
+    """The execution the run went on in, when this one handed it over near the history limit (its output names it:
+    the launcher's Continued end); "" otherwise."""
+    for event in reversed(events):
+        if event["type"] == "ExecutionSucceeded":
+            try:
+                output = json.loads(event["executionSucceededEventDetails"].get("output") or "{}")
+            except json.JSONDecodeError:
+                return ""
+            found = output.get(CONTINUED_IN) if isinstance(output, dict) else None
+            return found if isinstance(found, str) else ""
+    return ""
 
 
 def history_events(aws: Aws, arn: str) -> list[dict[str, Any]]:

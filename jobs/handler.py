@@ -34,17 +34,19 @@ from jobs.outcome.run_record import cluster_types, job_figures, measured_save_se
 from jobs.outcome.summary import describe_in_words, summary
 from jobs.platform import PlatformSettings
 from jobs.prices import API_REGION, SERVICE_CODE, instance_filters, products_to_prices
-from jobs.registry import LeaseLost, Registry, RunHeld, request_digest, table_name
+from jobs.registry import HandOverRefused, LeaseLost, Registry, RunHeld, request_digest, table_name
 from jobs.render.training_job import (
     checkpoint_s3_uri,
     job_name,
     new_name_nonce,
     new_run_id,
+    random_token,
     render_create_training_job,
 )
 from jobs.request.parse import parse_request
 from jobs.request.platform_rules import validate_for_platform
 from jobs.request.state_size import state_size_problem
+from jobs.retry import policy
 from jobs.retry import run_state as runs
 from jobs.retry.classify import Category, Failure, classify_launch, ended_job_in, may_have_created
 from jobs.retry.policy import (
@@ -88,8 +90,13 @@ def prepare(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         raise RequestInvalid([Problem("request", "the execution input needs a `request` object (the job request)")])
     platform = platform_settings()
     request = parse_request(document)
-    validate_for_platform(request, platform)
     execution = event.get("execution") or {}
+    if request.resume_run and execution.get("id") and event.get("state_shape", 1) >= STATE_SHAPE:
+        # Before the platform's rules: a run handed over goes on with its job as it runs, whatever a deploy changed.
+        registry = run_registry(platform)
+        if (record := registry.read(request.resume_run)) is not None and record.successor == execution["id"]:
+            return take_over(registry, record, document, execution)
+    validate_for_platform(request, platform)
     now = clock()
     # Random, not derived from the execution: the execution's name is the caller's to choose (and its ARN is
     # the state machine's plus that name), so anything derived from them can be matched on purpose. Random is
@@ -122,6 +129,21 @@ def prepare(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     if event.get("state_shape", 1) < STATE_SHAPE:
         return {"run": {**run.to_dict(), "request": request.to_dict()}, "create": create}
     return {"run": run.to_dict(), "launch": {"create": create}}
+
+
+def take_over(registry: Registry, record, document: dict[str, Any], execution: dict[str, Any]) -> dict[str, Any]:
+    """This execution is the one the run's owner named to go on in (continue_near_limit): take the run over and go on
+    from the state it left (its job still running, or its next attempt due), as this execution."""
+    try:
+        state = registry.take_over(record, execution["id"], digest=request_digest(document), now=runs.iso(clock()))
+    except (RunHeld, HandOverRefused) as refused:
+        raise RequestInvalid([Problem("resume_run", f"{refused}; {resume_command(record.run_id)} once it has ended")]
+                             ) from None
+    run = RunState.from_dict(state["run"])
+    run.execution = runs.Execution(name=execution.get("name", ""), arn=execution["id"],
+                                   start_time=execution.get("start_time") or runs.iso(clock()))
+    log.info("run %s: taken over from %s, going on with %s", run.run_id, record.owner, state["decision"]["action"])
+    return {**state, "run": run.to_dict()}
 
 
 def _continue_run(run: RunState, request, platform: PlatformSettings) -> float | None:
@@ -211,7 +233,62 @@ def decide(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     if "create" in event:
         return _legacy_decide(event)
     run = RunState.from_dict(event["run"])
-    return _decide(parse_request(event["request"]), run, event.get("failure") or {})
+    return continue_near_limit(event["request"], _decide(parse_request(event["request"]), run,
+                                                         event.get("failure") or {}))
+
+
+# What a successor's input changes in the run's first one: it resumes the run (and does not start one from another's
+# weights: that was the first attempt's start). Merged by the state machine (States.JsonMerge, shallow).
+def successor_changes(run_id: str) -> dict[str, Any]:
+    return {"resume_run": run_id, "init_from_run": None}
+
+
+def continue_near_limit(document: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
+    """`out` (Decide's answer), or, when it watches or retries and the execution's history nears Step Functions' limit,
+    the same as a hand-over: the registry names a new execution of the run and keeps the state it goes on from, and
+    the state machine starts it (`handoff`: its name and what its input changes) and ends this one. Going on here
+    (the answer as it was) when the registry refuses: the next launch learns why."""
+    decision = out["decision"]
+    run = RunState.from_dict(out["run"])
+    if decision["action"] not in (Action.WATCH, Action.RETRY) or not run.execution.arn:
+        return out
+    events = history_length(run.execution.arn)
+    if events is None or events < policy.CONTINUE_AT_EVENTS:
+        return out
+    name = successor_name(run.run_id)
+    successor = f"{run.execution.arn.rsplit(':', 1)[0]}:{name}"
+    changes = successor_changes(run.run_id)
+    try:
+        run_registry(platform_settings()).hand_over(
+            run.run_id, run.execution.arn, successor=successor, digest=request_digest({**document, **changes}),
+            state=out, now=runs.iso(clock()))
+    except LeaseLost as lost:
+        log.warning("run %s: no hand-over (%s)", run.run_id, lost)
+        return out
+    log.info("run %s: %s events in this execution's history; it goes on in %s", run.run_id, events, name)
+    return {**out, "decision": {**decision, "action": Action.CONTINUE.value, "then": decision["action"]},
+            "handoff": {"name": name, "changes": changes}}
+
+
+def successor_name(run_id: str) -> str:
+    """A new execution's name for the run: its id and fresh random characters (80 at most, Step Functions' limit)."""
+    tail = f"-c{random_token(5)}"
+    return run_id[:80 - len(tail)] + tail
+
+
+def history_length(arn: str) -> int | None:
+    """How many events the execution's history holds (its newest event's id); None when it cannot be read (the run
+    goes on here, and the next decision asks again)."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        page = boto3.client("stepfunctions", region_name=os.environ.get("AWS_REGION")).get_execution_history(
+            executionArn=arn, reverseOrder=True, maxResults=1, includeExecutionData=False)
+    except (BotoCoreError, ClientError) as exc:
+        log.warning("the history of %s could not be read: %s", arn, exc)
+        return None
+    return max((event["id"] for event in page["events"]), default=0)
 
 
 def _legacy_decide(event: dict[str, Any]) -> dict[str, Any]:
@@ -369,24 +446,50 @@ def reap(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     if not arn or status not in ENDED_EXECUTION:
         return {"execution": arn, "run_id": "", "stopped": [], "left": []}
     platform = platform_settings()
-    run_id = run_of_execution(arn)
+    # A successor refused in Prepare wrote no run state: its input names the run it was to take over.
+    run_id = run_of_execution(arn) or _resumed_run(detail.get("input"))
     registry = run_registry(platform)
     record = registry.read(run_id) if run_id else None
-    if record is None or record.owner != arn:
-        # It never took a run (refused in Prepare), or another execution holds the run now: its jobs are that one's.
+    holder = _reaped_for(record, arn)
+    if record is None or holder is None:
+        # It never took a run (refused in Prepare), another execution holds the run now, or it handed the run over to
+        # one that still runs: the run's jobs are that one's.
         return {"execution": arn, "run_id": run_id, "stopped": [], "left": []}
     run = runs.new_run(SimpleNamespace(name=record.name, training_instance_type="", spot=False), run_id=run_id,
-                       execution={"id": arn}, now=clock())
+                       execution={"id": holder}, now=clock())
     run.checkpoint_s3_uri = checkpoint_s3_uri(platform, run_id)
-    mine = [a for a in record.attempts if a.get("execution") == arn]
+    # Every attempt the run recorded: the ones its earlier executions launched ended with them, or were handed over.
     run.attempts = [runs.Attempt(attempt=a["attempt"], job_name=a["job_name"], instance_type="", instance_count=0,
-                                 spot=False) for a in mine]
+                                 spot=False) for a in record.attempts]
     stopped, left, transient = stop_jobs_left_running(run)
     if transient:
         raise JobsStillRunning(f"could not stop {', '.join(transient)}; trying again")
-    registry.release(run_id, arn, outcome=status.lower(), now=runs.iso(clock()))
+    registry.release(run_id, holder, outcome=status.lower(), now=runs.iso(clock()))
     log.info("execution %s ended %s: run %s let go; stopped %s", arn, status, run_id, stopped or "nothing")
     return {"execution": arn, "run_id": run_id, "stopped": stopped, "left": left}
+
+
+def _reaped_for(record, arn: str) -> str | None:
+    """The holder whose run the ended execution `arn` leaves behind (its ARN: the reaper stops the run's jobs and lets
+    go for it), or None when the run is not left behind: held by another execution, or handed over by `arn` to a
+    successor that still runs (it takes the run and its job over). A successor that ended without taking the run over
+    leaves behind the run of its predecessor, once that one has ended too."""
+    if record is None:
+        return None
+    if record.owner == arn:
+        return None if record.successor and not execution_has_ended(record.successor) else arn
+    if record.successor == arn and execution_has_ended(record.owner):
+        return record.owner
+    return None
+
+
+def _resumed_run(text: Any) -> str:
+    try:
+        document = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return ""
+    run_id = document.get("resume_run") if isinstance(document, dict) else None
+    return run_id if isinstance(run_id, str) else ""
 
 
 def run_of_execution(arn: str) -> str:

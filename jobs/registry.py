@@ -4,7 +4,8 @@
      holds the run), "status" ("active" while its owner runs, "ended" once it let go), "outcome", "last_epoch" (the
      last one issued), "attempts": [{"attempt", "job_name", "attempt_epoch", "execution", "launched_at"}, ...],
      "record" (the run's record as its last summary counted it: jobs.outcome.run_record), "created_at",
-     "updated_at"}
+     "updated_at", and while a hand-over is under way: "successor" (the ARN of the execution the owner continues
+     in), "successor_digest" (of that execution's input), "handoff" (the state it goes on from, as JSON)}
 
 A run is held by one execution at a time (its lease). Prepare takes it with a conditional write: a new run's item
 is created only where none exists; a resumed run's item is taken over only from an owner that let go or whose
@@ -14,6 +15,11 @@ the attempt's epoch is issued by the same conditional write that records its job
 write one (an execution that lost the run learns it there, before it creates anything). Summarize lets go; when
 an execution ends any other way (a console stop, a failure, a timeout), the reaper does (jobs.handler.reap,
 invoked by the launcher's execution-status rule), and stops every job the item records.
+
+An execution whose history nears Step Functions' limit hands the run over to a new execution of the same run
+(continue-as-new): the owner names its successor and the state to go on from; the successor, and only the one named
+with the input named, takes the run over from the owner (a compare-and-swap on both), still running, with its job.
+Until it has, nobody else may take the run: a named successor that still runs holds it as the owner does.
 
 Nothing here sleeps or retries: the state machine's retriers and the callers decide. The client is boto3's
 low-level DynamoDB client (the Lambda runtime's own), passed in.
@@ -59,6 +65,10 @@ class LeaseLost(Exception):
     """This execution no longer holds the run (another took it over): it must not launch."""
 
 
+class HandOverRefused(Exception):
+    """An execution named as a run's successor came with another input than its owner started it with."""
+
+
 @dataclass
 class RunRecord:
     run_id: str
@@ -72,6 +82,9 @@ class RunRecord:
     created_at: str = ""
     updated_at: str = ""
     record: dict[str, Any] | None = None  # the run's record when its last execution ended through Summarize
+    successor: str = ""  # the execution the owner hands the run over to (continue-as-new), until it has taken it
+    successor_digest: str = ""
+    handoff: str = ""  # the state the successor goes on from (JSON)
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> RunRecord:
@@ -116,6 +129,10 @@ def _attribute(value: Any) -> dict[str, Any]:
     return {"S": str(value)}
 
 
+# Taking the run over ends a hand-over that did not happen (its successor ended before it took the run).
+_NO_HANDOVER = "REMOVE successor, successor_digest, handoff"
+
+
 def _failed_condition(exc: Exception) -> bool:
     return getattr(exc, "response", {}).get("Error", {}).get("Code") == "ConditionalCheckFailedException"
 
@@ -150,11 +167,13 @@ class Registry:
                 return record
             if record.status == ACTIVE and not has_ended(record.owner):
                 raise RunHeld(run_id, record.owner)
+            if record.successor and not has_ended(record.successor):  # the run is being handed over to it
+                raise RunHeld(run_id, record.successor)
             try:
                 self.client.update_item(
                     TableName=self.table, Key={KEY: {"S": run_id}},
                     UpdateExpression="SET #owner = :me, #status = :active, #outcome = :none, #name = :name, "
-                                     "digest = :digest, updated_at = :now",
+                                     "digest = :digest, updated_at = :now " + _NO_HANDOVER,
                     ConditionExpression="#owner = :holder",
                     ExpressionAttributeNames={"#owner": OWNER, "#status": "status", "#outcome": "outcome",
                                               "#name": "name"},
@@ -203,6 +222,48 @@ class Registry:
         raise LeaseLost(f"run {run_id}: no epoch could be issued to {execution} (held by "
                         f"{record.owner if record else '(none)'})")
 
+    def hand_over(self, run_id: str, execution: str, *, successor: str, digest: str, state: dict[str, Any],
+                  now: str) -> None:
+        """Name the execution the run continues in (`successor`, started next with the input whose digest is
+        `digest`) and the state it goes on from, as the run's owner; LeaseLost when `execution` does not hold it."""
+        try:
+            self.client.update_item(
+                TableName=self.table, Key={KEY: {"S": run_id}},
+                UpdateExpression="SET successor = :successor, successor_digest = :digest, handoff = :state, "
+                                 "updated_at = :now",
+                ConditionExpression="#owner = :me AND #status = :active",
+                ExpressionAttributeNames={"#owner": OWNER, "#status": "status"},
+                ExpressionAttributeValues={":successor": {"S": successor}, ":digest": {"S": digest},
+                                           ":state": {"S": json.dumps(state, separators=(",", ":"))},
+                                           ":now": {"S": now}, ":me": {"S": execution}, ":active": {"S": ACTIVE}})
+        except Exception as exc:
+            if not _failed_condition(exc):
+                raise
+            raise LeaseLost(f"run {run_id} is not held by {execution}: it cannot hand it over") from None
+
+    def take_over(self, record: RunRecord, execution: str, *, digest: str, now: str) -> dict[str, Any]:
+        """Take the run over as the successor its owner named (`record`, read just before), with the input it
+        named; the state to go on from. RunHeld when `execution` is not that successor, or the owner changed."""
+        if record.successor != execution or not record.handoff:
+            raise RunHeld(record.run_id, record.owner)
+        if digest != record.successor_digest:
+            raise HandOverRefused(f"run {record.run_id} is handed over to execution {execution} with another input "
+                                  "than the one it was started with: it is not taken over")
+        try:
+            self.client.update_item(
+                TableName=self.table, Key={KEY: {"S": record.run_id}},
+                UpdateExpression="SET #owner = :me, updated_at = :now " + _NO_HANDOVER,
+                ConditionExpression="#owner = :holder AND successor = :me AND #status = :active",
+                ExpressionAttributeNames={"#owner": OWNER, "#status": "status"},
+                ExpressionAttributeValues={":me": {"S": execution}, ":holder": {"S": record.owner},
+                                           ":now": {"S": now}, ":active": {"S": ACTIVE}})
+        except Exception as exc:
+            if not _failed_condition(exc):
+                raise
+            current = self.read(record.run_id)
+            raise RunHeld(record.run_id, current.owner if current else "(none)") from None
+        return json.loads(record.handoff)
+
     def release(self, run_id: str, execution: str, *, outcome: str, now: str,
                 record: dict[str, Any] | None = None) -> bool:
         """Let go of the run, recording how the execution ended (and, from Summarize, the run's record: wall time,
@@ -214,7 +275,7 @@ class Registry:
         try:
             self.client.update_item(
                 TableName=self.table, Key={KEY: {"S": run_id}},
-                UpdateExpression=f"SET #status = :ended, #outcome = :outcome, updated_at = :now{extra}",
+                UpdateExpression=f"SET #status = :ended, #outcome = :outcome, updated_at = :now{extra} " + _NO_HANDOVER,
                 ConditionExpression="#owner = :me AND #status = :active",
                 ExpressionAttributeNames={"#owner": OWNER, "#status": "status", "#outcome": "outcome", **names},
                 ExpressionAttributeValues={":ended": {"S": ENDED}, ":outcome": {"S": outcome}, ":now": {"S": now},

@@ -95,6 +95,13 @@ def _grant_executions(launcher: JobLauncher, grantee: iam.IGrantable, *actions: 
     return iam.Grant.add_to_principal(grantee=grantee, actions=list(actions), resource_arns=[executions_arn(launcher)])
 
 
+def state_machine_arn(launcher: JobLauncher) -> str:
+    """The launcher's state machine, written from its name (its own definition starts it: the attribute is a cycle)."""
+    return Stack.of(launcher).format_arn(service="states", resource="stateMachine",
+                                         arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                                         resource_name=launcher.state_machine_name)
+
+
 def executions_arn(launcher: JobLauncher) -> str:
     """Every execution of the launcher's state machine."""
     return Stack.of(launcher).format_arn(

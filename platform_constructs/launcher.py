@@ -99,7 +99,7 @@ class JobLauncher(Construct):
                                    run_id_tag_key=self.run_id_tag_key, execution_role=execution_role,
                                    encryption_key=key)
         self.definition = LauncherDefinition(self, "Definition", functions=self.lambdas.versions, launch=launch,
-                                             topic=self.topic)
+                                             topic=self.topic, state_machine_arn=engineer_access.state_machine_arn(self))
         # Its own role, under role_path: it publishes to the key-encrypted topic, and the key lets only roles
         # under that path use it (platform_constructs.encryption).
         role = iam.Role(self, "StateMachineRole", assumed_by=iam.ServicePrincipal("states.amazonaws.com"),
@@ -137,11 +137,12 @@ class JobLauncher(Construct):
         executions = engineer_access.executions_arn(self)
         for function in self.functions.values():
             registry.grant_write(function)
-        self.functions["prepare"].add_to_role_policy(iam.PolicyStatement(
-            actions=["states:DescribeExecution"], resources=[executions]))
-        self.functions[REAPER].add_to_role_policy(iam.PolicyStatement(
-            actions=["states:GetExecutionHistory"], resources=[executions]))
-        for name in ("prepare", REAPER):
+        # Prepare and the reaper ask whether an owner (or a named successor) has ended; Decide counts its execution's
+        # events (a run nearing the history limit goes on in a new execution); the reaper finds an execution's run.
+        for name, actions in (("prepare", ["states:DescribeExecution"]), ("decide", ["states:GetExecutionHistory"]),
+                              (REAPER, ["states:DescribeExecution", "states:GetExecutionHistory"])):
+            self.functions[name].add_to_role_policy(iam.PolicyStatement(actions=actions, resources=[executions]))
+        for name in ("prepare", "decide", REAPER):
             acknowledge(self.functions[name].role, f"AwsSolutions-IAM5[Resource::{nag_form(self, executions)}]",
                         "The launcher's own executions (its state machine's name, then any execution name): the "
                         "execution that held a run is known only at run time.")

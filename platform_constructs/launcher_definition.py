@@ -9,6 +9,8 @@
       |                                                        |   (its own fault: DecideFailed)          |
       |                        watch: WaitForJob (Wait) ------------------------------------------------+
       |                        retry: Backoff (Wait) -> NextAttempt (Pass) -> Launch
+      |                        continue: StartSuccessor (states:startExecution, this machine) -> ContinuedIn -> Continued
+      |                                  (its fault: GoOnHere -> Backoff or WaitForJob)
       |                        fail, succeed, DecideFailed: |
     Summarize (Lambda jobs.handler.summarize: stops the run's jobs still running) <--+
       |   (its own fault: StopCurrentJob (sagemaker:StopTrainingJob) -> SummarizeFailed)
@@ -16,7 +18,10 @@
                              -> Failed (error: the category, cause: the reason)
 
 Prepare takes the run's lease in the run registry (jobs.registry) and every launch issues its epoch there;
-Summarize lets the run go. An execution that ends any other way (a console stop, a failure no Catch takes, a
+Summarize lets the run go. An execution whose history nears Step Functions' limit (25,000 events) hands the run over
+when Decide next decides to watch or retry: the registry names a new execution of the run, which the state machine
+starts and which takes the run over in Prepare (TakenOver: it goes on from the decision, its job still running).
+An execution that ends any other way (a console stop, a failure no Catch takes, a
 timeout) is answered outside this definition: the launcher's execution-status rule invokes the reaper
 (jobs.handler.reap), which stops the run's jobs and lets the run go.
 
@@ -61,6 +66,7 @@ from jobs.retry.policy import (
     STOP_RETRY_MAX_SECONDS,
     STOP_RETRY_SECONDS,
 )
+from jobs.retry.run_state import CONTINUED_IN
 from platform_constructs.launch_task import LaunchTrainingJob
 
 # The request: the execution's input, read where it is needed rather than carried in the state.
@@ -71,19 +77,26 @@ class LauncherDefinition(Construct):
     """The states; `start` is the chain to hand to DefinitionBody.from_chainable, `launch` the Launch state."""
 
     def __init__(self, scope: Construct, id: str, *, functions: Mapping[str, lambda_.IFunction],
-                 launch: LaunchTrainingJob, topic: sns.ITopic) -> None:
+                 launch: LaunchTrainingJob, topic: sns.ITopic, state_machine_arn: str) -> None:
         super().__init__(scope, id)
         self.functions = functions
         self.launch = launch
+        # Its own ARN, written from its name (the state machine's attribute would make a cycle): a run nearing the
+        # history limit starts the state machine again.
+        self.state_machine_arn = state_machine_arn
         prepare = self._prepare()
         summarize = self._invoke("Summarize", "summarize", result_path="$.result", retry_first={
             "errors": [JobsStillRunning.__name__], "interval": Duration.seconds(STOP_RETRY_SECONDS),
             "backoff_rate": 2, "max_delay": Duration.seconds(STOP_RETRY_MAX_SECONDS), "max_attempts": STOP_RETRIES})
-        decide = self._decide(summarize)
+        decide, retry_or_fail = self._decide(summarize)
         launch.add_catch(self._without_description(decide), errors=["States.ALL"], result_path="$.launch")
         notify = self._notify_and_end(topic)
         summarize.add_catch(self._summarize_failed(notify), errors=["States.ALL"], result_path="$.summarize_error")
-        self.start: sfn.IChainable = prepare.next(launch).next(summarize).next(notify)
+        # A successor (continue_in_new_execution) takes the run over in Prepare and goes on from its predecessor's
+        # decision; a run's first execution, or a resumed one, launches.
+        taken_over = sfn.Choice(self, "TakenOver").when(sfn.Condition.is_present("$.decision"), retry_or_fail)
+        self.start: sfn.IChainable = prepare.next(taken_over.otherwise(launch))
+        launch.next(summarize).next(notify)
 
     def _invoke(self, id: str, name: str, payload: dict[str, Any] | None = None, result_path: str | None = None,
                 retry_first: dict[str, Any] | None = None) -> tasks.LambdaInvoke:
@@ -135,7 +148,7 @@ class LauncherDefinition(Construct):
         return sfn.Choice(self, "FailureCause").when(
             sfn.Condition.is_present("$.launch.Cause"), described).otherwise(decide)
 
-    def _decide(self, summarize: sfn.IChainable) -> tasks.LambdaInvoke:
+    def _decide(self, summarize: sfn.IChainable) -> tuple[tasks.LambdaInvoke, sfn.Choice]:
         decide = self._invoke("Decide", "decide", {
             "request": sfn.JsonPath.object_at(EXECUTION_INPUT),
             "run": sfn.JsonPath.object_at("$.run"),
@@ -146,11 +159,14 @@ class LauncherDefinition(Construct):
         next_attempt = sfn.Pass(self, "NextAttempt", parameters={"run.$": "$.run", "launch.$": "$.launch"})
         # The attempt's job still runs (or could not be looked up): look again after the wait, never relaunch.
         wait_for_job = sfn.Wait(self, "WaitForJob", time=sfn.WaitTime.seconds_path("$.decision.wait_seconds"))
+        backoff.next(next_attempt).next(self.launch)
+        wait_for_job.next(decide)
         retry_or_fail = (
             sfn.Choice(self, "RetryOrFail")
-            .when(sfn.Condition.string_equals("$.decision.action", "retry"),
-                  backoff.next(next_attempt).next(self.launch))
-            .when(sfn.Condition.string_equals("$.decision.action", "watch"), wait_for_job.next(decide))
+            .when(sfn.Condition.string_equals("$.decision.action", "retry"), backoff)
+            .when(sfn.Condition.string_equals("$.decision.action", "watch"), wait_for_job)
+            .when(sfn.Condition.string_equals("$.decision.action", "continue"),
+                  self._continue_in_new_execution(backoff, wait_for_job))
             .otherwise(summarize)
         )
         decide.next(retry_or_fail)
@@ -166,7 +182,33 @@ class LauncherDefinition(Construct):
             },
         })
         decide.add_catch(decide_failed.next(summarize), errors=["States.ALL"], result_path="$.decide_error")
-        return decide
+        return decide, retry_or_fail
+
+    def _continue_in_new_execution(self, backoff: sfn.IChainable, wait_for_job: sfn.IChainable) -> sfn.IChainable:
+        """Decide handed the run over (its history nears the limit: jobs.handler.continue_near_limit): start the
+        execution it named, with this one's input changed as it says (resume the run), and end here. Started by name,
+        so a start answered with an error after it took is harmless to repeat (the same name and input answer as the
+        first). A start that keeps failing goes on here with what Decide decided (`then`): it hands over again at
+        its next decision."""
+        start = tasks.StepFunctionsStartExecution(
+            self, "StartSuccessor",
+            state_machine=sfn.StateMachine.from_state_machine_arn(self, "Itself", self.state_machine_arn),
+            integration_pattern=sfn.IntegrationPattern.REQUEST_RESPONSE,
+            name=sfn.JsonPath.string_at("$.handoff.name"),
+            input=sfn.TaskInput.from_json_path_at(sfn.JsonPath.json_merge(
+                sfn.JsonPath.object_at(EXECUTION_INPUT), sfn.JsonPath.object_at("$.handoff.changes"))),
+            result_selector={"arn.$": "$.ExecutionArn"},
+            result_path="$.continued",
+        )
+        start.add_retry(errors=["States.ALL"], interval=Duration.seconds(FUNCTION_RETRY_SECONDS), backoff_rate=2,
+                        max_attempts=FUNCTION_RETRIES)
+        go_on_here = sfn.Choice(self, "GoOnHere").when(
+            sfn.Condition.string_equals("$.decision.then", "retry"), backoff).otherwise(wait_for_job)
+        start.add_catch(go_on_here, errors=["States.ALL"], result_path="$.handoff_error")
+        # The execution's output says where the run went on (trainctl follows it; the run's record is the last one's).
+        continued = sfn.Pass(self, "ContinuedIn", parameters={
+            "run_id.$": "$.run.run_id", f"{CONTINUED_IN}.$": "$.continued.arn"})
+        return start.next(continued).next(sfn.Succeed(self, "Continued"))
 
     def _summarize_failed(self, notify: sfn.IChainable) -> sfn.IChainable:
         """Summarize's own fault: stop the current attempt's job here (Summarize would have), then notify."""

@@ -39,6 +39,13 @@ class ExecutionOfRun:
     stop: datetime | None
     outcome: str  # the summary's status (Succeeded/Failed), or "" before Summarize ran
     request: dict[str, Any] | None = None  # the execution's input: the request document as it was sent
+    # The execution it handed the run over to near the history limit (jobs.handler.continue_near_limit): its
+    # attempts, record and summary are that one's.
+    continued_in: str = ""
+
+    @property
+    def shown_status(self) -> str:
+        return "continued" if self.continued_in else self.status.lower()
 
 
 @dataclass
@@ -98,7 +105,7 @@ def _execution_runs(aws: Aws, machine: str, limit: int,
     """(execution, latest run state, summary, input) of the executions that got a run: for one run, those the
     registry records (every one, however old; a run from before the registry: the newest `limit` executions); for
     all runs, those of the registry's newest `limit` runs and the newest `limit` executions (runs from before it)."""
-    from cli.execution_history import final_summary, history_events, latest_run_state
+    from cli.execution_history import continued_in, final_summary, history_events, latest_run_state
 
     registered = registered_executions(aws, run_id=run_id, limit=limit)
     sfn = aws.client("stepfunctions")
@@ -111,7 +118,7 @@ def _execution_runs(aws: Aws, machine: str, limit: int,
         events = history_events(aws, item["executionArn"])
         state = latest_run_state(events)
         if state is not None:  # Prepare refused the request: no run
-            found.append((item, state, final_summary(events), _input(events)))
+            found.append((item, state, final_summary(events), _input(events), continued_in(events)))
     return found
 
 
@@ -129,19 +136,20 @@ def collect_runs(aws: Aws, machine: str, limit: int = DEFAULT_LIMIT, run_id: str
     """The runs (`run_id`'s only, when given) of the run registry and of the newest `limit` executions, newest run
     first."""
     runs: dict[str, RunView] = {}
-    for item, state, summary, document in sorted(_execution_runs(aws, machine, limit, run_id),
-                                                 key=lambda x: x[0]["startDate"]):
+    for item, state, summary, document, successor in sorted(_execution_runs(aws, machine, limit, run_id),
+                                                            key=lambda x: x[0]["startDate"]):
         run = RunState.from_dict(state)
         view = runs.setdefault(run.run_id, RunView(run.run_id, run.name, run.checkpoint_s3_uri,
                                                    run.started_epoch))
         attempts = [Attempt(**a) for a in summary["attempts"]] if summary else run.attempts
-        view.attempts.extend(attempts)
+        if not successor:  # a successor carries the attempts of the execution it took the run over from
+            view.attempts.extend(attempts)
         measured = ((summary or {}).get("record") or {}).get("measured")
         if isinstance(measured, dict):
             view.measured.append(measured)
         view.executions.append(ExecutionOfRun(item["name"], item["status"], item.get("startDate"),
                                               item.get("stopDate"), (summary or {}).get("status", ""),
-                                              document if isinstance(document, dict) else None))
+                                              document if isinstance(document, dict) else None, successor))
     for view in runs.values():
         settle_last_job(aws, view)
     return sorted(runs.values(), key=lambda v: v.executions[-1].start or 0, reverse=True)
@@ -265,7 +273,7 @@ def print_run(view: RunView, record: dict[str, Any], prices: str) -> None:
     head.add_column(style="bold")
     head.add_column(overflow="fold")
     rows = [("run", view.run_id), ("request", view.request_name), ("status", view.status),
-            ("executions", ", ".join(f"{e.name} ({e.status.lower()})" for e in view.executions)),
+            ("executions", ", ".join(f"{e.name} ({e.shown_status})" for e in view.executions)),
             ("checkpoints", view.checkpoint_s3_uri), ("step", str(record["step"] if record["step"] is not None
                                                                  else "-")),
             ("wall time", f"{duration(record['wall_seconds'])} (queued in SageMaker {duration(record['queued_seconds'])}"

@@ -131,6 +131,11 @@ def print_attempts(console: Console, aws: Aws, view: ExecutionView) -> None:
 def print_outcome(console: Console, view: ExecutionView) -> None:
     if view.status == "RUNNING":
         return
+    if view.continued_in:
+        console.print(f"[bold]continued[/] {escape(view.name)}: its history neared Step Functions' limit; the run and "
+                      f"its job went on in execution {escape(view.continued_in.rsplit(':', 1)[-1])} "
+                      f"(`trainctl status {escape(view.continued_in)}`)")
+        return
     message = view.output.get("message") if isinstance(view.output, dict) else None
     if message:
         console.print(escape(str(message)))

@@ -82,7 +82,8 @@ def snapshot(aws: Aws, view: ExecutionView, attempt: AttemptView | None = None) 
 
 def follow(aws: Aws, arn: str, *, console: Console, interval: float,
           sleep: Callable[[float], None] = time.sleep) -> ExecutionView:
-    """Poll the execution until it ends, showing each change; returns the final view."""
+    """Poll the execution until it ends, showing each change, and on through each execution the run went on in
+    (continue-as-new); returns the final view."""
     live = console.is_terminal
     last: Snapshot | None = None
     shown = 0  # the highest attempt number shown so far
@@ -101,8 +102,14 @@ def follow(aws: Aws, arn: str, *, console: Console, interval: float,
                 else:
                     _print_line(console, current)
                 last = current
-            if view.status != "RUNNING":
+            if view.status != "RUNNING" and not view.continued_in:
                 return view
+            if view.continued_in:  # handed over near the history limit: the run, its job and this watch go on there
+                console.print(escape(f"[{datetime.now(UTC).strftime('%H:%M:%S')}] the run goes on in execution "
+                                     f"{view.continued_in.rsplit(':', 1)[-1]} (this one's history neared Step "
+                                     "Functions' limit)"), highlight=False)
+                arn = view.continued_in
+                continue
             sleep(interval)
 
 

@@ -59,6 +59,9 @@ class Action(enum.StrEnum):
     FAIL = "fail"
     WATCH = "watch"  # the attempt's job still runs: wait, then look it up again
     SUCCEED = "succeed"  # a job waited on that way completed
+    # The execution's history nears its limit: the run goes on in a new execution (decision["then"]: what it does
+    # first, "watch" or "retry"), which takes the run over with its job (jobs.registry.Registry.hand_over).
+    CONTINUE = "continue"
 
 
 # Longest wait between two looks at a job that no `.sync` task waits on. Each look adds about 9 events to
@@ -68,6 +71,13 @@ WATCH_MAX_SECONDS = 1200
 # throttled create), which would look again at once, 9 events a look, until the history's limit ended the execution
 # with no summary. The waits start here and double (tests/launcher/test_history_bound.py counts the events).
 WATCH_MIN_SECONDS = 30
+# Events one Standard workflow execution may have (Step Functions' quotas); past it the execution fails with an error
+# no Catch takes.
+HISTORY_LIMIT = 25_000
+# A run whose execution has this many events when it decides to watch or retry goes on in a new execution. What may
+# follow the decision here: the hand-over (about 10 events), or, when the new execution cannot be started, the loop
+# going on here, 9 events a look (about 100 looks more, each tried again to hand over).
+CONTINUE_AT_EVENTS = HISTORY_LIMIT - 1_000
 # How many look-ups must miss a job whose create answered a server error before its attempt counts as never created:
 # SageMaker's reads may lag its writes, and such a job can show up after the first look.
 SETTLE_LOOKS = 3

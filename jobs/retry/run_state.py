@@ -163,6 +163,10 @@ class RunState:
         return self.attempt - self.resumed_after
 
 
+# The output field of an execution that handed its run over near the history limit (the launcher's ContinuedIn state):
+# the ARN of the execution the run went on in.
+CONTINUED_IN = "continued_in"
+
 # TrainingJobStatus values of a job that still runs (or is on its way to Stopped); jobs.retry.classify.ENDED those of
 # one that has ended.
 RUNNING = ("InProgress", "Stopping")

@@ -292,3 +292,25 @@ def test_runs_keep_what_a_run_measured_and_plan_is_corrected_by_it(launcher, tmp
               == ("ml.p4d.24xlarge", 2)}
     assert pick["fsdp"]["measured_runs"]["count"] == 1
     assert pick["fsdp"]["throughput"] == pytest.approx(before["fsdp"]["throughput"] / 1.5, rel=1e-3)
+
+
+def test_a_run_handed_over_near_the_history_limit_is_followed_and_counted_once(launcher, tmp_path, monkeypatch):
+    """The first execution's history is said to be at the limit when its spot attempt is interrupted: it hands the
+    run over, and the successor launches the second attempt. `submit --wait` follows the run into the successor and
+    ends with its outcome; `show` lists one run whose attempts are counted once, the first execution as continued."""
+    monkeypatch.setattr("jobs.handler.history_length",
+                        lambda arn: 25_000 if arn.endswith(":handed-over") else 10)
+    submitted = _submit(launcher, tmp_path, job_request(spot=True), [sm.spot_interrupted(), sm.completed()],
+                        "handed-over")
+    assert submitted.exit_code == 0, submitted.output
+    assert "the run goes on in execution " in submitted.stdout and "succeeded" in submitted.stdout
+    listed = json.loads(run("runs", "--json", "--prices", "none", "--region", REGION).stdout)
+    (view,) = [r for r in listed if r["executions"][0]["name"] == "handed-over"]
+    assert view["status"] == "completed"
+    assert [(e["name"] == "handed-over", e["continued_in"] != "") for e in view["executions"]] == [
+        (True, True), (False, False)]
+    assert [(a["attempt"], a["status"]) for a in view["attempts"]] == [(1, "Stopped"), (2, "Completed")]
+    shown = run("show", view["run_id"], "--prices", "none", "--region", REGION, env={"COLUMNS": "250"})
+    assert shown.exit_code == 0 and "handed-over (continued)" in shown.stdout, shown.output
+    status = run("status", "handed-over", "--region", REGION, env={"COLUMNS": "250"})
+    assert "continued handed-over" in status.stdout and "went on in execution" in status.stdout, status.output

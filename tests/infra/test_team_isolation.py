@@ -116,6 +116,12 @@ def add_cells(m: Matrix, t: Templates, own: Team, other: Team, who: str) -> None
               resource=target.job(), context={f"aws:RequestTag/{target.prefix}:run-id": "run-abc"}, expect=expect)
         m.add(f"{who} launcher describes job {side}", **machine, action="sagemaker:DescribeTrainingJob",
               resource=target.job(), context=target.tag(), expect=expect)
+        # A run nearing the history limit goes on in a new execution of its own launcher, never another team's.
+        m.add(f"{who} launcher continues a run in a new execution {side}", **machine, action="states:StartExecution",
+              resource=target.state_machine, expect=expect)
+        decide_arn, decide_policies = own.functions["Decide"]
+        m.add(f"{who} Decide counts an execution's history {side}", principal=decide_arn, policies=decide_policies,
+              action="states:GetExecutionHistory", resource=execution, expect=expect)
         for name, (arn, policies) in own.functions.items():
             for action in ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"):
                 m.add(f"{who} {name} {action} run registry {side}", principal=arn, policies=policies, action=action,

@@ -73,6 +73,7 @@ class LauncherDefinition:
     table: dict[str, Any]
     # The EventBridge rules on the state machine's executions: (pattern with its Refs resolved, target handlers).
     execution_rules: list[tuple[dict[str, Any], list[str]]]
+    state_machine_arn: str = ""
 
 
 def fake_names(template: dict) -> tuple[dict[str, str], dict[tuple[str, str], str]]:
@@ -141,6 +142,8 @@ def launcher_definition(template: dict) -> LauncherDefinition:
         topic_arn=refs[topic_id],
         table={k: v for k, v in table.items() if k in TABLE_PROPERTIES},
         execution_rules=rules,
+        state_machine_arn=refs[next(lid for lid, r in resources.items()
+                                    if r["Type"] == "AWS::StepFunctions::StateMachine")],
     )
 
 

@@ -4,7 +4,7 @@ What is real: the definition (from the synthesized template, intrinsics resolved
 (Retry/Catch, Choice, Wait, intrinsics, history, StopExecution), the `jobs.handler` functions (in-process), moto's
 SageMaker, SNS and DynamoDB (the run registry's table, created as the template declares it), and the execution-status
 rule's pattern (moto's EventBridge matcher). What is stood in: the SageMaker `.sync` integration (sagemaker_sync.py),
-the Lambda runtime (lambda_inprocess.py), and EventBridge's delivery: when an execution has ended, `wait` hands the
+the StartExecution task's parameter names (moto passes them to boto3 uncased), the Lambda runtime (lambda_inprocess.py), and EventBridge's delivery: when an execution has ended, `wait` hands the
 status change (the documented event) to the rule's target handler, once, as EventBridge would shortly after.
 The seams reach into moto internals; test_moto_internals.py pins them.
 
@@ -36,6 +36,9 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task import (
     state_task_factory,
 )
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import state_task_service_callback
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_sfn import (
+    StateTaskServiceSfn,
+)
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
 
 from tests.launcher.definition import ACCOUNT, REGION, LauncherDefinition
@@ -53,6 +56,23 @@ MOTO_CONFIG = {"stepfunctions": {"execute_state_machine": True}}
 STATE_MACHINE_ROLE = f"arn:aws:iam::{ACCOUNT}:role/mltrain-job-launcher"
 # The `.sync` poll interval: moto waits 0.5 s between polls; the scripted jobs need no real time.
 POLL_SECONDS = 0.005
+
+
+_ORIGINAL_SFN_PARAMETERS = StateTaskServiceSfn._normalise_parameters
+
+
+def _sfn_parameters(self, parameters: dict, boto_service_name: str | None = None,
+                    service_action_name: str | None = None) -> None:
+    """moto's own normalisation (Input as a JSON string), then the API's member names (first letter lower-cased)."""
+    _ORIGINAL_SFN_PARAMETERS(self, parameters, boto_service_name, service_action_name)
+    for key in list(parameters):
+        parameters[key[0].lower() + key[1:]] = parameters.pop(key)
+
+
+def _sfn_response(self, response, boto_service_name: str | None = None, service_action_name: str | None = None) -> None:
+    if isinstance(response, dict):
+        for key in list(response):
+            response[key[0].upper() + key[1:]] = response.pop(key)
 
 
 @dataclass
@@ -131,6 +151,11 @@ class LauncherHarness:
             sagemaker_hooks(),
             # A Retry's interval is recorded, not slept: the waits are asserted, and the suite does not spend them.
             mock.patch.object(retrier_decl, "time", SimpleNamespace(sleep=self.retry_waits.append)),
+            # Step Functions takes the StartExecution task's parameters as StateMachineArn, Name, Input and answers
+            # ExecutionArn, StartDate; moto 5.2.5 hands boto3 the names as they are (it knows stateMachineArn, ...) and
+            # passes its answer on as boto3 spells it (executionArn, ...).
+            mock.patch.object(StateTaskServiceSfn, "_normalise_parameters", _sfn_parameters),
+            mock.patch.object(StateTaskServiceSfn, "_normalise_response", _sfn_response),
             mock.patch.object(WaitFunction, "_wait_interval",
                               lambda function, env, wait_seconds: self._wait_interval(function, env, wait_seconds)),
         ]

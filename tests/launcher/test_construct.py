@@ -305,9 +305,10 @@ def test_every_acknowledgement_names_a_resource_and_a_reason(cdk_out: Path):
             kind, value = finding.groups()
             if kind == "Resource" and "/EngineersPolicy" in path:
                 assert value in engineers, rule
-            elif kind == "Resource" and path.endswith(("/PrepareRole", "/ReapRole")) and "execution:" in value:
-                # Prepare (DescribeExecution: may the run be taken over?) and the reaper (GetExecutionHistory: which
-                # run did it drive?) read the launcher's own executions.
+            elif kind == "Resource" and path.endswith(("/PrepareRole", "/DecideRole", "/ReapRole")) and \
+                    "execution:" in value:
+                # Prepare (DescribeExecution: may the run be taken over?), Decide (GetExecutionHistory: does its
+                # history near the limit?) and the reaper (which run did it drive?) read the launcher's own executions.
                 assert value == launcher_executions, rule
             elif kind == "Resource":
                 assert value in ("*", job_prefix) or re.fullmatch(

@@ -90,8 +90,24 @@ def test_states_and_transitions(resolved):
         {"Variable": "$.decision.action", "StringEquals": "retry", "Next": "Backoff"},
         # The attempt's job still runs after a launch error: wait and look again, never launch another.
         {"Variable": "$.decision.action", "StringEquals": "watch", "Next": "WaitForJob"},
+        # The history nears its limit: the run goes on in a new execution of this state machine, by name.
+        {"Variable": "$.decision.action", "StringEquals": "continue", "Next": "StartSuccessor"},
     ]
     assert states["RetryOrFail"]["Default"] == "Summarize"
+    assert states["Prepare"]["Next"] == "TakenOver"
+    assert states["TakenOver"]["Choices"] == [{"Variable": "$.decision", "IsPresent": True, "Next": "RetryOrFail"}]
+    assert states["TakenOver"]["Default"] == "Launch"
+    start = states["StartSuccessor"]
+    assert start["Resource"] == "arn:aws:states:::states:startExecution"  # request-response: it does not wait
+    assert start["Parameters"] == {
+        "StateMachineArn": resolved.state_machine_arn, "Name.$": "$.handoff.name",
+        "Input.$": "States.JsonMerge($$.Execution.Input, $.handoff.changes, false)"}
+    assert start["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.handoff_error", "Next": "GoOnHere"}]
+    assert states["GoOnHere"]["Choices"] == [
+        {"Variable": "$.decision.then", "StringEquals": "retry", "Next": "Backoff"}]
+    assert states["GoOnHere"]["Default"] == "WaitForJob"
+    assert start["Next"] == "ContinuedIn" and states["ContinuedIn"]["Next"] == "Continued"
+    assert states["Continued"] == {"Type": "Succeed"}
     assert states["WaitForJob"] == {"Type": "Wait", "SecondsPath": "$.decision.wait_seconds", "Next": "Decide"}
     # Summarize stops the jobs a run leaves running; when it fails itself, the state machine stops the job.
     assert states["Summarize"]["Catch"] == [
