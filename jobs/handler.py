@@ -1,4 +1,4 @@
-"""The Lambda handlers the launcher's state machine calls: prepare, decide, summarize.
+"""The Lambda handlers the launcher's state machine calls: prepare, decide, relaunch, summarize; and the reaper.
 
 Each takes the state object and returns the next one; the platform's settings arrive as JSON in the
 environment variable PLATFORM_SETTINGS. Standard library plus boto3 (the Python runtime's own, imported
@@ -6,9 +6,11 @@ only where the handlers call SageMaker), so the function's code is just the `job
 
     prepare   {"state_shape", "request", "execution": {"name", "start_time"}} -> {"run", "launch": {"create"}}
               (a request with `resume_run` lists and describes the run's earlier jobs first: jobs.retry.resume)
-    decide    {"request", "run", "failure": {"Error", "Cause"?}} -> {"run", "decision", "launch"?}
-              (retry: "launch": {"create"}; watch: "launch": the failure again, to look again;
-               succeed: "launch": {"job"})
+    decide    {"request", "run", "failure": {"Error", "Cause"?}} -> {"run", "decision", "launch"?, "handoff"?}
+              (watch: "launch": the failure again, to look again; succeed: "launch": {"job"}; retry: the decision
+               alone, its `next` saying what the next attempt runs on; continue: "handoff")
+    relaunch  {"request", "run", "decision"} -> {"run", "launch": {"create"}} (after the wait; or a superseded
+              "decision")
     summarize {"run", "launch"?: {"job"}, "decision"?}          -> {"succeeded", "subject", "message", "summary"}
 
 The request is the execution's input: Prepare and Decide get it from the state machine, it is not in the
@@ -300,7 +302,13 @@ def _legacy_decide(event: dict[str, Any]) -> dict[str, Any]:
     current = run.current
     for name, value in runs.launched_as(create).items():
         setattr(current, name, value)
-    out = _decide(parse_request(request_document), run, event.get("failure") or {})
+    request = parse_request(request_document)
+    out = _decide(request, run, event.get("failure") or {})
+    if out["decision"]["action"] == Action.RETRY:  # its definition launches right after the wait: rendered here
+        decided = RunState.from_dict(out["run"])
+        out["launch"] = {"create": next_attempt(request, decided, out["decision"], platform_settings(),
+                                                clock() + out["decision"]["wait_seconds"])}
+        out["run"] = decided.to_dict()
     launch = out.get("launch") or {}
     legacy = {"run": {**out["run"], "request": request_document}, "create": launch.get("create", create),
               "decision": out["decision"]}
@@ -353,26 +361,43 @@ def _decide(request, run: RunState, failure_event: dict[str, Any]) -> dict[str, 
     runs.finish_attempt(run, now=now, job=job, failure=failure)
     decision = decide_next(request, run, failure, now)
     log.info("run %s attempt %s: %s -> %s", run.run_id, run.attempt, failure.category, decision.reason)
-    if decision.action is not Action.RETRY:
-        return {"run": run.to_dict(), "decision": decision.to_event()}
-    attempt = run.attempt + 1
+    if decision.action is Action.RETRY:
+        run.waited_seconds += decision.wait_seconds
+    return {"run": run.to_dict(), "decision": decision.to_event()}
+
+
+def relaunch(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
+    """NextAttempt, after the wait between two attempts: the next attempt's CreateTrainingJob, its job name minted and
+    its epoch issued now, so that the name is public only as its job is created (Decide chose the instance type,
+    Spot and the check before the wait). An execution that lost the run ends `superseded`, launching nothing."""
+    run = RunState.from_dict(event["run"])
+    decision = event["decision"]
     try:
-        nonce, epoch = launch_epoch(run_registry(platform) if run.execution.arn else None, run, platform,
-                                    attempt, now)
+        create = next_attempt(parse_request(event["request"]), run, decision, platform_settings(), clock())
     except LeaseLost as lost:
-        decision = Decision(Action.FAIL, 0, Category.SUPERSEDED, f"{lost}: this execution launches nothing more "
-                            f"({decision.reason} was next)")
-        return {"run": run.to_dict(), "decision": decision.to_event()}
+        fail = Decision(Action.FAIL, 0, Category.SUPERSEDED, f"{lost}: this execution launches nothing more "
+                        f"({decision.get('reason', 'a retry')} was next)")
+        return {"run": run.to_dict(), "decision": fail.to_event()}
+    log.info("run %s: attempt %s is %s on %s", run.run_id, run.attempt, create["TrainingJobName"], run.instance_type)
+    return {"run": run.to_dict(), "launch": {"create": create}}
+
+
+def next_attempt(request, run: RunState, decision: dict[str, Any], platform: PlatformSettings,
+                 now: float) -> dict[str, Any]:
+    """The next attempt's CreateTrainingJob as `decision` (a retry's event: its `next`) chose it, recorded in the run
+    state as started `now`; its epoch issued by the registry as it records the job's name. LeaseLost when another
+    execution holds the run."""
+    attempt = run.attempt + 1
+    nonce, epoch = launch_epoch(run_registry(platform) if run.execution.arn else None, run, platform, attempt, now)
+    chosen = decision.get("next") or {}
+    infra_check = chosen.get("infra_check")
     create = render_create_training_job(request, platform, run_id=run.run_id, attempt=attempt,
-                                        instance_type=decision.instance_type, spot=decision.spot,
-                                        infra_check=decision.infra_check if decision.infra_check is not None
-                                        else current.infra_check,
-                                        starts_at=now + decision.wait_seconds,
-                                        measured_stall_s=measured_save_seconds(run.attempts),
+                                        instance_type=chosen.get("instance_type"), spot=chosen.get("spot"),
+                                        infra_check=run.current.infra_check if infra_check is None else infra_check,
+                                        starts_at=now, measured_stall_s=measured_save_seconds(run.attempts),
                                         plans_ended=run.plans_ended, name_nonce=nonce, epoch=epoch)
-    run.waited_seconds += decision.wait_seconds
-    runs.start_attempt(run, create, attempt=attempt, now=now + decision.wait_seconds)
-    return {"run": run.to_dict(), "launch": {"create": create}, "decision": decision.to_event()}
+    runs.start_attempt(run, create, attempt=attempt, now=now)
+    return create
 
 
 def name_taken(run: RunState, squatter: dict[str, Any]) -> Failure:

@@ -6,9 +6,10 @@
       |                                                        |                                    DropDescription
       |                                                        v                                          |
       |                                                      Decide (Lambda jobs.handler.decide) <-------+--+
-      |                                                        |   (its own fault: DecideFailed)          |
+      |                                                        |   (its fault, NextAttempt's: *Failed)    |
       |                        watch: WaitForJob (Wait) ------------------------------------------------+
-      |                        retry: Backoff (Wait) -> NextAttempt (Pass) -> Launch
+      |                        retry: Backoff (Wait) -> NextAttempt (Lambda jobs.handler.relaunch: the next
+      |                               attempt's name minted now) -> Launching? -> Launch (superseded: Summarize)
       |                        continue: StartSuccessor (states:startExecution, this machine) -> ContinuedIn -> Continued
       |                                  (its fault: GoOnHere -> Backoff or WaitForJob)
       |                        fail, succeed, DecideFailed: |
@@ -29,8 +30,7 @@ A launch error does not prove that no job runs (a 5xx after the job was created,
 attempt's own name in use): Decide looks the job up and, while it runs, the execution waits on it in the
 WaitForJob -> Decide loop instead of starting a second job on the same checkpoints. Whatever ends the run,
 Summarize (or, when Summarize itself fails, StopCurrentJob) stops the job the run left running.
-NextAttempt, the Wait states and the Choices are not Tasks and can carry no Catch: they only move paths
-that Decide always writes.
+The Wait states and the Choices are not Tasks and can carry no Catch: they only move paths that Decide always writes.
 
 The state does not grow with the request (jobs.request.state_size): it is {"run": the run state, "launch": ...,
 "decision"?, "result"?}, where `launch` is what the Launch state takes or gave: {"create": the attempt's
@@ -155,11 +155,19 @@ class LauncherDefinition(Construct):
             "failure": sfn.JsonPath.object_at("$.launch"),
         })
         backoff = sfn.Wait(self, "Backoff", time=sfn.WaitTime.seconds_path("$.decision.wait_seconds"))
-        # Drop the last decision so that Summarize sees either `launch.job` (success) or `decision` (failure).
-        next_attempt = sfn.Pass(self, "NextAttempt", parameters={"run.$": "$.run", "launch.$": "$.launch"})
+        # The next attempt's name is minted after the wait, as its job is created (never public before the wait);
+        # its answer drops the decision, so that Summarize sees either `launch.job` (success) or `decision` (failure:
+        # an execution that lost its run launches nothing).
+        next_attempt = self._invoke("NextAttempt", "relaunch", {
+            "request": sfn.JsonPath.object_at(EXECUTION_INPUT),
+            "run": sfn.JsonPath.object_at("$.run"),
+            "decision": sfn.JsonPath.object_at("$.decision"),
+        })
+        launching = sfn.Choice(self, "Launching").when(
+            sfn.Condition.is_present("$.launch.create"), self.launch).otherwise(summarize)
         # The attempt's job still runs (or could not be looked up): look again after the wait, never relaunch.
         wait_for_job = sfn.Wait(self, "WaitForJob", time=sfn.WaitTime.seconds_path("$.decision.wait_seconds"))
-        backoff.next(next_attempt).next(self.launch)
+        backoff.next(next_attempt).next(launching)
         wait_for_job.next(decide)
         retry_or_fail = (
             sfn.Choice(self, "RetryOrFail")
@@ -170,19 +178,24 @@ class LauncherDefinition(Construct):
             .otherwise(summarize)
         )
         decide.next(retry_or_fail)
-        # A fault in the decide function itself must still end in a summary and a notification.
-        decide_failed = sfn.Pass(self, "DecideFailed", parameters={
+        # A fault in the decide or relaunch function itself must still end in a summary and a notification.
+        self._when_it_fails(decide, "DecideFailed", "decide", summarize)
+        self._when_it_fails(next_attempt, "NextAttemptFailed", "relaunch", summarize)
+        return decide, retry_or_fail
+
+    def _when_it_fails(self, task: tasks.LambdaInvoke, id: str, name: str, summarize: sfn.IChainable) -> None:
+        """Past its retries, a function's fault ends the run as `launcher_error` through Summarize."""
+        error = f"$.{name}_error"
+        failed = sfn.Pass(self, id, parameters={
             "run.$": "$.run",
             "decision": {
                 "action": "fail",
                 "wait_seconds": 0,
                 "category": "launcher_error",
-                "reason.$": "States.Format('the decide function failed ({}): {}', $.decide_error.Error, "
-                "$.decide_error.Cause)",
+                "reason.$": f"States.Format('the {name} function failed ({{}}): {{}}', {error}.Error, {error}.Cause)",
             },
         })
-        decide.add_catch(decide_failed.next(summarize), errors=["States.ALL"], result_path="$.decide_error")
-        return decide, retry_or_fail
+        task.add_catch(failed.next(summarize), errors=["States.ALL"], result_path=error)
 
     def _continue_in_new_execution(self, backoff: sfn.IChainable, wait_for_job: sfn.IChainable) -> sfn.IChainable:
         """Decide handed the run over (its history nears the limit: jobs.handler.continue_near_limit): start the

@@ -1,4 +1,4 @@
-"""The job launcher's Lambda functions (jobs.handler.prepare, decide, summarize, reap) and their roles."""
+"""The job launcher's Lambda functions (jobs.handler.prepare, decide, relaunch, summarize, reap) and their roles."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # everything, re-include the two packages, then drop byte code and dot files.
 LAMBDA_CODE_EXCLUDE = ["*", "!jobs", "!jobs/**", "!contract", "!contract/**", "**/__pycache__", "**/*.pyc", "**/.*"]
 
-# The state machine's three, and the reaper that the execution-status rule invokes when an execution ends.
-STATE_MACHINE_HANDLERS = ("prepare", "decide", "summarize")
+# The state machine's four, and the reaper that the execution-status rule invokes when an execution ends.
+STATE_MACHINE_HANDLERS = ("prepare", "decide", "relaunch", "summarize")
 REAPER = "reap"
 HANDLERS = (*STATE_MACHINE_HANDLERS, REAPER)
 # How long a reaper's event that kept failing stays in its dead-letter queue (SQS's longest).
@@ -51,7 +51,7 @@ class LauncherFunctions(Construct):
     group, X-Ray tracing, and the platform settings (JSON) in PLATFORM_SETTINGS.
 
     `decide` may describe the training jobs matching `training_job_arn_pattern` (whether a failed launch left
-    a job running), nothing else; `summarize` may describe and stop them (a run that ends stops the job it
+    a job running), nothing else; `relaunch` (the next attempt's request, after the wait) calls no SageMaker API; `summarize` may describe and stop them (a run that ends stops the job it
     left running) and read public prices (the run's cost), nothing else; `prepare` may list training jobs and
     describe the platform's (a request that resumes a run or starts from one: its jobs), nothing else.
     """

@@ -8,8 +8,10 @@ from __future__ import annotations
 from contract.schema import reference_rows
 from jobs.request.schema import JobRequest
 from jobs.retry.policy import (
+    CONTINUE_AT_EVENTS,
     FUNCTION_RETRIES,
     FUNCTION_RETRY_SECONDS,
+    HISTORY_LIMIT,
     SETTLE_LOOKS,
     STOP_RETRIES,
     STOP_RETRY_MAX_SECONDS,
@@ -30,6 +32,7 @@ RETRY_POLICY = f"""\
 | A Launch error while the attempt's job exists and runs (a 5xx after the job was created, a throttled poll, the attempt's own name `ResourceInUse`) | no second job: wait on that job (looks every `retry.api_error_wait_seconds`, at least {WATCH_MIN_SECONDS} s, doubling up to 20 minutes) and decide when it ends; a job that cannot be looked up (throttled, denied) is waited on as long as it can run (its max runtime, or max wait on Spot, plus an hour), never stopped for it; a create that answered a 5xx whose job is not found is looked up {SETTLE_LOOKS} times before the attempt counts as never created (SageMaker's reads lag its writes) |
 | The platform's own permissions refuse the launch (`AccessDenied`, "not authorized to perform", `iam:PassRole`) | no retry: the run fails with `platform_config`, saying the platform team must give the launcher what it lacks; then `trainctl resume <run id>` continues it |
 | Another execution holds the run (a second resume), or a newer attempt claimed its checkpoints (`[training:superseded]`) | a second resume is refused in Prepare naming the execution that holds the run; an execution that lost its run ends with `superseded` and launches nothing more |
+| The execution's history nears Step Functions' {HISTORY_LIMIT:,} events ({CONTINUE_AT_EVENTS:,} when Decide next watches or retries) | the run goes on in a new execution of the same run (continue-as-new), with its job still running or its next attempt due: the registry names the successor and the input it starts with, and only that execution takes the run over; this one ends `SUCCEEDED` with `continued_in` naming it (`trainctl submit --wait` and `status` follow it). A successor that cannot be started leaves the run going on here, handed over at the next decision |
 | A fault of a launcher function (an error it raises, a timeout) | retried {FUNCTION_RETRIES} times, {_FUNCTION_WAITS_TEXT} s apart (a refused request excepted); one that persists ends the run with `launcher_error`, a summary and a notification |
 | Hardware or infrastructure fault (an instance replaced as unhealthy, uncorrectable ECC, NCCL/EFA transport errors) | new attempt with `infra_check` on, on the next fallback type when there is one; at most `retry.hardware_max_retries` times |
 | Quota (`ResourceLimitExceeded` at CreateTrainingJob) or throttling (`ThrottlingException`, "Rate exceeded") | wait `retry.api_error_wait_seconds`, doubling up to `retry.api_error_wait_max_seconds`, retry; give up after `retry.api_error_max_retries` in a row |

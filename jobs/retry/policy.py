@@ -111,9 +111,13 @@ class Decision:
     infra_check: bool | None = None  # of the next attempt (None: as the last one)
 
     def to_event(self) -> dict:
-        """What the state machine reads: its Choice state matches `action` ("retry" or "fail")."""
-        return {"action": self.action.value, "wait_seconds": self.wait_seconds,
-                "category": self.category.value if self.category else "", "reason": self.reason}
+        """What the state machine reads: its Choice state matches `action` ("retry" or "fail"); a retry carries what
+        the next attempt runs on (`next`), which NextAttempt renders after the wait (jobs.handler.relaunch)."""
+        event = {"action": self.action.value, "wait_seconds": self.wait_seconds,
+                 "category": self.category.value if self.category else "", "reason": self.reason}
+        if self.action is Action.RETRY:
+            event["next"] = {"instance_type": self.instance_type, "spot": self.spot, "infra_check": self.infra_check}
+        return event
 
 
 def backoff(base: int, cap: int, n: int) -> int:

@@ -59,7 +59,7 @@ class Team:
         # The launcher's functions (Prepare, Decide, Summarize, the reaper): each writes the team's run registry.
         self.functions = {
             name: (t.role_arn(LAUNCHER, role), t.role_policies(LAUNCHER, role))
-            for name in ("Prepare", "Decide", "Summarize", "Reap")
+            for name in ("Prepare", "Decide", "Relaunch", "Summarize", "Reap")
             for role in [t.find(LAUNCHER, "AWS::IAM::Role", f"{construct}JobLauncher{name}Role")]}
         self.registry = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{table_name(prefix)}"
 

@@ -74,6 +74,16 @@ def failed(state, request: dict = REQUEST, **description) -> dict:
     return after_failure(state, {"Error": "States.TaskFailed", "Cause": json.dumps(job)}, request)
 
 
+def decided(event: dict) -> dict:
+    """Decide, and after a retry decision NextAttempt (relaunch: the next attempt's request, rendered after the
+    wait), as the state machine runs them; the decision is kept beside the new attempt for the test to read."""
+    out = roundtrip(handler.decide(event))
+    if out["decision"]["action"] != "retry":
+        return out
+    launched = roundtrip(handler.relaunch({"request": event["request"], "run": out["run"], "decision": out["decision"]}))
+    return {**launched, "decision": out["decision"]}
+
+
 def completed(state, job: dict) -> dict:
     """Summarize's input after the Launch state succeeded: the job's description in the create request's place."""
     return roundtrip({**state, "launch": {"job": job}})
@@ -88,16 +98,16 @@ def test_a_run_through_capacity_interruptions_on_demand_and_success(platform_env
     assert state["run"]["started_at"] == "2026-11-21T08:00:00Z"
 
     clock(600)
-    state = roundtrip(handler.decide(failed(state, TrainingJobStatus="Failed", SecondaryStatus="Failed",
-                                            FailureReason=CAPACITY), None))
+    state = decided(failed(state, TrainingJobStatus="Failed", SecondaryStatus="Failed", FailureReason=CAPACITY))
     assert state["decision"] == {"action": "retry", "wait_seconds": 1, "category": "capacity",
-                                 "reason": state["decision"]["reason"]}
+                                 "reason": state["decision"]["reason"],
+                                 "next": {"instance_type": "ml.p4de.24xlarge", "spot": True, "infra_check": None}}
     assert state["launch"]["create"]["ResourceConfig"]["InstanceType"] == "ml.p4de.24xlarge"
 
     for expected_spot in (True, False):
         clock(3600)
-        state = roundtrip(handler.decide(failed(state, TrainingJobStatus="Stopped", SecondaryStatus="Interrupted",
-                                                TrainingTimeInSeconds=1800, BillableTimeInSeconds=600), None))
+        state = decided(failed(state, TrainingJobStatus="Stopped", SecondaryStatus="Interrupted",
+                               TrainingTimeInSeconds=1800, BillableTimeInSeconds=600))
         assert state["decision"]["category"] == "spot_interruption"
         assert state["launch"]["create"]["EnableManagedSpotTraining"] is expected_spot
 
@@ -144,11 +154,11 @@ def test_user_error_fails_after_one_attempt(platform_env, clock):
 
 def test_quota_at_create_then_success(platform_env, clock):
     state = handler.prepare({"state_shape": handler.STATE_SHAPE, "request": REQUEST, "execution": EXECUTION})
-    state = roundtrip(handler.decide(after_failure(state, {
+    state = decided(after_failure(state, {
         "Error": "SageMaker.ResourceLimitExceededException",
         # A limit that frees up when other jobs end: worth waiting for (a limit of 0 is not; see below).
         "Cause": "The account-level service limit 'ml.p4d.24xlarge for spot training job usage' is 2 Instances, "
-                 "with current utilization of 2 Instances and a request delta of 1 Instances."})))
+                 "with current utilization of 2 Instances and a request delta of 1 Instances."}))
     assert state["decision"]["action"] == "retry" and state["decision"]["category"] == "quota"
     assert state["run"]["attempts"][0]["status"] == "NotCreated"
     assert state["launch"]["create"]["ResourceConfig"]["InstanceType"] == "ml.p4d.24xlarge", "quota keeps the type"
@@ -188,8 +198,7 @@ def test_decide_describes_the_job_when_the_cause_is_a_plain_message(platform_env
     fake.training_job_status, fake.secondary_status = "Stopped", "Interrupted"
     assert sm.describe_training_job(TrainingJobName=fake.training_job_name)["SecondaryStatus"] == "Interrupted"
 
-    state = roundtrip(handler.decide(after_failure(state, {"Error": "States.TaskFailed",
-                                                           "Cause": "Training job did not complete"})))
+    state = decided(after_failure(state, {"Error": "States.TaskFailed", "Cause": "Training job did not complete"}))
     assert state["decision"]["category"] == "spot_interruption" and state["decision"]["action"] == "retry"
     assert state["run"]["attempts"][0]["status"] == "Stopped"
 
@@ -264,6 +273,8 @@ def test_decisions_from_the_shapes_the_sync_task_produces(platform_env, clock, f
     state = handler.prepare({"state_shape": handler.STATE_SHAPE, "request": REQUEST, "execution": EXECUTION})
     out = roundtrip(handler.decide(after_failure(state, failure)))
     assert (out["decision"]["action"], out["decision"]["category"]) == (action, category)
+    assert len(out["run"]["attempts"]) == 1  # the next attempt is rendered after the wait (NextAttempt), not here
+    out = decided(after_failure(state, failure))
     assert len(out["run"]["attempts"]) == (2 if action == "retry" else 1)
     summary = handler.summarize(out)
     assert summary["succeeded"] is False  # no job has completed yet
@@ -275,9 +286,9 @@ def test_attempts_exhausted_end_the_run_with_the_reason(platform_env, clock):
     request = {**REQUEST, "retry": {**REQUEST["retry"], "max_attempts": 2}}
     state = handler.prepare({"state_shape": handler.STATE_SHAPE, "request": request, "execution": EXECUTION})
     capacity = {"TrainingJobStatus": "Failed", "SecondaryStatus": "Failed", "FailureReason": CAPACITY}
-    state = roundtrip(handler.decide(failed(state, request, **capacity)))
+    state = decided(failed(state, request, **capacity))
     assert state["decision"]["action"] == "retry"
-    state = roundtrip(handler.decide(failed(state, request, **capacity)))
+    state = decided(failed(state, request, **capacity))
     assert state["decision"]["action"] == "fail"
     out = handler.summarize(state)
     assert out["summary"]["reason"].startswith("attempts exhausted (2 of 2)")
@@ -296,10 +307,10 @@ def test_the_run_ends_without_stopping_a_job_that_took_its_name(platform_env, cl
     assert handler.stop_jobs_left_running(run) == ([], [], [])
     assert stops == [] and run.current.status == "NotCreated"
     # Decide does not wait on it either: the run retries under a fresh name.
-    decided = roundtrip(handler.decide(after_failure(state, {
-        "Error": "SageMaker.ResourceInUseException", "Cause": "Training job names must be unique (ResourceInUse)"})))
-    assert decided["decision"]["action"] == "retry" and decided["decision"]["category"] == "internal"
-    assert decided["launch"]["create"]["TrainingJobName"] != state["launch"]["create"]["TrainingJobName"]
-    assert decided["launch"]["create"]["Environment"][ENV_RUN_ID] == state["run"]["run_id"]
-    assert decided["run"]["attempts"][0]["status"] == "NotCreated"
+    retried = decided(after_failure(state, {
+        "Error": "SageMaker.ResourceInUseException", "Cause": "Training job names must be unique (ResourceInUse)"}))
+    assert retried["decision"]["action"] == "retry" and retried["decision"]["category"] == "internal"
+    assert retried["launch"]["create"]["TrainingJobName"] != state["launch"]["create"]["TrainingJobName"]
+    assert retried["launch"]["create"]["Environment"][ENV_RUN_ID] == state["run"]["run_id"]
+    assert retried["run"]["attempts"][0]["status"] == "NotCreated"
     assert stops == []

@@ -6,8 +6,8 @@ FAILURE_TAIL = ["Summarize", "Notify", "Outcome", "Failed"]
 # is as large as the request). An API error's Cause is a message, and a 5xx's too: it goes on to Decide.
 ENDED_JOB = ["FailureCause", "DescribedFailure", "DropDescription"]
 API_ERROR = ["FailureCause", "DescribedFailure"]
-RETRY = [*ENDED_JOB, "Decide", "RetryOrFail", "Backoff", "NextAttempt", "Launch"]
-RETRY_API = [*API_ERROR, "Decide", "RetryOrFail", "Backoff", "NextAttempt", "Launch"]
+RETRY = [*ENDED_JOB, "Decide", "RetryOrFail", "Backoff", "NextAttempt", "Launching", "Launch"]
+RETRY_API = [*API_ERROR, "Decide", "RetryOrFail", "Backoff", "NextAttempt", "Launching", "Launch"]
 GIVE_UP = [*ENDED_JOB, "Decide", "RetryOrFail"]
 # The attempt's job still runs (or cannot be looked up): wait and look again.
 WATCH = ["Decide", "RetryOrFail", "WaitForJob"]

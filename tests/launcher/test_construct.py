@@ -134,6 +134,7 @@ def test_lambdas_run_only_the_jobs_package(launcher_template, cdk_out: Path):
     assert {f["Properties"]["Handler"] for f in functions.values()} == {
         "jobs.handler.prepare",
         "jobs.handler.decide",
+        "jobs.handler.relaunch",
         "jobs.handler.summarize",
         "jobs.handler.reap",
     }
@@ -174,6 +175,9 @@ def test_settings_fit_in_the_lambda_environment(launcher_template):
     assert 500 < len(document) < 3500, len(document)
 
 
+LISTS = ("jobs.handler.prepare", "jobs.handler.summarize", "jobs.handler.reap")
+
+
 def test_decide_may_describe_only_the_platforms_jobs(launcher_template):
     # prepare describes a resumed run's earlier jobs; decide looks up a job a failed launch may have left running;
     # summarize stops it when the run ends, and the reaper when an execution ends any other way. Listing (prepare,
@@ -181,6 +185,7 @@ def test_decide_may_describe_only_the_platforms_jobs(launcher_template):
     granted = {
         "jobs.handler.prepare": ["sagemaker:DescribeTrainingJob"],
         "jobs.handler.decide": ["sagemaker:DescribeTrainingJob"],
+        "jobs.handler.relaunch": [],  # renders the next attempt's request: no SageMaker call
         "jobs.handler.summarize": ["sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob"],
         "jobs.handler.reap": ["sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob"],
     }
@@ -190,7 +195,7 @@ def test_decide_may_describe_only_the_platforms_jobs(launcher_template):
         statements = policy_statements(launcher_template, role_id)
         handler = function["Properties"]["Handler"]
         listing = [a for s in statements if s["Resource"] == "*" for a in actions(s) if a.startswith("sagemaker:")]
-        assert listing == (["sagemaker:ListTrainingJobs"] if handler != "jobs.handler.decide" else [])
+        assert listing == (["sagemaker:ListTrainingJobs"] if handler in LISTS else [])
         pricing = [a for s in statements if s["Resource"] == "*" for a in actions(s) if a.startswith("pricing:")]
         assert pricing == (["pricing:GetProducts"] if handler == "jobs.handler.summarize" else [])
         sagemaker = [s for s in statements

@@ -39,7 +39,7 @@ def test_email_subscription_and_reserved_concurrency():
     template.has_resource_properties(
         "AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "ml-team@example.com"}
     )
-    template.resource_properties_count_is("AWS::Lambda::Function", {"ReservedConcurrentExecutions": 5}, 4)
+    template.resource_properties_count_is("AWS::Lambda::Function", {"ReservedConcurrentExecutions": 5}, 5)
 
 
 def test_settings_reach_every_function_as_json():

@@ -69,7 +69,14 @@ def test_states_and_transitions(resolved):
         "SecondsPath": "$.decision.wait_seconds",
         "Next": "NextAttempt",
     }
-    assert states["NextAttempt"]["Next"] == "Launch"
+    # The next attempt's name is minted after the wait (jobs.handler.relaunch); an execution that lost the run
+    # launches nothing and ends in Summarize.
+    assert resolved.handlers[states["NextAttempt"]["Resource"]] == "jobs.handler.relaunch"
+    assert states["NextAttempt"]["Parameters"] == {
+        "request.$": "$$.Execution.Input", "run.$": "$.run", "decision.$": "$.decision"}
+    assert states["NextAttempt"]["Next"] == "Launching"
+    assert states["Launching"]["Choices"] == [{"Variable": "$.launch.create", "IsPresent": True, "Next": "Launch"}]
+    assert states["Launching"]["Default"] == "Summarize"
     # A failed job's Cause is its description, as large as the request: left out before Decide, which gets the
     # request from the execution's input (never from the state) and looks the job up by name.
     assert states["FailureCause"]["Choices"] == [
@@ -149,6 +156,7 @@ def test_lambda_tasks_run_the_jobs_handlers(resolved):
     assert {name: resolved.handlers[s["Resource"]] for name, s in tasks.items()} == {
         "Prepare": "jobs.handler.prepare",
         "Decide": "jobs.handler.decide",
+        "NextAttempt": "jobs.handler.relaunch",
         "Summarize": "jobs.handler.summarize",
     }
     # Each invokes its function's version of the deploy, qualified: an execution keeps the code it started with.

@@ -15,7 +15,7 @@ from tests.launcher.inputs import job_request
 from tests.launcher.lambda_inprocess import FunctionTimedOut
 from tests.launcher.paths import RETRY, SUCCESS_TAIL
 
-HANDLERS = ("prepare", "decide", "summarize")
+HANDLERS = ("prepare", "decide", "relaunch", "summarize")
 FAULTS = {"timeout": lambda: FunctionTimedOut(), "error": lambda: ConnectionResetError("connection reset by peer")}
 
 
@@ -43,21 +43,23 @@ def test_one_fault_in_any_launcher_function_does_not_end_the_run(harness, monkey
                          name=f"function-fault-{name}-{fault}")
     assert result.status == "SUCCEEDED", (result.error, result.cause)
     assert len(calls) == 2  # the fault, then the retry
-    assert result.states_entered == ["Prepare", "Launch", *RETRY, *SUCCESS_TAIL]
+    assert result.states_entered == ["Prepare", "TakenOver", "Launch", *RETRY, *SUCCESS_TAIL]
     assert len(result.job_names) == 2 and len(set(result.job_names)) == 2  # no job doubled by a retry
     ((subject, _),) = result.notifications
     assert "succeeded" in subject
 
 
-def test_a_function_that_keeps_timing_out_still_ends_the_run_with_a_notification(harness, monkeypatch):
+@pytest.mark.parametrize("name", ["decide", "relaunch"])
+def test_a_function_that_keeps_timing_out_still_ends_the_run_with_a_notification(harness, monkeypatch, name):
     from jobs.retry.policy import FUNCTION_RETRIES
 
-    calls = failing_first(monkeypatch, "decide", FAULTS["timeout"], times=99)
-    result = harness.run(job_request(spot=True), [sm.spot_interrupted()], name="function-fault-persistent",
+    calls = failing_first(monkeypatch, name, FAULTS["timeout"], times=99)
+    result = harness.run(job_request(spot=True), [sm.spot_interrupted()], name=f"function-fault-persistent-{name}",
                          timeout=90)
     assert len(calls) == 1 + FUNCTION_RETRIES
     assert result.status == "FAILED" and result.error == "launcher_error"
-    assert "Sandbox.Timedout" in result.cause
+    assert f"the {name} function failed (Sandbox.Timedout)" in result.cause
+    assert len(result.create_calls) == 1  # nothing launched after the fault
     ((subject, _),) = result.notifications
     assert subject == "Training run gpt-125m-fsdp failed: launcher_error"
 

@@ -18,6 +18,7 @@ import pytest
 from moto.sagemaker.models import sagemaker_backends
 
 from contract.container import ENV_EPOCH, ENV_RUN_ID, FENCE_KEY
+from jobs import handler
 from jobs.registry import ENDED, Registry, table_name
 from tests.launcher import sagemaker_sync as sm
 from tests.launcher.definition import ACCOUNT, REGION
@@ -122,6 +123,26 @@ def test_a_second_resume_of_a_run_that_is_driven_is_refused_naming_the_driver(ha
     assert record.record == result.output["record"]  # the run's record, as the summary counted it
 
 
+def test_an_execution_that_lost_its_run_during_the_backoff_launches_nothing(harness):
+    """The next attempt's name and epoch come from the registry after the wait (NextAttempt): an execution whose run
+    another execution holds by then (its lease lost under it, here written into the table) creates no job and ends
+    `superseded`, naming the holder; the job it had before ended before the wait."""
+    other = EXECUTION + "the-new-holder"
+
+    def lose_the_run(held_arn: str) -> None:
+        (record,) = [r for r in registry(harness).scan() if r.owner == held_arn]
+        boto3.client("dynamodb", region_name=REGION).update_item(
+            TableName=registry(harness).table, Key={"run_id": {"S": record.run_id}},
+            UpdateExpression="SET #owner = :other", ExpressionAttributeNames={"#owner": "owner"},
+            ExpressionAttributeValues={":other": {"S": other}})
+
+    result = harness.wait(drive(harness, job_request(), [sm.capacity_error(), sm.completed()], "lease-lost",
+                                where="Backoff", action=lose_the_run))
+    assert result.status == "FAILED" and result.error == "superseded", (result.error, result.cause)
+    assert f"held by execution {other}" in result.cause
+    assert len(result.create_calls) == 1 and result.states_entered[-6:-4] == ["NextAttempt", "Launching"]
+
+
 def test_concurrent_resumes_and_direct_starts_leave_one_driver(harness):
     """Three more StartExecutions of one run while its driver waits between attempts (no job runs, so no job
     check can see it): all refused, naming the driver; one job at a time on the prefix."""
@@ -146,19 +167,25 @@ def test_two_resumes_racing_for_an_ended_run_take_it_one_at_a_time(harness, monk
     between its read and its write while the second resume starts and reaches its running job."""
     run_id = ended_run(harness, "race-first")
     reached, release = threading.Event(), threading.Event()
-    calls = {"reads": 0}
-    original = Registry.read
+    calls = {"acquiring": 0, "reads": 0}
+    original_read, original_acquire = Registry.read, Registry.acquire
+
+    def acquire(self, *args, **kwargs):
+        calls["acquiring"] += 1
+        return original_acquire(self, *args, **kwargs)
 
     def read(self, rid):
-        record = original(self, rid)
-        calls["reads"] += 1
-        if calls["reads"] == 1:  # the first resume's Prepare, between its read and its write
-            arns.append(harness.start(job_request(resume_run=run_id), name="race-second"))
-            assert reached.wait(30), "the second resume never reached its job"
+        record = original_read(self, rid)
+        if calls["acquiring"] == 1:
+            calls["reads"] += 1
+            if calls["reads"] == 1:  # the first resume's Prepare, in acquire between its read and its write
+                arns.append(harness.start(job_request(resume_run=run_id), name="race-second"))
+                assert reached.wait(30), "the second resume never reached its job"
         return record
 
     arns: list[str] = []
     monkeypatch.setattr(Registry, "read", read)
+    monkeypatch.setattr(Registry, "acquire", acquire)
     harness.new_world([training(looks=3)])
     harness.world.on_look = lambda name, status: (reached.set(), release.wait(30)) if status == "Training" else None
     first = harness.start(job_request(resume_run=run_id), name="race-first-resume")
@@ -262,25 +289,35 @@ def test_a_run_started_before_the_registry_is_still_resumed(harness):
     assert [a["job_name"] for a in record.attempts] == [create["TrainingJobName"]]
 
 
-def test_a_job_squatting_on_the_next_attempts_name_with_the_runs_marker_is_never_adopted(harness):
-    """The next attempt's name and the run id are public (the history shows both before the Backoff wait): a job
-    created under that name with the run's marker, by someone who cannot pass the platform's execution role, is
-    left alone; the run goes on under a new name and reports its own job's result, never the squatter's."""
-    squatted = []
+def test_a_job_squatting_on_the_next_attempts_name_with_the_runs_marker_is_never_adopted(harness, monkeypatch):
+    """The next attempt's name is minted after the Backoff wait (NextAttempt): during the wait the history names no
+    second attempt. Once NextAttempt has answered, its name and the run id are in the history: a job created under
+    that name with the run's marker before the Launch state's create, by someone who cannot pass the platform's
+    execution role, is left alone; the run goes on under a new name and reports its own job's result, never the
+    squatter's."""
+    squatted, seen_in_backoff = [], []
+    relaunch = handler.relaunch
 
-    def squat(arn: str) -> None:
-        events = harness.sfn.get_execution_history(executionArn=arn, reverseOrder=True)["events"]
-        entered = next(e for e in events if e["type"] == "WaitStateEntered")
-        create = json.loads(entered["stateEnteredEventDetails"]["input"])["launch"]["create"]
-        foreign = {**create, "RoleArn": "arn:aws:iam::123456789012:role/someone-else"}
-        boto3.client("sagemaker", region_name=REGION).create_training_job(**foreign)
-        job = sagemaker_backends[ACCOUNT][REGION].training_jobs[create["TrainingJobName"]]
-        job.environment, job.training_job_status = foreign["Environment"], "InProgress"  # moto keeps neither
-        squatted.append(create["TrainingJobName"])
+    def in_backoff(arn: str) -> None:
+        events = harness.sfn.get_execution_history(executionArn=arn)["events"]
+        seen_in_backoff.append("-a2" in json.dumps(events, default=str))
 
+    def relaunch_then_squat(event, context=None):
+        out = relaunch(event, context)
+        if not squatted:
+            create = out["launch"]["create"]
+            foreign = {**create, "RoleArn": "arn:aws:iam::123456789012:role/someone-else"}
+            boto3.client("sagemaker", region_name=REGION).create_training_job(**foreign)
+            job = sagemaker_backends[ACCOUNT][REGION].training_jobs[create["TrainingJobName"]]
+            job.environment, job.training_job_status = foreign["Environment"], "InProgress"  # moto keeps neither
+            squatted.append(create["TrainingJobName"])
+        return out
+
+    monkeypatch.setattr("jobs.handler.relaunch", relaunch_then_squat)
     result = harness.wait(drive(harness, job_request(), [sm.capacity_error(), sm.completed(), sm.completed(
-        train_loss=1.5)], "squatter", where="Backoff", action=squat))
+        train_loss=1.5)], "squatter", where="Backoff", action=in_backoff))
     assert result.status == "SUCCEEDED", (result.error, result.cause)
+    assert seen_in_backoff == [False]  # nothing to squat on while the run waits
     (name,) = squatted
     assert [c["TrainingJobName"] for c in result.create_calls][1] == name  # our create met the squatter's job
     attempts = result.output["attempts"]
