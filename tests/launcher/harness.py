@@ -4,7 +4,8 @@ What is real: the definition (from the synthesized template, intrinsics resolved
 (Retry/Catch, Choice, Wait, intrinsics, history, StopExecution), the `jobs.handler` functions (in-process), moto's
 SageMaker, SNS and DynamoDB (the run registry's table, created as the template declares it), and the execution-status
 rule's pattern (moto's EventBridge matcher). What is stood in: the SageMaker `.sync` integration (sagemaker_sync.py),
-the StartExecution task's parameter names (moto passes them to boto3 uncased), the Lambda runtime (lambda_inprocess.py), and EventBridge's delivery: when an execution has ended, `wait` hands the
+the StartExecution task's parameter names (moto passes them to boto3 uncased), GetExecutionHistory's paging (moto
+answers every event at once), the Lambda runtime (lambda_inprocess.py), and EventBridge's delivery: when an execution has ended, `wait` hands the
 status change (the documented event) to the rule's target handler, once, as EventBridge would shortly after.
 The seams reach into moto internals; test_moto_internals.py pins them.
 
@@ -40,6 +41,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state
     StateTaskServiceSfn,
 )
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
+from moto.stepfunctions.responses import StepFunctionResponse
 
 from tests.launcher.definition import ACCOUNT, REGION, LauncherDefinition
 from tests.launcher.lambda_inprocess import InProcessLambda
@@ -67,6 +69,24 @@ def _sfn_parameters(self, parameters: dict, boto_service_name: str | None = None
     _ORIGINAL_SFN_PARAMETERS(self, parameters, boto_service_name, service_action_name)
     for key in list(parameters):
         parameters[key[0].lower() + key[1:]] = parameters.pop(key)
+
+
+_ORIGINAL_HISTORY = StepFunctionResponse.get_execution_history
+
+
+def _history_page(self):
+    """GetExecutionHistory paged as Step Functions pages it (reverseOrder, maxResults, nextToken; 1,000 events a page
+    at most): moto 5.2.5 answers every event, oldest first, whatever is asked. Decide asks for the newest event only
+    (jobs.handler.history_length); answering the whole history each time cost the suite about 30 s."""
+    answer = _ORIGINAL_HISTORY(self)
+    events = list(answer.result["events"])
+    if self._get_param("reverseOrder"):
+        events.reverse()
+    start, size = int(self._get_param("nextToken") or 0), min(self._get_int_param("maxResults") or 1000, 1000)
+    page = {"events": events[start:start + size]}
+    if start + size < len(events):
+        page["nextToken"] = str(start + size)
+    return type(answer)(page)
 
 
 def _sfn_response(self, response, boto_service_name: str | None = None, service_action_name: str | None = None) -> None:
@@ -156,6 +176,7 @@ class LauncherHarness:
             # passes its answer on as boto3 spells it (executionArn, ...).
             mock.patch.object(StateTaskServiceSfn, "_normalise_parameters", _sfn_parameters),
             mock.patch.object(StateTaskServiceSfn, "_normalise_response", _sfn_response),
+            mock.patch.object(StepFunctionResponse, "get_execution_history", _history_page),
             mock.patch.object(WaitFunction, "_wait_interval",
                               lambda function, env, wait_seconds: self._wait_interval(function, env, wait_seconds)),
         ]

@@ -1,7 +1,7 @@
 """Pins for the moto internals the launcher harness reaches into. If one fails, it names what moved.
 
-The harness replaces three moto functions/constants, subclasses one moto class and reads moto's SageMaker
-and SNS records. These tests check each seam directly, so that a moto upgrade fails here, with a message,
+The harness replaces three moto functions/constants, renames the StartExecution task's names (two more
+methods), subclasses one moto class and reads moto's SageMaker and SNS records. These tests check each seam directly, so that a moto upgrade fails here, with a message,
 rather than as a confusing scenario failure.
 """
 
@@ -137,3 +137,45 @@ def test_moto_records_the_fields_the_scripted_sagemaker_sets():
     assert "self.sent_notifications.append(" in inspect.getsource(Topic.publish), (
         "moto's SNS Topic no longer records sent_notifications: the harness reads notifications there"
     )
+
+
+def test_moto_still_hands_the_start_execution_task_its_names_as_written():
+    """The harness renames the StartExecution task's parameters and answer (harness._sfn_parameters, _sfn_response):
+    moto 5.2.5 passes `StateMachineArn` to boto3, which knows `stateMachineArn`, and the task fails. When this test
+    fails, moto spells them itself: drop the two seams."""
+    definition = {"StartAt": "Start", "States": {"Start": {
+        "Type": "Task", "Resource": "arn:aws:states:::states:startExecution", "End": True,
+        "Parameters": {"StateMachineArn": "arn:aws:states:us-east-1:123456789012:stateMachine:target",
+                       "Name": "started", "Input": {}}}}}
+    with mock_aws(config=MOTO_CONFIG):
+        sfn = boto3.client("stepfunctions", region_name="us-east-1")
+        role = "arn:aws:iam::123456789012:role/r"
+        sfn.create_state_machine(name="target", roleArn=role, definition=json.dumps(
+            {"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}))
+        arn = sfn.create_state_machine(name="starter", definition=json.dumps(definition), roleArn=role)[
+            "stateMachineArn"]
+        execution = sfn.start_execution(stateMachineArn=arn)["executionArn"]
+        deadline = time.monotonic() + 10
+        while (status := sfn.describe_execution(executionArn=execution)["status"]) == "RUNNING":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        events = sfn.get_execution_history(executionArn=execution)["events"]
+    failed = [e["taskFailedEventDetails"] for e in events if e["type"] == "TaskFailed"]
+    assert status == "FAILED" and failed == [{"error": "States.Runtime", "cause": "'StateMachineArn'"}], failed
+
+
+def test_moto_still_answers_the_whole_history_whatever_is_asked():
+    """The harness pages GetExecutionHistory (harness._history_page): moto 5.2.5 ignores reverseOrder and maxResults.
+    When this test fails, moto pages it itself: drop the seam."""
+    with mock_aws(config=MOTO_CONFIG):
+        sfn = boto3.client("stepfunctions", region_name="us-east-1")
+        arn = sfn.create_state_machine(name="passes", roleArn="arn:aws:iam::123456789012:role/r", definition=json.dumps(
+            {"StartAt": "P", "States": {"P": {"Type": "Pass", "Next": "Q"}, "Q": {"Type": "Pass", "End": True}}}))[
+            "stateMachineArn"]
+        execution = sfn.start_execution(stateMachineArn=arn)["executionArn"]
+        deadline = time.monotonic() + 10
+        while sfn.describe_execution(executionArn=execution)["status"] == "RUNNING":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        events = sfn.get_execution_history(executionArn=execution, reverseOrder=True, maxResults=1)["events"]
+    assert len(events) > 1 and events[0]["id"] == 1
