@@ -38,6 +38,7 @@ from jobs.prices import (
     products_to_prices,
     usd_per_hour,
 )
+from jobs.timestamps import utc_datetime
 
 CACHE_DAYS = 7
 CHOICES = ("auto", "aws", "none")
@@ -234,10 +235,10 @@ def read_cache(region: str, now: dt.datetime) -> PriceTable | None:
     path = cache_path(region)
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-        fetched = dt.datetime.fromisoformat(doc["fetched"].replace("Z", "+00:00"))
+        fetched = utc_datetime(doc["fetched"])
         prices = {str(k): usd_per_hour(v) for k, v in doc["usd_per_hour"].items()}
         unresolved = {str(k): str(v) for k, v in doc.get("unresolved", {}).items()}
-        if doc.get("region") != region or doc.get("service_code") != SERVICE_CODE or fetched.tzinfo is None:
+        if doc.get("region") != region or doc.get("service_code") != SERVICE_CODE:
             return None
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None

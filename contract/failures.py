@@ -32,6 +32,11 @@ class FailureCode(enum.StrEnum):
     SUPERSEDED = "superseded"
 
 
+# What to lower when a rank ran out of GPU memory, in the request's words: the package's out_of_memory line ends
+# with it, and the launcher adds it to a line that lacks it (a peer's report), never twice.
+OUT_OF_MEMORY_ADVICE = ("lower hyperparameters.micro_batch_size (keep global_batch_size: grad_accum grows), turn on "
+                        "hyperparameters.activation_checkpointing, or shard with strategy fsdp / more GPUs")
+
 LINE = re.compile(r"\[training:(?P<code>[a-z_]+)\] (?P<message>.*)")
 
 

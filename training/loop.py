@@ -14,7 +14,7 @@ import time
 import torch
 
 from contract.errors import ConfigError
-from contract.failures import FailureCode, failure_line
+from contract.failures import OUT_OF_MEMORY_ADVICE, FailureCode, failure_line
 from contract.hyperparameters import TrainConfig
 from contract.metrics import CHECKPOINT_AGE_S, CHECKPOINT_OVERDUE, STEP
 from training import watchdog
@@ -160,5 +160,4 @@ def _oom_message(cfg: TrainConfig, job, dist: Dist, step: int, error: Exception)
     first = next((line for line in str(error).splitlines() if line.strip()), "")[:200]
     return (f"CUDA out of memory on rank {dist.rank} in step {step}, on a micro-batch of {shape} "
             f"(micro_batch_size={cfg.micro_batch_size}, strategy={cfg.strategy}, precision={cfg.precision}; {first}): "
-            "lower micro_batch_size (raise grad_accum to keep the global batch), or set activation_checkpointing=true, "
-            "or shard with strategy=fsdp")
+            f"{OUT_OF_MEMORY_ADVICE}")

@@ -236,7 +236,7 @@ def attempt_segments(attempt: Any) -> list[tuple[str, float, float]]:
     held time split as jobs.outcome.run_record splits it, the work redone last (it is the end that was lost). The
     order inside the held time is a summary, not a trace: saves and evaluations happened along the way."""
     from jobs.outcome.run_record import attempt_time
-    from jobs.retry.classify import to_epoch
+    from jobs.timestamps import to_epoch
 
     start = to_epoch(attempt.started_at)
     if start is None:

@@ -45,7 +45,7 @@ from contract.metrics import (
     TRAIN_S,
 )
 from jobs.prices import priced
-from jobs.retry.classify import to_epoch
+from jobs.timestamps import to_epoch
 
 # The held-time split, in the order a chart stacks it.
 BUCKETS = ("startup", "productive", "checkpoint", "eval", "redone", "other")

@@ -15,7 +15,6 @@ reclaimed (before_plan_end).
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from dataclasses import dataclass
 
@@ -23,6 +22,7 @@ from jobs.catalog import SPOT_INTERRUPTIONS_PER_INSTANCE_MONTH
 from jobs.planning.layout import Numerics
 from jobs.planning.memory import optimizer_bytes
 from jobs.planning.shape import ModelFacts
+from jobs.timestamps import utc_datetime
 
 SAVE_GIB_PER_S = 11.35 / 16.0  # per node, synchronous DCP save to local disk
 ASYNC_STALL = 9.2 / 16.0  # share of a synchronous save that async_save still stalls
@@ -71,10 +71,7 @@ def cadence(state_bytes: float, nodes: int, spot: bool, async_checkpoint: bool,
 
 def reclaim_epoch(end_time: str) -> float:
     """When a plan ending at `end_time` (ISO 8601, UTC) takes its instances back, as epoch seconds."""
-    end = dt.datetime.fromisoformat(end_time.replace("Z", "+00:00"))
-    if end.tzinfo is None:
-        end = end.replace(tzinfo=dt.UTC)
-    return end.timestamp() - PLAN_RECLAIM_HOURS * 3600
+    return utc_datetime(end_time).timestamp() - PLAN_RECLAIM_HOURS * 3600
 
 
 def before_plan_end(interval_min: float, save_s: float, starts_at: float, reclaim_at: float) -> float:

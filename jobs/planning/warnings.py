@@ -10,6 +10,7 @@ from typing import Any
 from jobs.planning.cadence import PLAN_RECLAIM_HOURS
 from jobs.planning.candidates import STARTUP_HOURS
 from jobs.planning.input_check import fixes
+from jobs.timestamps import utc_datetime
 
 POOR_EFFICIENCY = 0.5  # below this, more than half of the GPU-hours wait on communication
 # FSx for Lustre: the platform's file system (README: PERSISTENT_2, 1200 GiB at 250 MB/s per TiB). FastFile
@@ -151,7 +152,7 @@ def _training_plan(result: Any, request: Any, platform: Any, now: dt.datetime, w
             "ends before SageMaker reclaims the instances (30 min before the plan ends); add `end_time` (ISO 8601, "
             "UTC) to PlatformSettings.training_plans entries.")))
         return
-    end = end if isinstance(end, dt.datetime) else dt.datetime.fromisoformat(str(end).replace("Z", "+00:00"))
+    end = utc_datetime(end)
     rec = result.recommendation
     left = (end - now).total_seconds() / 3600 - PLAN_RECLAIM_HOURS
     if rec.hours > left:

@@ -16,10 +16,10 @@ import enum
 import json
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
-from contract.failures import FailureCode, parse_failure_line
+from contract.failures import OUT_OF_MEMORY_ADVICE, FailureCode, parse_failure_line
+from jobs.timestamps import to_epoch
 
 
 class Category(enum.StrEnum):
@@ -200,9 +200,6 @@ class Failure:
 # can never fit, however long the run waits.
 _QUOTA_NUMBERS = re.compile(r"is (\d+) Instances?, with current utilization of (\d+) Instances? and a request "
                             r"delta of (\d+) Instances?", re.IGNORECASE)
-# What to lower when the training package ran out of GPU memory.
-_OOM_HINT = ("lower hyperparameters.micro_batch_size (keep global_batch_size: grad_accum grows), turn on "
-             "hyperparameters.activation_checkpointing, or use strategy fsdp / more GPUs")
 
 
 def _failure(rule: Rule, short: str, evidence: dict[Source, str], job_started: bool) -> Failure:
@@ -212,8 +209,8 @@ def _failure(rule: Rule, short: str, evidence: dict[Source, str], job_started: b
     if rule.category is Category.USER_ERROR and found is not None:
         code, message = found
         reason = f"the training package reported {code.value}: {message}"
-        if code is FailureCode.OUT_OF_MEMORY:
-            reason += f" ({_OOM_HINT})"
+        if code is FailureCode.OUT_OF_MEMORY and OUT_OF_MEMORY_ADVICE not in message:
+            reason += f" ({OUT_OF_MEMORY_ADVICE})"
     numbers = next((m for text in evidence.values() if (m := _QUOTA_NUMBERS.search(text or ""))), None)
     if rule.category is Category.QUOTA and action is Response.RETRY and numbers:
         limit, _, delta = (int(n) for n in numbers.groups())
@@ -354,24 +351,3 @@ def _pending_too_long(job: dict[str, Any]) -> bool:
     return False
 
 
-def to_epoch(value: Any) -> float | None:
-    """Timestamps arrive as datetimes (boto3), ISO strings (Step Functions) or epoch seconds/milliseconds."""
-    if value is None:
-        return None
-    if isinstance(value, (int, float)):
-        return value / 1000 if value > 1e11 else float(value)
-    if hasattr(value, "timestamp"):
-        return value.timestamp()
-    if isinstance(value, str):
-        text = value.strip().replace("Z", "+00:00")
-        try:
-            parsed = datetime.fromisoformat(text)
-        except ValueError:
-            try:
-                return to_epoch(float(text))
-            except ValueError:
-                return None
-        if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=UTC)
-        return parsed.timestamp()
-    return None

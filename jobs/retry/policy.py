@@ -32,9 +32,10 @@ import re
 from dataclasses import dataclass
 
 from jobs.request.schema import JobRequest
-from jobs.retry.classify import Category, Failure, Response, to_epoch
+from jobs.retry.classify import Category, Failure, Response
 from jobs.retry.resume import resume_command
 from jobs.retry.run_state import RunState
+from jobs.timestamps import to_epoch
 
 # The state machine's own retries (platform_constructs.launcher_definition writes them into its Retry fields;
 # jobs.request.reference describes them). A launcher function's fault (an error it raises, a timeout) is run again

@@ -25,7 +25,8 @@ from contract.container import ENV_RUN_ID
 from contract.schema import to_jsonable
 from jobs.outcome.run_record import job_figures
 from jobs.request.schema import JobRequest
-from jobs.retry.classify import Category, Failure, to_epoch
+from jobs.retry.classify import Category, Failure
+from jobs.timestamps import to_epoch
 
 
 def iso(epoch: float) -> str:

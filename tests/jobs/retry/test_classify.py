@@ -13,8 +13,8 @@ from jobs.retry.classify import (
     classify_launch,
     ended_job_in,
     parse_cause,
-    to_epoch,
 )
+from jobs.timestamps import to_epoch
 
 CAPACITY_REASON = ("CapacityError: Unable to provision requested ML compute capacity. "
                    "Please retry using a different ML instance type.")

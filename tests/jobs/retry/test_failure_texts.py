@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from contract.failures import OUT_OF_MEMORY_ADVICE
 from jobs.request.parse import parse_request
 from jobs.retry import run_state as runs
 from jobs.retry.classify import Category, Response, classify_api_error, classify_description
@@ -255,6 +256,16 @@ def test_the_training_packages_own_lines_are_the_users_with_the_message(line, wo
     failure = classify_description(reason(line))
     assert failure.category is C.USER_ERROR and failure.action is Response.FAIL
     assert words in failure.reason
+
+
+@pytest.mark.parametrize("line", [
+    # The package's own line carries the advice: the reason says it once.
+    f"AlgorithmError: [training:out_of_memory] CUDA out of memory on rank 0 in step 3: {OUT_OF_MEMORY_ADVICE}",
+    # A peer's report of it does not: the reason adds it.
+    "AlgorithmError: [training:out_of_memory] rank 1 on host host-1 failed and ended the run: CUDA out of memory",
+])
+def test_the_out_of_memory_advice_reaches_the_user_once(line):
+    assert classify_description(reason(line)).reason.count(OUT_OF_MEMORY_ADVICE) == 1
 
 
 def test_the_hang_line_is_a_fault_retried_on_a_checked_instance_naming_the_rank():
