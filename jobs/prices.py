@@ -45,6 +45,8 @@ COMPONENT = "Training"
 HOURLY_UNIT = "Hrs"
 API_REGION = "us-east-1"  # the Price List API's endpoint; the region priced is the regionCode filter
 PAGE_SIZE = 100
+# The month AWS prices hourly resources by (730 hours: 8,760 a year over 12), for monthly figures from hourly ones.
+HOURS_PER_MONTH = 730
 # What a price is, wherever one is read (the API's answer, a --prices file, trainctl's cache, the planner's table,
 # the run record's cost): a positive, finite number of USD per instance-hour. A free-tier 0.00, a negative or NaN
 # figure is no price: the type's cost is unknown, never zero or a guess.

@@ -14,8 +14,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from jobs.prices import HOURS_PER_MONTH
+
 # us-east-1 list prices (USD), November 2026. Training jobs themselves are billed per second while they run.
-HOURS_PER_MONTH = 730
 NAT_GATEWAY_HOUR = 0.045
 INTERFACE_ENDPOINT_HOUR_PER_AZ = 0.01
 KMS_KEY_MONTH = 1.0

@@ -22,13 +22,13 @@ from jobs.catalog import SPOT_INTERRUPTIONS_PER_INSTANCE_MONTH
 from jobs.planning.layout import Numerics
 from jobs.planning.memory import optimizer_bytes
 from jobs.planning.shape import ModelFacts
+from jobs.prices import HOURS_PER_MONTH
 from jobs.timestamps import utc_datetime
 
 SAVE_GIB_PER_S = 11.35 / 16.0  # per node, synchronous DCP save to local disk
 ASYNC_STALL = 9.2 / 16.0  # share of a synchronous save that async_save still stalls
 NODE_MTBI_HOURS = 16384 * 54 * 24 / 419 / 8
 RESTART_HOURS = 10 / 60  # new instances, image pull, restore: SageMaker's Starting and Downloading phases
-HOURS_PER_MONTH = 730
 # SageMaker training plans reclaim their instances 30 minutes before the plan ends (SageMaker developer guide,
 # "Training plans": training jobs are stopped 30 minutes before the end time).
 PLAN_RECLAIM_HOURS = 0.5
