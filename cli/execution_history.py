@@ -58,8 +58,7 @@ class ExecutionView:
     @property
     def continued_in(self) -> str:
         """The execution the run went on in, when this one handed it over near the history limit; "" otherwise."""
-        found = self.output.get(CONTINUED_IN) if self.status == "SUCCEEDED" and isinstance(self.output, dict) else None
-        return found if isinstance(found, str) else ""
+        return _continued_in(self.output) if self.status == "SUCCEEDED" else ""
 
 
 def _json(text: str | None) -> Any:
@@ -118,17 +117,15 @@ def final_summary(events: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def continued_in(events: list[dict[str, Any]]) -> str:
-    """The execution the run went on in, when this one handed it over near the history limit (its output names it:
-    the launcher's Continued end); "" otherwise."""
-    for event in reversed(events):
-        if event["type"] == "ExecutionSucceeded":
-            try:
-                output = json.loads(event["executionSucceededEventDetails"].get("output") or "{}")
-            except json.JSONDecodeError:
-                return ""
-            found = output.get(CONTINUED_IN) if isinstance(output, dict) else None
-            return found if isinstance(found, str) else ""
-    return ""
+    """ExecutionView.continued_in, read from the execution's history (its ExecutionSucceeded event's output)."""
+    ended = next((e for e in reversed(events) if e["type"] == "ExecutionSucceeded"), None)
+    return _continued_in(_json(ended["executionSucceededEventDetails"].get("output"))) if ended else ""
+
+
+def _continued_in(output: Any) -> str:
+    """The launcher's Continued end names the execution the run went on in (jobs.retry.run_state.CONTINUED_IN)."""
+    found = output.get(CONTINUED_IN) if isinstance(output, dict) else None
+    return found if isinstance(found, str) else ""
 
 
 def history_events(aws: Aws, arn: str) -> list[dict[str, Any]]:

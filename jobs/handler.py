@@ -235,8 +235,8 @@ def decide(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     if "create" in event:
         return _legacy_decide(event)
     run = RunState.from_dict(event["run"])
-    return continue_near_limit(event["request"], _decide(parse_request(event["request"]), run,
-                                                         event.get("failure") or {}))
+    return continue_near_limit(event["request"], run, _decide(parse_request(event["request"]), run,
+                                                              event.get("failure") or {}))
 
 
 # What a successor's input changes in the run's first one: it resumes the run (and does not start one from another's
@@ -245,13 +245,12 @@ def successor_changes(run_id: str) -> dict[str, Any]:
     return {"resume_run": run_id, "init_from_run": None}
 
 
-def continue_near_limit(document: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
-    """`out` (Decide's answer), or, when it watches or retries and the execution's history nears Step Functions' limit,
-    the same as a hand-over: the registry names a new execution of the run and keeps the state it goes on from, and
-    the state machine starts it (`handoff`: its name and what its input changes) and ends this one. Going on here
-    (the answer as it was) when the registry refuses: the next launch learns why."""
+def continue_near_limit(document: dict[str, Any], run: RunState, out: dict[str, Any]) -> dict[str, Any]:
+    """`out` (Decide's answer for `run`, as it left it), or, when it watches or retries and the execution's history
+    nears Step Functions' limit, the same as a hand-over: the registry names a new execution of the run and keeps the
+    state it goes on from, and the state machine starts it (`handoff`: its name and what its input changes) and ends
+    this one. Going on here (the answer as it was) when the registry refuses: the next launch learns why."""
     decision = out["decision"]
-    run = RunState.from_dict(out["run"])
     if decision["action"] not in (Action.WATCH, Action.RETRY) or not run.execution.arn:
         return out
     events = history_length(run.execution.arn)
@@ -305,10 +304,9 @@ def _legacy_decide(event: dict[str, Any]) -> dict[str, Any]:
     request = parse_request(request_document)
     out = _decide(request, run, event.get("failure") or {})
     if out["decision"]["action"] == Action.RETRY:  # its definition launches right after the wait: rendered here
-        decided = RunState.from_dict(out["run"])
-        out["launch"] = {"create": next_attempt(request, decided, out["decision"], platform_settings(),
+        out["launch"] = {"create": next_attempt(request, run, out["decision"], platform_settings(),
                                                 clock() + out["decision"]["wait_seconds"])}
-        out["run"] = decided.to_dict()
+        out["run"] = run.to_dict()
     launch = out.get("launch") or {}
     legacy = {"run": {**out["run"], "request": request_document}, "create": launch.get("create", create),
               "decision": out["decision"]}
@@ -613,8 +611,6 @@ def look_up_training_job(job_name: str, region: str | None = None) -> tuple[dict
 def describe_training_job(job_name: str, region: str) -> dict[str, Any] | None:
     """DescribeTrainingJob as JSON values, or None when the job does not exist or cannot be looked up."""
     return look_up_training_job(job_name, region)[0]
-
-
 
 
 def stop_jobs_left_running(run: RunState) -> tuple[list[str], list[str], list[str]]:

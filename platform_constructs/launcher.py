@@ -99,7 +99,8 @@ class JobLauncher(Construct):
                                    run_id_tag_key=self.run_id_tag_key, execution_role=execution_role,
                                    encryption_key=key)
         self.definition = LauncherDefinition(self, "Definition", functions=self.lambdas.versions, launch=launch,
-                                             topic=self.topic, state_machine_arn=engineer_access.state_machine_arn(self))
+                                             topic=self.topic,
+                                             state_machine_arn=engineer_access.state_machine_arn(self))
         # Its own role, under role_path: it publishes to the key-encrypted topic, and the key lets only roles
         # under that path use it (platform_constructs.encryption).
         role = iam.Role(self, "StateMachineRole", assumed_by=iam.ServicePrincipal("states.amazonaws.com"),

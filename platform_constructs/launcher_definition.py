@@ -1,7 +1,7 @@
 """The job launcher's state machine definition: moving the state object between the Lambda functions.
 
     Prepare (Lambda jobs.handler.prepare) --RequestInvalid--> ParseRequestError -> RequestInvalid (Fail)
-      |
+      |   TakenOver? (a successor that took the run over goes on from its predecessor's decision: RetryOrFail)
     Launch (sagemaker:createTrainingJob.sync) --any error--> FailureCause? -(an ended job's description)-+
       |                                                        |                                    DropDescription
       |                                                        v                                          |
@@ -10,9 +10,9 @@
       |                        watch: WaitForJob (Wait) ------------------------------------------------+
       |                        retry: Backoff (Wait) -> NextAttempt (Lambda jobs.handler.relaunch: the next
       |                               attempt's name minted now) -> Launching? -> Launch (superseded: Summarize)
-      |                        continue: StartSuccessor (states:startExecution, this machine) -> ContinuedIn -> Continued
-      |                                  (its fault: GoOnHere -> Backoff or WaitForJob)
-      |                        fail, succeed, DecideFailed: |
+      |                        continue: StartSuccessor (states:startExecution, this machine) -> ContinuedIn
+      |                                  -> Continued (its fault: GoOnHere -> Backoff or WaitForJob)
+      |                        fail, succeed, *Failed: |
     Summarize (Lambda jobs.handler.summarize: stops the run's jobs still running) <--+
       |   (its own fault: StopCurrentJob (sagemaker:StopTrainingJob) -> SummarizeFailed)
     Notify (SNS) -> Outcome? -> Summary -> Succeeded (output: the summary)
@@ -22,9 +22,9 @@ Prepare takes the run's lease in the run registry (jobs.registry) and every laun
 Summarize lets the run go. An execution whose history nears Step Functions' limit (25,000 events) hands the run over
 when Decide next decides to watch or retry: the registry names a new execution of the run, which the state machine
 starts and which takes the run over in Prepare (TakenOver: it goes on from the decision, its job still running).
-An execution that ends any other way (a console stop, a failure no Catch takes, a
-timeout) is answered outside this definition: the launcher's execution-status rule invokes the reaper
-(jobs.handler.reap), which stops the run's jobs and lets the run go.
+An execution that ends any other way (a console stop, a failure no Catch takes, a timeout) is answered outside this
+definition: the launcher's execution-status rule invokes the reaper (jobs.handler.reap), which stops the run's jobs
+and lets the run go.
 
 A launch error does not prove that no job runs (a 5xx after the job was created, a throttled poll, the
 attempt's own name in use): Decide looks the job up and, while it runs, the execution waits on it in the

@@ -101,10 +101,11 @@ def _listed_executions(aws: Aws, machine: str, limit: int) -> list[dict[str, Any
 
 
 def _execution_runs(aws: Aws, machine: str, limit: int,
-                    run_id: str | None = None) -> list[tuple[dict[str, Any], dict, dict | None, Any]]:
-    """(execution, latest run state, summary, input) of the executions that got a run: for one run, those the
-    registry records (every one, however old; a run from before the registry: the newest `limit` executions); for
-    all runs, those of the registry's newest `limit` runs and the newest `limit` executions (runs from before it)."""
+                    run_id: str | None = None) -> list[tuple[dict[str, Any], dict, dict | None, Any, str]]:
+    """(execution, latest run state, summary, input, the execution it continued in) of the executions that got a
+    run: for one run, those the registry records (every one, however old; a run from before the registry: the newest
+    `limit` executions); for all runs, those of the registry's newest `limit` runs and the newest `limit` executions
+    (runs from before it)."""
     from cli.execution_history import continued_in, final_summary, history_events, latest_run_state
 
     registered = registered_executions(aws, run_id=run_id, limit=limit)

@@ -349,5 +349,3 @@ def _pending_too_long(job: dict[str, Any]) -> bool:
         if start is not None and end is not None and end - start >= PENDING_TOO_LONG_SECONDS:
             return True
     return False
-
-

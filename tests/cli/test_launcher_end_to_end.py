@@ -16,6 +16,7 @@ from pathlib import Path
 import boto3
 import pytest
 
+from jobs.retry.policy import HISTORY_LIMIT
 from tests.cli.conftest import REGION, run
 from tests.launcher import sagemaker_sync as sm
 from tests.launcher.definition import launcher_definition
@@ -299,7 +300,7 @@ def test_a_run_handed_over_near_the_history_limit_is_followed_and_counted_once(l
     run over, and the successor launches the second attempt. `submit --wait` follows the run into the successor and
     ends with its outcome; `show` lists one run whose attempts are counted once, the first execution as continued."""
     monkeypatch.setattr("jobs.handler.history_length",
-                        lambda arn: 25_000 if arn.endswith(":handed-over") else 10)
+                        lambda arn: HISTORY_LIMIT if arn.endswith(":handed-over") else 10)
     submitted = _submit(launcher, tmp_path, job_request(spot=True), [sm.spot_interrupted(), sm.completed()],
                         "handed-over")
     assert submitted.exit_code == 0, submitted.output

@@ -80,7 +80,8 @@ def decided(event: dict) -> dict:
     out = roundtrip(handler.decide(event))
     if out["decision"]["action"] != "retry":
         return out
-    launched = roundtrip(handler.relaunch({"request": event["request"], "run": out["run"], "decision": out["decision"]}))
+    launched = roundtrip(handler.relaunch({"request": event["request"], "run": out["run"],
+                                           "decision": out["decision"]}))
     return {**launched, "decision": out["decision"]}
 
 

@@ -44,3 +44,26 @@ def harness(launcher_template: dict, platform_settings: dict):
         patch.setattr("botocore.retries.standard.ExponentialBackoff.delay_amount", lambda self, context: 0)
         with LauncherHarness(launcher_definition(launcher_template), platform_settings) as world:
             yield world
+
+
+# Where the simulated clock starts: Wait states move it on by the seconds they ask for.
+T0 = 1_800_000_000.0
+
+
+@pytest.fixture
+def simulated_clock(harness, monkeypatch):
+    """A clock that only the Wait states move (harness.waited): the launcher's functions (jobs.handler.clock) read it,
+    and so do the emulated jobs a test hands it to (ScriptedSageMaker.clock). Nothing sleeps."""
+    harness.waited = 0.0
+    monkeypatch.setattr("jobs.handler.clock", lambda: T0 + harness.waited)
+    return lambda: T0 + harness.waited
+
+
+@pytest.fixture
+def no_hooks(harness):
+    """Clears the hooks a test sets on the module's harness, which would otherwise hold later tests' executions."""
+    yield
+    harness.on_wait = None
+    harness.lambdas.before = None
+    if harness.world is not None:
+        harness.world.on_look = None

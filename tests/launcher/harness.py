@@ -5,8 +5,9 @@ What is real: the definition (from the synthesized template, intrinsics resolved
 SageMaker, SNS and DynamoDB (the run registry's table, created as the template declares it), and the execution-status
 rule's pattern (moto's EventBridge matcher). What is stood in: the SageMaker `.sync` integration (sagemaker_sync.py),
 the StartExecution task's parameter names (moto passes them to boto3 uncased), GetExecutionHistory's paging (moto
-answers every event at once), the Lambda runtime (lambda_inprocess.py), and EventBridge's delivery: when an execution has ended, `wait` hands the
-status change (the documented event) to the rule's target handler, once, as EventBridge would shortly after.
+answers every event at once), the Lambda runtime (lambda_inprocess.py), and EventBridge's delivery: when an
+execution has ended, `wait` hands the status change (the documented event) to the rule's target handler, once, as
+EventBridge would shortly after.
 The seams reach into moto internals; test_moto_internals.py pins them.
 
 Interleavings are forced, not timed: `on_wait(execution ARN, state name, seconds)` runs inside a Wait state

@@ -1,5 +1,7 @@
 """The launcher's paths through its states, as the tests expect them (platform_constructs.launcher_definition)."""
 
+# A run's first execution, or a resumed one (one that takes a run over goes on from its predecessor's decision instead).
+START = ["Prepare", "TakenOver", "Launch"]
 SUCCESS_TAIL = ["Summarize", "Notify", "Outcome", "Summary", "Succeeded"]
 FAILURE_TAIL = ["Summarize", "Notify", "Outcome", "Failed"]
 # A job that ended Failed or Stopped: the Catch's Cause is its description, which is left out before Decide (it

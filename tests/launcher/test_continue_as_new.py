@@ -13,19 +13,18 @@ from __future__ import annotations
 import dataclasses
 import time
 
-import boto3
 import pytest
 
 from contract.container import ENV_EPOCH, ENV_RUN_ID
 from jobs import handler
-from jobs.registry import ENDED, Registry, table_name
+from jobs.registry import ENDED, Registry
+from jobs.retry.policy import HISTORY_LIMIT
+from jobs.retry.run_state import CONTINUED_IN
 from tests.launcher import sagemaker_sync as sm
-from tests.launcher.definition import REGION
 from tests.launcher.inputs import job_request
 from tests.launcher.lambda_inprocess import FunctionTimedOut
-from tests.launcher.test_one_writer import EXECUTION
+from tests.launcher.test_one_writer import EXECUTION, registry
 
-T0 = 1_800_000_000.0
 # The lowered limit of the long-watch test: an execution hands the run over at its first decision past this many
 # events. A first decision comes at about 20 events, and each look adds 9.
 CONTINUE_AT = 60
@@ -34,25 +33,7 @@ CONTINUE_AT = 60
 # summary's states, add at most 16. Measured: 80, 74 and 81 events in the three executions of the long watch.
 MOST_EVENTS = CONTINUE_AT + 9 + 16
 HANDED_OVER = ["RetryOrFail", "StartSuccessor", "ContinuedIn", "Continued"]
-
-
-def registry(harness) -> Registry:
-    return Registry(boto3.client("dynamodb", region_name=REGION), table_name(harness.settings["name_prefix"]))
-
-
-@pytest.fixture(autouse=True)
-def no_hooks(harness):
-    yield
-    harness.on_wait = None
-    harness.lambdas.before = None
-
-
-@pytest.fixture
-def simulated_clock(harness, monkeypatch):
-    """Wait states move the clock the functions and the emulated jobs read; nothing sleeps."""
-    harness.waited = 0.0
-    monkeypatch.setattr("jobs.handler.clock", lambda: T0 + harness.waited)
-    return lambda: T0 + harness.waited
+pytestmark = pytest.mark.usefixtures("no_hooks")
 
 
 def watched_job(hours: float) -> sm.Outcome:
@@ -72,19 +53,19 @@ def chain(harness, arn: str, timeout: float = 60, delivered: set[str] | None = N
         results.append(result)
         if delivered is not None:
             delivered.add(arn)
-        if result.status != "SUCCEEDED" or "continued_in" not in (result.output or {}):
+        if result.status != "SUCCEEDED" or CONTINUED_IN not in (result.output or {}):
             return results
-        arn = result.output["continued_in"]
+        arn = successor_of(result)
 
 
 def at_limit(monkeypatch, name: str) -> None:
     """Execution `name`'s history is at the limit at each of its decisions; every other one's is short."""
     monkeypatch.setattr("jobs.handler.history_length",
-                        lambda arn: 25_000 if arn == EXECUTION + name else 10)
+                        lambda arn: HISTORY_LIMIT if arn == EXECUTION + name else 10)
 
 
 def successor_of(result) -> str:
-    return result.output["continued_in"]
+    return result.output[CONTINUED_IN]
 
 
 def test_a_long_watch_goes_on_in_new_executions_with_its_one_job(harness, simulated_clock, monkeypatch):
@@ -113,8 +94,7 @@ def test_a_long_watch_goes_on_in_new_executions_with_its_one_job(harness, simula
     assert len(continued) >= 2 and max(sizes) <= MOST_EVENTS, sizes
     run_id = world.create_calls[0]["Environment"][ENV_RUN_ID]
     for result in continued:
-        assert result.status == "SUCCEEDED" and result.output == {"run_id": run_id,
-                                                                  "continued_in": successor_of(result)}
+        assert result.status == "SUCCEEDED" and result.output == {"run_id": run_id, CONTINUED_IN: successor_of(result)}
         assert result.states_entered[-4:] == HANDED_OVER
         assert result.reaped["stopped"] == []  # the job went on in the successor
     assert len(world.create_calls) == 1 and world.overlaps == []

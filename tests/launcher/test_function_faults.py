@@ -13,7 +13,7 @@ import pytest
 from tests.launcher import sagemaker_sync as sm
 from tests.launcher.inputs import job_request
 from tests.launcher.lambda_inprocess import FunctionTimedOut
-from tests.launcher.paths import RETRY, SUCCESS_TAIL
+from tests.launcher.paths import RETRY, START, SUCCESS_TAIL
 
 HANDLERS = ("prepare", "decide", "relaunch", "summarize")
 FAULTS = {"timeout": lambda: FunctionTimedOut(), "error": lambda: ConnectionResetError("connection reset by peer")}
@@ -43,7 +43,7 @@ def test_one_fault_in_any_launcher_function_does_not_end_the_run(harness, monkey
                          name=f"function-fault-{name}-{fault}")
     assert result.status == "SUCCEEDED", (result.error, result.cause)
     assert len(calls) == 2  # the fault, then the retry
-    assert result.states_entered == ["Prepare", "TakenOver", "Launch", *RETRY, *SUCCESS_TAIL]
+    assert result.states_entered == [*START, *RETRY, *SUCCESS_TAIL]
     assert len(result.job_names) == 2 and len(set(result.job_names)) == 2  # no job doubled by a retry
     ((subject, _),) = result.notifications
     assert "succeeded" in subject

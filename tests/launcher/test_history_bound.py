@@ -11,24 +11,21 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.retry.policy import WATCH_MIN_SECONDS
+from jobs.retry.policy import HISTORY_LIMIT, WATCH_MIN_SECONDS
 from tests.launcher import sagemaker_sync as sm
 from tests.launcher.inputs import job_request
 
-HISTORY_LIMIT = 25_000  # events of one Standard workflow execution (Step Functions' quotas)
 LONGEST_JOB_DAYS = 28  # SageMaker's longest MaxRuntimeInSeconds
-T0 = 1_800_000_000.0
 # A loop that does not move the clock (0 s waits) is cut here, well past a day's share of looks.
 LOOKS_CUT = 600
 
 
 @pytest.mark.parametrize("request_wait", [0])
-def test_a_day_long_watch_stays_within_a_days_share_of_the_history(harness, monkeypatch, request_wait):
+def test_a_day_long_watch_stays_within_a_days_share_of_the_history(harness, simulated_clock, request_wait):
     """A 1-day job, watched from its first minutes (a throttled poll ended its `.sync` task) with the request's
-    api_error_wait_seconds at 0 s (the schema's least; 1 s measured the same, 730 events, and is left out for time): its execution's events stay within a day's share of the limit (25,000 / 28),
-    so SageMaker's longest job stays within the whole of it. The waits start at WATCH_MIN_SECONDS and double."""
-    harness.waited = 0.0
-    monkeypatch.setattr("jobs.handler.clock", lambda: T0 + harness.waited)
+    api_error_wait_seconds at 0 s (the schema's least; 1 s measured the same, 730 events, and is left out for time):
+    its execution's events stay within a day's share of the limit (25,000 / 28), so SageMaker's longest job stays
+    within the whole of it. The waits start at WATCH_MIN_SECONDS and double."""
     looks = []
 
     def cut_endless(arn: str, state: str, seconds: float) -> None:
@@ -41,7 +38,7 @@ def test_a_day_long_watch_stays_within_a_days_share_of_the_history(harness, monk
         world = harness.new_world([sm.throttled_while_training(sm.Outcome(
             status="Stopped", secondary=("Starting", "Downloading", "Training", "MaxRuntimeExceeded"),
             trains_for_seconds=24 * 3600), describes=1)])
-        world.clock = lambda: T0 + harness.waited
+        world.clock = simulated_clock
         request = job_request(max_runtime_hours=24, retry={"api_error_wait_seconds": request_wait,
                                                            "api_error_wait_max_seconds": request_wait})
         result = harness.wait(harness.start(request, name=f"day-long-watch-{request_wait}"))

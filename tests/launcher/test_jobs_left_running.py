@@ -16,7 +16,7 @@ from jobs.retry.policy import (
 )
 from tests.launcher import sagemaker_sync as sm
 from tests.launcher.inputs import job_request
-from tests.launcher.paths import API_ERROR, FAILURE_TAIL, SUCCESS_TAIL, WATCH
+from tests.launcher.paths import API_ERROR, FAILURE_TAIL, START, SUCCESS_TAIL, WATCH
 
 
 def assert_one_job_per_attempt_none_running(result, attempts: int) -> None:
@@ -31,7 +31,7 @@ def test_a_5xx_after_the_job_was_created_waits_on_that_job(harness):
     # Attempt 1's CreateTrainingJob answers 500 but the job runs and completes: no second job.
     result = harness.run(job_request(), [sm.created_then_5xx(sm.completed(train_loss=1.9))], name="created-5xx")
     assert result.status == "SUCCEEDED", (result.error, result.cause)
-    assert result.states_entered[:6] == ["Prepare", "TakenOver", "Launch", *API_ERROR, "Decide"]
+    assert result.states_entered[:6] == [*START, *API_ERROR, "Decide"]
     assert result.states_entered.count("Launch") == 1
     assert "WaitForJob" in result.states_entered
     assert result.states_entered[-5:] == SUCCESS_TAIL
@@ -64,7 +64,7 @@ def test_a_throttled_poll_while_the_job_trains_does_not_start_a_second_job(harne
     (failure,) = [e["failure"] for h, e in result.lambda_calls if h == "jobs.handler.decide"][:1]
     assert failure["Error"] == "SageMaker.AmazonSageMakerException"
     assert "Error Code: ThrottlingException" in failure["Cause"]
-    assert result.states_entered[:9] == ["Prepare", "TakenOver", "Launch", *API_ERROR, *WATCH, "Decide"]
+    assert result.states_entered[:9] == [*START, *API_ERROR, *WATCH, "Decide"]
     assert result.states_entered.count("Launch") == 1
     assert_one_job_per_attempt_none_running(result, 1)
     assert list(result.jobs.values()) == ["Completed"]
@@ -91,7 +91,7 @@ def test_a_fault_in_decide_while_a_job_runs_stops_that_job(harness, monkeypatch)
     monkeypatch.setattr("jobs.handler.decide", broken_decide)
     result = harness.run(job_request(), [sm.created_then_5xx()], name="decide-fault-job-running")
     assert result.status == "FAILED"
-    assert result.states_entered == ["Prepare", "TakenOver", "Launch", *API_ERROR, "Decide", "DecideFailed", *FAILURE_TAIL]
+    assert result.states_entered == [*START, *API_ERROR, "Decide", "DecideFailed", *FAILURE_TAIL]
     assert result.error == "launcher_error"
     assert_one_job_per_attempt_none_running(result, 1)
     (name,) = result.jobs
@@ -109,7 +109,7 @@ def test_a_fault_in_summarize_still_stops_the_job_and_notifies(harness, monkeypa
     monkeypatch.setattr("jobs.handler.summarize", broken)
     result = harness.run(job_request(), [sm.created_then_5xx()], name="summarize-fault-job-running")
     assert result.status == "FAILED"
-    assert result.states_entered == ["Prepare", "TakenOver", "Launch", *API_ERROR, "Decide", "DecideFailed", "Summarize",
+    assert result.states_entered == [*START, *API_ERROR, "Decide", "DecideFailed", "Summarize",
                                      "StopCurrentJob", "SummarizeFailed", "Notify", "Outcome", "Failed"]
     assert result.error == "launcher_error" and "the summarize function failed" in result.cause
     assert_one_job_per_attempt_none_running(result, 1)

@@ -1,8 +1,9 @@
 """Pins for the moto internals the launcher harness reaches into. If one fails, it names what moved.
 
 The harness replaces three moto functions/constants, renames the StartExecution task's names (two more
-methods), subclasses one moto class and reads moto's SageMaker and SNS records. These tests check each seam directly, so that a moto upgrade fails here, with a message,
-rather than as a confusing scenario failure.
+methods), pages GetExecutionHistory, subclasses one moto class and reads moto's SageMaker and SNS records. These
+tests check each seam directly, so that a moto upgrade fails here, with a message, rather than as a confusing
+scenario failure.
 """
 
 from __future__ import annotations
@@ -154,11 +155,7 @@ def test_moto_still_hands_the_start_execution_task_its_names_as_written():
             {"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}))
         arn = sfn.create_state_machine(name="starter", definition=json.dumps(definition), roleArn=role)[
             "stateMachineArn"]
-        execution = sfn.start_execution(stateMachineArn=arn)["executionArn"]
-        deadline = time.monotonic() + 10
-        while (status := sfn.describe_execution(executionArn=execution)["status"]) == "RUNNING":
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        execution, status = run_to_its_end(sfn, arn)
         events = sfn.get_execution_history(executionArn=execution)["events"]
     failed = [e["taskFailedEventDetails"] for e in events if e["type"] == "TaskFailed"]
     assert status == "FAILED" and failed == [{"error": "States.Runtime", "cause": "'StateMachineArn'"}], failed
@@ -172,10 +169,16 @@ def test_moto_still_answers_the_whole_history_whatever_is_asked():
         arn = sfn.create_state_machine(name="passes", roleArn="arn:aws:iam::123456789012:role/r", definition=json.dumps(
             {"StartAt": "P", "States": {"P": {"Type": "Pass", "Next": "Q"}, "Q": {"Type": "Pass", "End": True}}}))[
             "stateMachineArn"]
-        execution = sfn.start_execution(stateMachineArn=arn)["executionArn"]
-        deadline = time.monotonic() + 10
-        while sfn.describe_execution(executionArn=execution)["status"] == "RUNNING":
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        execution, _ = run_to_its_end(sfn, arn)
         events = sfn.get_execution_history(executionArn=execution, reverseOrder=True, maxResults=1)["events"]
     assert len(events) > 1 and events[0]["id"] == 1
+
+
+def run_to_its_end(sfn, state_machine: str) -> tuple[str, str]:
+    """Start an execution in moto's interpreter (it runs in a thread) and wait for its end; (its ARN, its status)."""
+    execution = sfn.start_execution(stateMachineArn=state_machine)["executionArn"]
+    deadline = time.monotonic() + 10
+    while (status := sfn.describe_execution(executionArn=execution)["status"]) == "RUNNING":
+        assert time.monotonic() < deadline, "moto's execution did not end within 10 s"
+        time.sleep(0.01)
+    return execution, status

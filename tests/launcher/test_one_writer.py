@@ -25,6 +25,7 @@ from tests.launcher.definition import ACCOUNT, REGION
 from tests.launcher.inputs import job_request
 
 EXECUTION = "arn:aws:states:us-east-1:123456789012:execution:mltrain-job-launcher:"
+pytestmark = pytest.mark.usefixtures("no_hooks")
 
 
 def registry(harness) -> Registry:
@@ -74,15 +75,6 @@ def drive(harness, request: dict, outcomes: list[sm.Outcome], name: str, *, wher
 
 
 current: list[str] = [""]  # the ARN of the execution the test drives
-
-
-@pytest.fixture(autouse=True)
-def no_hooks(harness):
-    yield
-    harness.on_wait = None
-    harness.lambdas.before = None
-    if harness.world is not None:
-        harness.world.on_look = None
 
 
 # What holds the first execution where the second arrives, and the outcomes that take it there.

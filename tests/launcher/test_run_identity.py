@@ -21,7 +21,7 @@ from tests.launcher import sagemaker_sync as sm
 from tests.launcher.definition import ACCOUNT, REGION
 from tests.launcher.harness import STATE_MACHINE_ROLE
 from tests.launcher.inputs import job_request
-from tests.launcher.paths import SUCCESS_TAIL
+from tests.launcher.paths import START, SUCCESS_TAIL
 
 
 def old_digest(execution_name: str) -> str:
@@ -48,7 +48,7 @@ def test_executions_that_collided_under_the_old_scheme_are_two_runs(harness):
     second = harness.run(job_request(), [sm.completed(train_loss=2.5)], name=second_name)
     for result, loss in ((first, 1.5), (second, 2.5)):
         assert result.status == "SUCCEEDED", (result.error, result.cause)
-        assert result.states_entered == ["Prepare", "TakenOver", "Launch", *SUCCESS_TAIL]  # no "name in use", no Decide
+        assert result.states_entered == [*START, *SUCCESS_TAIL]  # no "name in use", no Decide
         assert list(result.jobs.values()) == ["Completed"]
         assert result.output["final_metrics"]["train_loss"] == loss  # each trained its own request
     assert first.output["run_id"] != second.output["run_id"]
@@ -87,7 +87,7 @@ def test_a_job_squatting_an_attempts_name_is_not_adopted(harness, monkeypatch, m
     result = harness.run(job_request(), [sm.completed(train_loss=1.25), sm.completed(train_loss=1.25)],
                          name=f"squatted-{marker is None:d}")
     assert result.status == "SUCCEEDED", (result.error, result.cause)
-    assert result.states_entered[:3] == ["Prepare", "TakenOver", "Launch"] and result.states_entered.count("Launch") == 2
+    assert result.states_entered[:3] == START and result.states_entered.count("Launch") == 2
     assert result.job_names[0] == squatted and result.job_names[1] != squatted
     # The run completed on its own job, under a fresh name, with its own marker.
     assert list(result.jobs) == [result.job_names[1]] and list(result.jobs.values()) == ["Completed"]

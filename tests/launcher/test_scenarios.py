@@ -13,7 +13,7 @@ import pytest
 
 from tests.launcher import sagemaker_sync as sm
 from tests.launcher.inputs import job_request
-from tests.launcher.paths import ENDED_JOB, FAILURE_TAIL, GIVE_UP, RETRY, RETRY_API, SUCCESS_TAIL
+from tests.launcher.paths import ENDED_JOB, FAILURE_TAIL, GIVE_UP, RETRY, RETRY_API, START, SUCCESS_TAIL
 
 
 def assert_attempts(result, instance_types: list[str], spot: list[bool]) -> None:
@@ -55,7 +55,7 @@ def test_success_first_time(harness):
         job_request(), [sm.completed(train_loss=2.05, tokens_per_sec=51234.5)], name="success-first-time"
     )
     assert result.status == "SUCCEEDED", (result.error, result.cause)
-    assert result.states_entered == ["Prepare", "TakenOver", "Launch", *SUCCESS_TAIL]
+    assert result.states_entered == [*START, *SUCCESS_TAIL]
     assert_attempts(result, ["ml.p4d.24xlarge"], [False])
     assert_summary(result, "Succeeded")
     assert result.output["final_metrics"] == {"train_loss": 2.05, "tokens_per_sec": 51234.5}
@@ -67,7 +67,7 @@ def test_success_first_time(harness):
 def test_capacity_error_then_success_on_the_fallback_type(harness):
     result = harness.run(job_request(), [sm.capacity_error(), sm.completed()], name="capacity-then-fallback")
     assert result.status == "SUCCEEDED", (result.error, result.cause)
-    assert result.states_entered == ["Prepare", "TakenOver", "Launch", *RETRY, *SUCCESS_TAIL]
+    assert result.states_entered == [*START, *RETRY, *SUCCESS_TAIL]
     assert_attempts(result, ["ml.p4d.24xlarge", "ml.p5.48xlarge"], [False, False])
     assert_summary(result, "Succeeded")
     # Under .sync a failed job fails the task with States.TaskFailed and the description as its Cause; the
@@ -85,7 +85,7 @@ def test_capacity_error_then_success_on_the_fallback_type(harness):
 def test_spot_interruption_then_resume(harness):
     result = harness.run(job_request(spot=True), [sm.spot_interrupted(), sm.completed()], name="spot-resume")
     assert result.status == "SUCCEEDED", (result.error, result.cause)
-    assert result.states_entered == ["Prepare", "TakenOver", "Launch", *RETRY, *SUCCESS_TAIL]
+    assert result.states_entered == [*START, *RETRY, *SUCCESS_TAIL]
     # Same instance type, still on Spot, resuming from the same checkpoint prefix.
     assert_attempts(result, ["ml.p4d.24xlarge"] * 2, [True, True])
     assert result.output["interruptions"] == 1
@@ -99,7 +99,7 @@ def test_repeated_interruptions_then_on_demand(harness):
         request, [sm.spot_interrupted(), sm.spot_interrupted(), sm.completed()], name="spot-then-on-demand"
     )
     assert result.status == "SUCCEEDED", (result.error, result.cause)
-    assert result.states_entered == ["Prepare", "TakenOver", "Launch", *RETRY, *RETRY, *SUCCESS_TAIL]
+    assert result.states_entered == [*START, *RETRY, *RETRY, *SUCCESS_TAIL]
     assert_attempts(result, ["ml.p4d.24xlarge"] * 3, [True, True, False])
     assert result.output["interruptions"] == 2
     assert_summary(result, "Succeeded")
@@ -108,7 +108,7 @@ def test_repeated_interruptions_then_on_demand(harness):
 def test_user_code_error_fails_after_one_attempt(harness):
     result = harness.run(job_request(), [sm.algorithm_error()], name="user-code-error")
     assert result.status == "FAILED"
-    assert result.states_entered == ["Prepare", "TakenOver", "Launch", *GIVE_UP, *FAILURE_TAIL]
+    assert result.states_entered == [*START, *GIVE_UP, *FAILURE_TAIL]
     assert_attempts(result, ["ml.p4d.24xlarge"], [False])
     assert result.error == "user_error"
     assert "AlgorithmError" in result.cause
@@ -118,7 +118,7 @@ def test_user_code_error_fails_after_one_attempt(harness):
 def test_internal_error_is_retried(harness):
     result = harness.run(job_request(), [sm.internal_error(), sm.completed()], name="internal-error")
     assert result.status == "SUCCEEDED", (result.error, result.cause)
-    assert result.states_entered == ["Prepare", "TakenOver", "Launch", *RETRY, *SUCCESS_TAIL]
+    assert result.states_entered == [*START, *RETRY, *SUCCESS_TAIL]
     assert_attempts(result, ["ml.p4d.24xlarge"] * 2, [False, False])
     assert result.output["attempts"][0]["category"] == "internal"
 
@@ -128,7 +128,7 @@ def test_resource_limit_exceeded_then_success(harness):
         job_request(), [sm.resource_limit_exceeded(), sm.completed()], name="quota-then-success"
     )
     assert result.status == "SUCCEEDED", (result.error, result.cause)
-    assert result.states_entered == ["Prepare", "TakenOver", "Launch", *RETRY_API, *SUCCESS_TAIL]
+    assert result.states_entered == [*START, *RETRY_API, *SUCCESS_TAIL]
     assert_attempts(result, ["ml.p4d.24xlarge"] * 2, [False, False])
     (failure,) = decide_failures(result)
     assert failure["Error"] == "SageMaker.ResourceLimitExceededException"
@@ -142,7 +142,7 @@ def test_throttling_then_success_waits_in_the_backoff_state(harness):
     request = job_request(retry={"api_error_wait_seconds": 1, "api_error_wait_max_seconds": 1})
     result = harness.run(request, [sm.throttled(), sm.completed()], name="throttled-then-success")
     assert result.status == "SUCCEEDED", (result.error, result.cause)
-    assert result.states_entered == ["Prepare", "TakenOver", "Launch", *RETRY_API, *SUCCESS_TAIL]
+    assert result.states_entered == [*START, *RETRY_API, *SUCCESS_TAIL]
     (failure,) = decide_failures(result)
     assert failure["Error"] == "SageMaker.AmazonSageMakerException"
     assert "Error Code: ThrottlingException" in failure["Cause"]
@@ -158,7 +158,7 @@ def test_a_stop_nobody_asked_for_is_resumed(harness):
     execution first) nor an abort, so SageMaker or the console stopped it: resumed from its checkpoint."""
     result = harness.run(job_request(), [sm.stopped_by_user(), sm.completed()], name="stopped-by-someone")
     assert result.status == "SUCCEEDED", (result.error, result.cause)
-    assert result.states_entered == ["Prepare", "TakenOver", "Launch", *RETRY, *SUCCESS_TAIL]
+    assert result.states_entered == [*START, *RETRY, *SUCCESS_TAIL]
     assert_attempts(result, ["ml.p4d.24xlarge"] * 2, [False, False])
     assert result.output["attempts"][0]["category"] == "interruption"
     assert_summary(result, "Succeeded")
@@ -246,7 +246,7 @@ def test_attempts_exhausted(harness):
     request = job_request(retry={"max_attempts": 3})
     result = harness.run(request, [sm.capacity_error()] * 3, name="attempts-exhausted")
     assert result.status == "FAILED"
-    assert result.states_entered == ["Prepare", "TakenOver", "Launch", *RETRY, *RETRY, *GIVE_UP, *FAILURE_TAIL]
+    assert result.states_entered == [*START, *RETRY, *RETRY, *GIVE_UP, *FAILURE_TAIL]
     assert len(result.create_calls) == 3
     assert len(set(result.job_names)) == 3
     assert "attempts exhausted" in result.cause
@@ -261,7 +261,7 @@ def test_a_fault_in_the_decide_function_still_ends_with_a_summary(harness, monke
     monkeypatch.setattr("jobs.handler.decide", broken_decide)
     result = harness.run(job_request(), [sm.capacity_error()], name="decide-fault")
     assert result.status == "FAILED"
-    assert result.states_entered == ["Prepare", "TakenOver", "Launch", *ENDED_JOB, "Decide", "DecideFailed", *FAILURE_TAIL]
+    assert result.states_entered == [*START, *ENDED_JOB, "Decide", "DecideFailed", *FAILURE_TAIL]
     assert result.error == "launcher_error"
     assert "the decide function failed (KeyError)" in result.cause
     assert_summary(result, "Failed")

@@ -32,7 +32,7 @@ from jobs.request.schema import JobRequest, RetrySettings
 from jobs.request.state_size import largest_state_bytes
 from tests.launcher import sagemaker_sync as sm
 from tests.launcher.inputs import job_request
-from tests.launcher.paths import RETRY, SUCCESS_TAIL
+from tests.launcher.paths import RETRY, START, SUCCESS_TAIL
 
 MAX_ATTEMPTS = RetrySettings.__dataclass_fields__["max_attempts"].metadata["max"]
 MAX_TAGS = JobRequest.__dataclass_fields__["tags"].metadata["max"]
@@ -94,7 +94,7 @@ def test_the_largest_request_runs_every_attempt_under_the_state_limit(harness):
     result = harness.run(request, outcomes, name="state-size-largest", timeout=240)
     assert result.status == "SUCCEEDED", (result.error, result.cause)
     assert len(result.create_calls) == MAX_ATTEMPTS
-    assert result.states_entered == ["Prepare", "TakenOver", "Launch", *RETRY * (MAX_ATTEMPTS - 1), *SUCCESS_TAIL]
+    assert result.states_entered == [*START, *RETRY * (MAX_ATTEMPTS - 1), *SUCCESS_TAIL]
     ((subject, message),) = result.notifications
     assert "succeeded" in subject and f"({MAX_ATTEMPTS} attempts)" in subject
     prepared = result.lambda_calls[0]
