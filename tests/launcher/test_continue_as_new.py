@@ -58,6 +58,14 @@ def chain(harness, arn: str, timeout: float = 60, delivered: set[str] | None = N
         arn = successor_of(result)
 
 
+def wait_until(condition, what: str, timeout: float = 60) -> None:
+    """Hold the calling execution's thread until `condition()` holds; a hang fails the test instead of the suite."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.01)
+
+
 def at_limit(monkeypatch, name: str) -> None:
     """Execution `name`'s history is at the limit at each of its decisions; every other one's is short."""
     monkeypatch.setattr("jobs.handler.history_length",
@@ -82,8 +90,7 @@ def test_a_long_watch_goes_on_in_new_executions_with_its_one_job(harness, simula
         run_id = (event.get("request") or {}).get("resume_run")
         if handler == "jobs.handler.prepare" and run_id:
             predecessor = registry(harness).read(run_id).owner
-            while predecessor not in delivered:
-                time.sleep(0.01)
+            wait_until(lambda: predecessor in delivered, "the predecessor's end delivered")
 
     harness.lambdas.before = after_the_predecessors_reaper
     executions = chain(harness, harness.start(job_request(max_runtime_hours=24), name="long-watch"),
@@ -141,8 +148,9 @@ def test_a_resume_while_the_run_is_handed_over_is_refused_naming_the_successor(h
         if handler != "jobs.handler.prepare" or held or execution.get("id") == first_arn:
             return
         held.append(execution["id"])  # the successor's Prepare, held here
-        while harness.sfn.describe_execution(executionArn=first_arn)["status"] == "RUNNING":
-            time.sleep(0.01)  # the first execution ends right after starting this one
+        # The first execution ends right after starting this one.
+        wait_until(lambda: harness.sfn.describe_execution(executionArn=first_arn)["status"] != "RUNNING",
+                   "the first execution's end")
         run_id = event["request"]["resume_run"]
         refused.append(harness.wait(harness.start(job_request(resume_run=run_id), name="resume-in-handover")))
 
@@ -190,8 +198,7 @@ def test_a_successor_that_never_takes_the_run_over_leaves_no_job_running(harness
     def prepare_timing_out(event, context=None):
         if (event.get("execution") or {}).get("id") == first_arn:
             return prepare(event, context)
-        while first_arn not in delivered:
-            time.sleep(0.01)
+        wait_until(lambda: first_arn in delivered, "the first execution's end delivered")
         raise FunctionTimedOut()
 
     monkeypatch.setattr("jobs.handler.prepare", prepare_timing_out)
