@@ -43,6 +43,7 @@ pytestmark = pytest.mark.slow
 # SageMaker's 120 s.
 TORCHRUN_GRACE_S = 3
 SLOW_STOP_SAVE_S = TORCHRUN_GRACE_S + 3
+TORCHRUN_FIXED_GRACE_S = 30  # torch.distributed.elastic's before 2.12
 GRACE_SHIM = Path(__file__).parent / "torchrun_grace"
 
 
@@ -128,8 +129,9 @@ def test_signalled_torchrun_kills_its_workers_after_the_short_grace(tmp_path):
     torchrun.send_signal(signal.SIGTERM)
     output = torchrun.communicate(timeout=120)[0]
     took = time.monotonic() - sent
-    # At least the grace; the bound above it allows a loaded machine and stays far below 2.8's fixed 30 s.
-    assert TORCHRUN_GRACE_S <= took < TORCHRUN_GRACE_S + 12, output[-3000:]
+    # At least the grace, and less than the fixed 30 s of torchrun before 2.12: the only bound that tells the two
+    # apart, so a loaded machine's slower reaction cannot fail it.
+    assert TORCHRUN_GRACE_S <= took < TORCHRUN_FIXED_GRACE_S, output[-3000:]
     assert f"[torchrun-grace] {TORCHRUN_GRACE_S} s" in output
 
 
