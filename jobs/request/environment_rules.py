@@ -9,7 +9,12 @@ describe the execution or the job. So:
   (`environment_patterns`). An allow-list, because the variables that change what a process *runs* are many
   and open-ended; the knobs a training run needs are few and known.
 - Some names are refused even when a pattern would allow them (REFUSED): the loader's, interpreters', the
-  shell's, SageMaker's, AWS's and the platform's own. `PYTHONWARNINGS` with `BROWSER`, `LD_PRELOAD`,
+  shell's, SageMaker's, AWS's and the platform's own, and, by what they do whatever their prefix, every variable
+  that makes a process load code (LOADS_CODE: a library or plugin, a folder of compiled or downloaded modules,
+  a file of further variables, a server that serves code or takes the run's data). A prefix says whose knob a
+  variable is, not what it does: `NCCL_NET_PLUGIN=/opt/ml/input/data/train/x.so` would run the request's own
+  library as the team's role in every rank, so such names are refused by name, and a value that names a shared
+  library is refused under any name. `PYTHONWARNINGS` with `BROWSER`, `LD_PRELOAD`,
   `BASH_ENV` or `PYTHONPATH` run code of the request's choosing in every process; `TRAINING_STOP_FILE` or
   `TRAINING_CHECKPOINT_DIR` would silently disable the stop relay or move checkpoints off the synced folder.
   Names compare case-insensitively here (Linux does not, but `Path` or `ld_preload` has no business in a
@@ -48,7 +53,34 @@ _LOADER = "the dynamic loader's: it loads code of the request's choosing into ev
 _INTERPRETER = "an interpreter's: it runs or imports code of the request's choosing in every process"
 _SHELL = "the shell's: it changes what the container's shells run"
 _PLATFORM = "the platform's: the launcher sets it, and the container entry and the training package rely on it"
+# Variables that make a process load code, by meaning (reviewed against the NCCL, libfabric, CUDA, PyTorch and
+# Inductor, Hugging Face and W&B documentation, 2026-11): (pattern, what it would load). Patterns by meaning
+# (`*_PLUGIN`, `*_ENDPOINT`...) cover future knobs of the same kind under any prefix.
+_LIBRARY = "a library or plugin the process loads: its code would run as the team's role in every rank"
+_PROGRAM = "a program a library starts: it would run as the team's role"
+_CODE_FOLDER = ("a folder of compiled or downloaded code (or pickled weights) the process loads from: files placed "
+                "there would run as the team's role")
+_CONFIG_FILE = "a file of further NCCL variables, the plugins' among them"
+_REMOTE = "a server of the request's choosing, which would serve the process code or receive the run's data"
+_REMOTE_CODE = "a switch that lets a library download and run a model's or a dataset's own code"
+LOADS_CODE: tuple[tuple[str, str], ...] = (
+    # NCCL: the net, tuner, profiler and env plugins (libnccl-*.so by name or path); NCCL_CONF_FILE (2.23+) sets any
+    # of them from a file.
+    ("*_PLUGIN", _LIBRARY), ("*_PLUGIN_PATH", _LIBRARY), ("NCCL_CONF_FILE", _CONFIG_FILE),
+    # libfabric loads providers (EFA's among them) from FI_PROVIDER_PATH; CUDA loads an injection library at init.
+    ("*_PROVIDER_PATH", _LIBRARY), ("CUDA_INJECTION*_PATH", _LIBRARY), ("*_EXECUTABLE", _PROGRAM),
+    # PyTorch's C++ extensions, Inductor's and CUDA's kernel caches, torch.hub's folder, Hugging Face's caches
+    # (dynamic modules, and weights that load by unpickling).
+    ("*_EXTENSIONS_DIR", _CODE_FOLDER), ("TORCHINDUCTOR_CACHE_DIR", _CODE_FOLDER),
+    ("TORCHINDUCTOR_CUTLASS_DIR", _CODE_FOLDER), ("CUDA_CACHE_PATH", _CODE_FOLDER),
+    ("PYTORCH_KERNEL_CACHE_PATH", _CODE_FOLDER), ("TORCH_HOME", _CODE_FOLDER), ("HF_HOME", _CODE_FOLDER),
+    ("HF_*_CACHE", _CODE_FOLDER), ("TRANSFORMERS_CACHE", _CODE_FOLDER), ("HUGGINGFACE_HUB_CACHE", _CODE_FOLDER),
+    # Servers: Inductor's remote caches (compiled code), Hugging Face's endpoint, W&B's server.
+    ("TORCHINDUCTOR_*REMOTE*", _REMOTE), ("TORCHINDUCTOR_REDIS_*", _REMOTE), ("*_ENDPOINT", _REMOTE),
+    ("*_BASE_URL", _REMOTE), ("*TRUST_REMOTE_CODE*", _REMOTE_CODE),
+)
 REFUSED: tuple[tuple[str, str], ...] = (
+    *LOADS_CODE,
     ("LD_*", _LOADER), ("GCONV_PATH", _LOADER), ("MALLOC_*", _LOADER),
     ("PYTHON*", _INTERPRETER), ("BROWSER", _INTERPRETER), ("PERL5*", _INTERPRETER), ("PERLLIB", _INTERPRETER),
     ("NODE_OPTIONS", _INTERPRETER), ("RUBYOPT", _INTERPRETER), ("JAVA_TOOL_OPTIONS", _INTERPRETER),
@@ -77,6 +109,8 @@ _BASE64_TOKEN = re.compile(r"[A-Za-z0-9+/=]{32,}")
 _TOKEN_SEGMENT = 16  # characters between slashes, at least, in one place
 _TOKEN_ENTROPY_BITS = 3.5  # per character; base64 keys have about 4.5-5
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# A value that names a shared library (`libx.so`, `/a/libx.so.1`): only code loaders read one.
+_SHARED_LIBRARY = re.compile(r"\.so(?:\.[0-9]+)*(?:$|[,:;])")
 # A Secrets Manager secret's ARN: its name is letters, digits and /_+=.@- (plus the service's 6-character suffix).
 SECRET_ARN = re.compile(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@-]{1,512}")
 _VALUE_PUNCTUATION = SAFE_PUNCTUATION + "^"
@@ -143,6 +177,9 @@ def _entropy(token: str) -> float:
 def value_problem(value: str) -> str | None:
     if len(value) > MAX_ENVIRONMENT_TEXT:
         return f"values are at most {MAX_ENVIRONMENT_TEXT} characters, this one has {len(value)}"
+    if _SHARED_LIBRARY.search(value):
+        return (f"{value[:80]!r} names a shared library: a variable that takes one loads its code into every rank "
+                "as the team's role, and no training knob needs one; remove it")
     if not ENV_VALUE.fullmatch(value):
         return (f"{value[:80]!r} has characters the platform does not pass in a variable: "
                 f"{unsafe_characters(value.replace('^', ''))}; use only letters, digits and "

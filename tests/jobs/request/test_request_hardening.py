@@ -191,6 +191,41 @@ def test_every_refused_variable_is_refused_even_when_a_pattern_allows_it(prepare
     assert set(secrets) == {f"secrets.{name}" for name in names}, secrets
 
 
+# Variables that load code, each with a value that would point it at the request's own files or server: a prefix
+# the allow-list takes (NCCL_*, FI_*, CUDA_*, TORCH*, HF_*, WANDB_*) must not let them through.
+LOADS_CODE_EXAMPLES = {
+    "NCCL_NET_PLUGIN": "/opt/ml/input/data/train/libnccl-net-x", "NCCL_TUNER_PLUGIN": "x",
+    "NCCL_PROFILER_PLUGIN": "x", "NCCL_ENV_PLUGIN": "x", "NCCL_CONF_FILE": "/opt/ml/input/data/train/nccl.conf",
+    "FI_PROVIDER_PATH": "/opt/ml/input/data/train/prov", "CUDA_INJECTION64_PATH": "/opt/ml/input/data/train/inj",
+    "TORCHINDUCTOR_CACHE_DIR": "/opt/ml/input/data/train/cache", "TORCH_EXTENSIONS_DIR": "/opt/ml/input/data/train",
+    "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "1", "TORCHINDUCTOR_REDIS_HOST": "cache.example.com",
+    "HF_DATASETS_TRUST_REMOTE_CODE": "1", "HF_ENDPOINT": "https://hub.example.com", "HF_HOME": "/opt/ml/input/data/train",
+    "HF_MODULES_CACHE": "/opt/ml/input/data/train", "HF_HUB_CACHE": "/opt/ml/input/data/train",
+    "TORCH_HOME": "/opt/ml/input/data/train", "CUDA_CACHE_PATH": "/opt/ml/input/data/train",
+    "WANDB_BASE_URL": "https://wandb.example.com", "WANDB__EXECUTABLE": "/opt/ml/input/data/train/python",
+}
+
+
+@pytest.mark.parametrize("everything", [False, True], ids=["default-patterns", "platform-allows-everything"])
+def test_every_variable_that_loads_code_is_refused_by_what_it_loads(prepare, monkeypatch, everything):
+    if everything:
+        monkeypatch.setenv("PLATFORM_SETTINGS", dataclasses.replace(PLATFORM, environment_patterns=["*"]).to_json())
+    found = prepare(request(environment=LOADS_CODE_EXAMPLES))
+    assert set(found) == {f"environment.{name}" for name in LOADS_CODE_EXAMPLES}, found
+    loads = ("library or plugin", "program", "folder of compiled or downloaded code", "file of further NCCL",
+             "server of the request's choosing", "run a model's or a dataset's own code")
+    for name in LOADS_CODE_EXAMPLES:
+        assert any(what in found[f"environment.{name}"] for what in loads), (name, found[f"environment.{name}"])
+        assert found[f"environment.{name}"].endswith("remove it"), name
+
+
+@pytest.mark.parametrize("value", ["/opt/ml/input/data/train/libx.so", "libx.so.1", "/a/libx.so.1.2,other",
+                                   "/a/libx.so:/b"])
+def test_a_value_that_names_a_shared_library_is_refused_under_any_name(prepare, value):
+    found = prepare(request(environment={"NCCL_DEBUG_SUBSYS": value}))
+    assert "names a shared library" in found["environment.NCCL_DEBUG_SUBSYS"], found
+
+
 def test_names_outside_the_allow_list_are_refused_unless_the_platform_adds_them(prepare, monkeypatch):
     found = prepare(request(environment={"MYLIB_THREADS": "4", "NCCL_DEBUG": "WARN"}))
     assert list(found) == ["environment.MYLIB_THREADS"] and "environment_patterns" in found["environment.MYLIB_THREADS"]
@@ -214,13 +249,13 @@ CREDENTIALS = {
 
 # What training jobs put in their variables: paths, model ids, allocator settings, run names, a short hash.
 BENIGN = {
-    "HF_HOME": "/opt/ml/input/data/cache/huggingface-hub-2026",
-    "HF_HUB_CACHE": "/fsx/datasets/c4-en/v2/shard-00001-of-01024",
+    "NCCL_TOPO_FILE": "/opt/ml/input/data/cache/huggingface-hub-2026",
+    "WANDB_DIR": "/fsx/datasets/c4-en/v2/shard-00001-of-01024",
     "HF_MODEL_ID": "meta-llama/Llama-3.1-8B-Instruct-2024-07-23",
     "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,max_split_size_mb:128",
-    "TORCH_HOME": "/opt/ml/input/data/Llama3/checkpoints",
+    "TORCH_LOGS_DIR": "/opt/ml/input/data/Llama3/checkpoints",
     "WANDB_NAME": "my-team-project-2026-11-baseline-run-003",
-    "WANDB_BASE_URL": "https://wandb.example.com",
+    "WANDB_PROJECT": "https-wandb.example.com",
     "WANDB_RUN_GROUP": "ThisIsMyLongCamelCaseName",
     "WANDB_TAGS": "d41d8cd98f00b204e9800998ecf8427e",
     "NCCL_SOCKET_IFNAME": "^lo,docker0",
@@ -287,7 +322,7 @@ def accepted_requests() -> list[tuple[str, dict]]:
             "optimizer": "sgd", "lr_schedule": "constant", "backend": "nccl", "lr": 1e-05, "compile": False,
             "seed": 0, "checkpoint_minutes": 12.5, "eval-batches": 7}),
         "custom-model": request(model="my_pkg.models:build", model_size="my-size_2", model_shape=None),
-        "environment-and-secrets": request(environment={"NCCL_SOCKET_IFNAME": "^lo,docker0", "HF_HOME": "/opt/ml/hf",
+        "environment-and-secrets": request(environment={"NCCL_SOCKET_IFNAME": "^lo,docker0", "WANDB_DIR": "/opt/ml/hf",
                                                         "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
                                            secrets={"WANDB_API_KEY": SECRET, "HF_TOKEN": SECRET + "-2"}),
         "auto": request(strategy="auto"),
