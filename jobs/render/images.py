@@ -35,8 +35,14 @@ def image_key(request: JobRequest, platform: PlatformSettings, instance_type: st
 
 def starts_through_platform_entry(request: JobRequest, platform: PlatformSettings, instance_type: str) -> bool:
     """Whether the job starts through jobs.render.container_entry: the platform's PyTorch images do (their entry is
-    known); a request's own image and the SMP image keep theirs."""
-    return not request.image and image_key(request, platform, instance_type)[0] == PYTORCH_FRAMEWORK
+    known), whether the platform resolved one or the request named it; any other image, the SMP image included,
+    keeps its own. By the image itself: a request naming the platform's own image must not lose the stop relay."""
+    return resolve_image(request, platform, instance_type) in platform_pytorch_images(platform)
+
+
+def platform_pytorch_images(platform: PlatformSettings) -> set[str]:
+    """Every PyTorch image URI in the platform's table (each version, each device)."""
+    return {uri for devices in platform.images.get(PYTORCH_FRAMEWORK, {}).values() for uri in devices.values()}
 
 
 def resolve_image(request: JobRequest, platform: PlatformSettings, instance_type: str) -> str:

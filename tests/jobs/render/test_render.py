@@ -217,6 +217,20 @@ def test_the_platforms_pytorch_images_start_through_the_stop_forwarding_entry(pl
     assert "ContainerEntrypoint" not in smp["AlgorithmSpecification"]
 
 
+def test_naming_the_platforms_own_image_keeps_the_stop_relay(platform):
+    """The same image as the platform would pick, named in the request, starts the same way (it lost the relay,
+    and a Spot reclaim then lost everything since the last checkpoint): for each of the table's PyTorch images."""
+    resolved = render({}, platform)["AlgorithmSpecification"]["ContainerEntrypoint"]
+    for version, devices in platform.images["pytorch"].items():
+        for device, uri in devices.items():
+            doc = {"image": uri, **({"instance": {"type": "ml.c5.4xlarge"}} if device == "cpu" else {})}
+            named = render(doc, platform)["AlgorithmSpecification"]
+            assert named["TrainingImage"] == uri and named["ContainerEntrypoint"] == resolved, (version, device)
+    # The SMP image named explicitly keeps its own entry, as when the platform resolves it.
+    smp_uri = next(iter(next(iter(platform.images["pytorch-smp"].values())).values()))
+    assert "ContainerEntrypoint" not in render({"image": smp_uri}, platform)["AlgorithmSpecification"]
+
+
 def test_spot_sets_max_wait_and_on_demand_drops_it(platform):
     create = render({"spot": True, "max_runtime_hours": 10}, platform)
     assert create["StoppingCondition"] == {"MaxRuntimeInSeconds": 36000, "MaxWaitTimeInSeconds": 72000}
