@@ -175,4 +175,19 @@ def team_problems(c: PlatformConfig) -> list[str]:
                 p.append(f"{where}: dataset_prefix {spec.dataset_prefix!r} lies inside team {other.name!r}'s "
                          f"{other.dataset_prefix!r}, so each could read the other's data; give every team a "
                          "prefix of its own, e.g. teams/<name>/")
+        p += _repository_overlaps(where, team, c.teams)
     return p
+
+
+def _repository_overlaps(where: str, team, teams) -> list[str]:
+    """A team's own repositories that cover another team's (the same one, or a whole registry over it): the other
+    team's images would then run as this team's role, with its data. Shared repositories belong in the platform's
+    allowed_image_repositories, which every team may use."""
+    def covers(mine: str, theirs: str) -> bool:
+        return mine == theirs or (mine.endswith("/") and theirs.startswith(mine))
+    return [f"{where}: allowed_image_repositories entry {mine!r} covers team {other.name!r}'s {theirs!r}, so either "
+            "team's image could run as the other's role; give each team repositories of its own, or move a shared "
+            "one to the platform's allowed_image_repositories"
+            for other in teams if other.name != team.name
+            for mine in team.allowed_image_repositories for theirs in other.allowed_image_repositories
+            if covers(mine, theirs)]

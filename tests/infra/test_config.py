@@ -107,6 +107,16 @@ def test_one_problem_per_bad_key_even_for_several_bad_entries():
     ({"fsx_enabled": False, "teams": [{"name": "a", "dataset_prefix": "data/"}, {"name": "b", "dataset_prefix":
                                                                                  "data/b/"}]},
      "dataset_prefix 'data/b/' lies inside team 'a''s 'data/'"),
+    ({"fsx_enabled": False, "teams": [
+        {"name": "a", "allowed_image_repositories": ["123456789012.dkr.ecr.us-east-1.amazonaws.com/"]},
+        {"name": "b", "allowed_image_repositories": ["123456789012.dkr.ecr.us-east-1.amazonaws.com/b/train"]}]},
+     "'teams' entry 'a': allowed_image_repositories entry '123456789012.dkr.ecr.us-east-1.amazonaws.com/' covers "
+     "team 'b''s '123456789012.dkr.ecr.us-east-1.amazonaws.com/b/train'"),
+    ({"fsx_enabled": False, "teams": [
+        {"name": "a", "allowed_image_repositories": ["123456789012.dkr.ecr.us-east-1.amazonaws.com/shared"]},
+        {"name": "b", "allowed_image_repositories": ["123456789012.dkr.ecr.us-east-1.amazonaws.com/shared"]}]},
+     "'teams' entry 'b': allowed_image_repositories entry '123456789012.dkr.ecr.us-east-1.amazonaws.com/shared' "
+     "covers team 'a''s"),
     ({"fsx_enabled": False, "teams": [{"name": "a", "allowed_instance_types": ["ml.p3.2xlarge"]}]},
      "allowed_instance_types ['ml.p3.2xlarge'] are not in the platform's"),
     ({"fsx_enabled": False, "teams": [{"name": "a", "engineer_roles": ["arn:aws:iam::123456789012:user/x"]}]},
@@ -117,6 +127,14 @@ def test_one_problem_per_bad_key_even_for_several_bad_entries():
 def test_each_bad_team_or_egress_value_is_named_with_the_fix(overrides, expected):
     found = problems(**overrides)
     assert any(expected in p for p in found), found
+
+
+def test_teams_with_repositories_of_their_own_are_accepted():
+    """Neighbouring names are not covering: `team-a/train` and `team-a/train2`, `a/` and `ab/`."""
+    registry = "123456789012.dkr.ecr.us-east-1.amazonaws.com"
+    load_config({**cdk_json_context(), "fsx_enabled": False, "teams": [
+        {"name": "a", "allowed_image_repositories": [f"{registry}/a/train", f"{registry}/x/"]},
+        {"name": "b", "allowed_image_repositories": [f"{registry}/a/train2", f"{registry}/xy/"]}]})
 
 
 def test_teams_get_their_own_prefix_datasets_and_types():
