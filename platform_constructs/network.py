@@ -104,7 +104,8 @@ class TrainingNetwork(Construct):
     The training group allows all traffic in and out to itself: EFA's OS-bypass traffic is not covered by an
     egress rule to 0.0.0.0/0, and without the self rules EFA health checks fail or NCCL hangs. With no NAT
     gateway the training subnets are isolated and reach AWS through VPC endpoints. `connections` is the training
-    security group (the training instances): allow it to what a job reaches, as the dataset file system does.
+    security group (the training instances; a team's own comes from add_training_security_group): open what a job
+    reaches to it, e.g. `file_system.connections.allow_from(network, port)`.
     """
 
     def __init__(self, scope: Construct, id: str, props: TrainingNetworkProps) -> None:
