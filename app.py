@@ -16,10 +16,12 @@ try:
     from cdk_nag import AwsSolutionsChecks, NIST80053R5Checks
 
     from platform_config import ConfigError, PlatformConfig, load_config
+    from platform_constructs.dataset_fs import LustreProps
     from platform_constructs.images import ImageTable
+    from platform_constructs.network import TrainingNetworkProps
     from platform_constructs.retention import retention
     from stacks.launcher_stack import LauncherStack
-    from stacks.platform_stack import FileSystemProps, JobDefaults, NetworkProps, PlatformStack
+    from stacks.platform_stack import JobDefaults, PlatformStack
 except ModuleNotFoundError as missing:
     # cdk.json runs `python3 app.py`: outside the venv that is a Python without aws-cdk-lib, and the CDK CLI shows
     # only the traceback's last line.
@@ -39,7 +41,7 @@ def build_app(app: cdk.App) -> cdk.App:
         app, f"{config.name_prefix}-platform", name_prefix=config.name_prefix, images=images,
         network=network_props(config), file_system=file_system_props(config), jobs=job_defaults(config),
         dataset_prefix=config.dataset_prefix, dataset_bucket_name=config.dataset_bucket_name,
-        kms_key_arn=config.kms_key_arn, teams=config.team_specs, egress=config.egress, removal_policy=removal,
+        kms_key_arn=config.kms_key_arn, teams=config.team_specs, removal_policy=removal,
         env=env)
     LauncherStack(app, f"{config.name_prefix}-launcher", resources=platform.resources,
                   notification_email=config.notification_email,
@@ -52,19 +54,20 @@ def build_app(app: cdk.App) -> cdk.App:
 
 
 # The stacks' and constructs' props have no defaults of their own: each default is a PlatformConfig field's.
-def network_props(config: PlatformConfig) -> NetworkProps:
-    return NetworkProps(cidr=config.vpc_cidr, az_count=config.az_count,
-                        availability_zones=config.availability_zones, nat_gateways=config.nat_gateways,
-                        largest_cluster_instances=config.largest_cluster_instances,
-                        flow_log_retention=retention(config.flow_log_retention_days))
+def network_props(config: PlatformConfig) -> TrainingNetworkProps:
+    """The training network's props (the stack adds its key and removal policy)."""
+    return TrainingNetworkProps(cidr=config.vpc_cidr, az_count=config.az_count,
+                                availability_zones=config.availability_zones, nat_gateways=config.nat_gateways,
+                                largest_cluster_instances=config.largest_cluster_instances,
+                                flow_log_retention=retention(config.flow_log_retention_days), egress=config.egress)
 
 
-def file_system_props(config: PlatformConfig) -> FileSystemProps | None:
+def file_system_props(config: PlatformConfig) -> LustreProps | None:
     if not config.fsx_enabled:
         return None
-    return FileSystemProps(storage_capacity_gib=config.fsx_storage_gib,
-                           deployment_type=getattr(fsx.LustreDeploymentType, config.fsx_deployment_type),
-                           throughput_per_tib=config.fsx_throughput_per_tib)
+    return LustreProps(storage_capacity_gib=config.fsx_storage_gib,
+                       deployment_type=getattr(fsx.LustreDeploymentType, config.fsx_deployment_type),
+                       throughput_per_tib=config.fsx_throughput_per_tib)
 
 
 def job_defaults(config: PlatformConfig) -> JobDefaults:

@@ -10,6 +10,9 @@ summary and `trainctl runs`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 from aws_cdk import Aws
 from aws_cdk import aws_budgets as budgets
 from aws_cdk import aws_iam as iam
@@ -21,17 +24,34 @@ THRESHOLDS = (("ACTUAL", 80), ("FORECASTED", 100))
 BUDGETS_SERVICE = "budgets.amazonaws.com"
 
 
-def cost_filter(tags: dict[str, str]) -> list[str]:
+def cost_filter(tags: Mapping[str, str]) -> list[str]:
     """AWS Budgets' TagKeyValue filter values for user-defined cost allocation tags: `user:<key>$<value>`."""
     return [f"user:{key}${value}" for key, value in tags.items()]
 
 
+@dataclass(frozen=True, kw_only=True)
+class TeamBudgetProps:
+    name_prefix: str
+    """The team's prefix: the budget is named `<name_prefix>-training-monthly`."""
+    monthly_usd: float
+    """The monthly cost limit, in USD, that the thresholds (THRESHOLDS) are percentages of."""
+    tags: Mapping[str, str]
+    """The team's cost allocation tag(s) (platform_constructs.teams.team_tags): the budget counts the cost of the
+    jobs that carry them. Must not be empty."""
+    topic: sns.ITopic
+    """The team's run-notifications topic, told at each threshold; the budget adds AWS Budgets to its policy."""
+
+    def __post_init__(self) -> None:
+        if not self.tags:
+            raise ValueError(f"{self.name_prefix}: a budget needs the team's cost allocation tag to filter its jobs on")
+
+
 class TeamBudget(Construct):
-    def __init__(self, scope: Construct, id: str, *, name_prefix: str, monthly_usd: float, tags: dict[str, str],
-                 topic: sns.ITopic) -> None:
+    """A team's monthly cost budget on its tagged jobs (this module's docstring: what it watches, what it does not)."""
+
+    def __init__(self, scope: Construct, id: str, props: TeamBudgetProps) -> None:
         super().__init__(scope, id)
-        if not tags:
-            raise ValueError(f"{name_prefix}: a budget needs the team's cost allocation tag to filter its jobs on")
+        topic = props.topic
         # AWS Budgets publishes to the topic as its service principal, for this account's budgets only (the key
         # policy lets it encrypt for the topic: platform_constructs.encryption).
         topic.add_to_resource_policy(iam.PolicyStatement(
@@ -42,11 +62,11 @@ class TeamBudget(Construct):
         self.budget = budgets.CfnBudget(
             self, "Budget",
             budget=budgets.CfnBudget.BudgetDataProperty(
-                budget_name=f"{name_prefix}-training-monthly",
+                budget_name=f"{props.name_prefix}-training-monthly",
                 budget_type="COST",
                 time_unit="MONTHLY",
-                budget_limit=budgets.CfnBudget.SpendProperty(amount=monthly_usd, unit="USD"),
-                cost_filters={"TagKeyValue": cost_filter(tags)},
+                budget_limit=budgets.CfnBudget.SpendProperty(amount=props.monthly_usd, unit="USD"),
+                cost_filters={"TagKeyValue": cost_filter(props.tags)},
             ),
             notifications_with_subscribers=[
                 budgets.CfnBudget.NotificationWithSubscribersProperty(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
@@ -28,6 +29,26 @@ def key_user_path(name_prefix: str) -> str:
     return f"/{name_prefix}/"
 
 
+@dataclass(frozen=True, kw_only=True)
+class PlatformKeyProps:
+    name_prefix: str
+    """The platform's name prefix: the key's alias is `alias/<name_prefix>-platform`. Letters, digits, '/', '_' or
+    '-'."""
+    imported_key_arn: str | None
+    """An existing key to use instead of creating one (platform_config's `kms_key_arn`); None creates one."""
+    user_path: str | None = None
+    """The IAM path of the roles that may use a created key. @default key_user_path(name_prefix)"""
+    budgets: bool = False
+    """Whether AWS Budgets publishes to topics encrypted with the key (a team's budget). @default False"""
+    removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
+    """What deleting the stack does to a created key. @default RETAIN"""
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[a-zA-Z0-9/_-]{1,240}", self.name_prefix):
+            raise ValueError(f"name_prefix {self.name_prefix!r}: use letters, digits, '/', '_' or '-' (it names the "
+                             "key's alias)")
+
+
 class PlatformKey(Construct):
     """One customer-managed key for buckets, volumes, logs, topics and the file system, aliased
     `alias/<name_prefix>-platform`; or, with `imported_key_arn`, an existing key. Only roles under `user_path`
@@ -36,23 +57,20 @@ class PlatformKey(Construct):
     An imported key's policy is not ours to change: README lists the statements it needs.
     """
 
-    def __init__(self, scope: Construct, id: str, *, name_prefix: str, imported_key_arn: str | None = None,
-                 user_path: str | None = None, budgets: bool = False,
-                 removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN) -> None:
+    def __init__(self, scope: Construct, id: str, props: PlatformKeyProps) -> None:
         super().__init__(scope, id)
-        if not re.fullmatch(r"[a-zA-Z0-9/_-]{1,240}", name_prefix):
-            raise ValueError(f"name_prefix {name_prefix!r}: use letters, digits, '/', '_' or '-' (it names the "
-                             "key's alias)")
-        self.created = imported_key_arn is None
-        if imported_key_arn is not None:
-            self.key: kms.IKey = kms.Key.from_key_arn(self, "Imported", imported_key_arn)
+        name_prefix = props.name_prefix
+        self.created = props.imported_key_arn is None
+        if props.imported_key_arn is not None:
+            self.key: kms.IKey = kms.Key.from_key_arn(self, "Imported", props.imported_key_arn)
             return
         # The least-privilege key policy (the CDK's key-administrators pattern): `policy` given, the CDK adds no
         # kms:* for the account root; the account keeps administration, and use is delegated to IAM only for the
         # platform's own roles (key_user_path) and the AWS services below.
-        statements = [*_account_statements(user_path or key_user_path(name_prefix)),
+        statements = [*_account_statements(props.user_path or key_user_path(name_prefix)),
                       _registry_readers(name_prefix), *_service_statements()]
-        if budgets:  # a team's budget publishes to its key-encrypted notification topic (platform_constructs.budget)
+        # A team's budget publishes to its key-encrypted notification topic (platform_constructs.budget).
+        if props.budgets:
             statements.append(iam.PolicyStatement(
                 sid="BudgetsPublish", principals=[iam.ServicePrincipal("budgets.amazonaws.com")],
                 actions=["kms:Decrypt", "kms:GenerateDataKey*"], resources=["*"],
@@ -61,7 +79,7 @@ class PlatformKey(Construct):
             self, "Key", alias=f"alias/{name_prefix}-platform", enable_key_rotation=True,
             description=f"{name_prefix} training platform: checkpoints, outputs, datasets, logs, volumes",
             policy=iam.PolicyDocument(statements=statements),
-            removal_policy=removal_policy, pending_window=cdk.Duration.days(30))
+            removal_policy=props.removal_policy, pending_window=cdk.Duration.days(30))
         self.key = key
 
 

@@ -63,16 +63,22 @@ class ImageTable:
         return cls(by_region={r: by_region[r] for r in sorted(regions or ())}, versions=versions)
 
     def to_mapping(self, scope: Construct, id: str) -> ImageMapping:
-        return ImageMapping(scope, id, self)
+        return ImageMapping(scope, id, ImageMappingProps(table=self))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageMappingProps:
+    table: ImageTable
+    """The resolved image table (ImageTable.resolve): per region, each image's URI and each framework's account."""
 
 
 class ImageMapping(Construct):
     """The image table as a CfnMapping, with lookups that resolve in the deployed region."""
 
-    def __init__(self, scope: Construct, id: str, table: ImageTable) -> None:
+    def __init__(self, scope: Construct, id: str, props: ImageMappingProps) -> None:
         super().__init__(scope, id)
-        self.table = table
-        self.mapping = cdk.CfnMapping(self, "ByRegion", mapping=table.by_region, lazy=True)
+        self.table = props.table
+        self.mapping = cdk.CfnMapping(self, "ByRegion", mapping=props.table.by_region, lazy=True)
 
     def uri(self, framework: str, version: str, kind: str) -> str:
         return self.mapping.find_in_map(cdk.Aws.REGION, _key(framework, version, kind))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from aws_cdk import Aws, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -12,6 +14,18 @@ from jobs.render.training_job import CREATE_REQUEST_KEYS
 
 # Step Functions creates and uses this EventBridge rule to learn when a `.sync` training job ends.
 SYNC_EVENTS_RULE = "StepFunctionsGetEventsForSageMakerTrainingJobsRule"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchTrainingJobProps:
+    training_job_arn_pattern: str
+    """The jobs the state may create, describe, stop and tag (`.../training-job/<name_prefix>-*`)."""
+    run_id_tag_key: str
+    """The tag key only this launcher writes on its jobs: create, describe and stop need it on the job."""
+    execution_role: iam.IRole
+    """The one role the state may pass, and only to SageMaker."""
+    encryption_key: kms.IKey
+    """The key SageMaker creates grants on for the jobs' encrypted volumes."""
 
 
 class LaunchTrainingJob(sfn.CustomState):
@@ -25,8 +39,7 @@ class LaunchTrainingJob(sfn.CustomState):
     rule, and grants on `encryption_key` for the job's encrypted volumes.
     """
 
-    def __init__(self, scope: Construct, id: str, *, training_job_arn_pattern: str, run_id_tag_key: str,
-                 execution_role: iam.IRole, encryption_key: kms.IKey) -> None:
+    def __init__(self, scope: Construct, id: str, props: LaunchTrainingJobProps) -> None:
         super().__init__(scope, id, state_json={
             "Type": "Task",
             "Resource": f"arn:{Aws.PARTITION}:states:::sagemaker:createTrainingJob.sync",
@@ -34,10 +47,10 @@ class LaunchTrainingJob(sfn.CustomState):
             "ResultSelector": {"job.$": "$"},
             "ResultPath": "$.launch",
         })
-        self.training_job_arn_pattern = training_job_arn_pattern
-        self.run_id_tag_key = run_id_tag_key
-        self.execution_role = execution_role
-        self.encryption_key = encryption_key
+        self.training_job_arn_pattern = props.training_job_arn_pattern
+        self.run_id_tag_key = props.run_id_tag_key
+        self.execution_role = props.execution_role
+        self.encryption_key = props.encryption_key
 
     def policy_statements(self) -> list[iam.PolicyStatement]:
         events_rule = Stack.of(self).format_arn(service="events", resource="rule", resource_name=SYNC_EVENTS_RULE)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from aws_cdk import Duration, RemovalPolicy, Stack
@@ -27,17 +28,51 @@ from constructs import Construct
 from jobs.handler import ENDED_EXECUTION
 from jobs.platform import PlatformSettings
 from platform_constructs import engineer_access
-from platform_constructs.launch_task import LaunchTrainingJob
-from platform_constructs.launcher_definition import LauncherDefinition
+from platform_constructs.launch_task import LaunchTrainingJob, LaunchTrainingJobProps
+from platform_constructs.launcher_definition import LauncherDefinition, LauncherDefinitionProps
 from platform_constructs.launcher_functions import (
     INLINE_POLICY_REASON,
     REAPER,
     STATE_MACHINE_HANDLERS,
     LauncherFunctions,
+    LauncherFunctionsProps,
+    reserved_concurrency_problem,
 )
 from platform_constructs.nag import acknowledge, nag_form
-from platform_constructs.run_registry import RunRegistry
+from platform_constructs.run_registry import RunRegistry, RunRegistryProps
 from platform_constructs.teams import MAX_NAME_PREFIX, NAME_PREFIX, run_id_tag_key
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobLauncherProps:
+    name_prefix: str
+    """Starts every name the launcher gives (its jobs `<name_prefix>-*`, its state machine, topic, table): 1 to
+    MAX_NAME_PREFIX letters, digits and inner hyphens (teams.NAME_PREFIX)."""
+    key: kms.IKey
+    """The platform key: the topic, log groups, the functions' environment, the registry table."""
+    execution_role: iam.IRole
+    """The SageMaker execution role the state machine passes to its jobs (the only role it may pass)."""
+    settings: PlatformSettings | Mapping[str, Any]
+    """The platform settings document (tokens allowed), which reaches every function as JSON."""
+    log_retention: logs.RetentionDays
+    """How long the state machine's and the functions' log groups keep their events."""
+    notification_email: str | None = None
+    """An address subscribed to the notifications topic. @default None: no subscription"""
+    lambda_reserved_concurrency: int | None = None
+    """Each function's reserved concurrency, 1 or more. @default None: unreserved"""
+    role_path: str = "/"
+    """The IAM path of every role the launcher creates (the path the platform key lets use it). @default '/'"""
+    removal_policy: RemovalPolicy = RemovalPolicy.RETAIN
+    """What deleting the stack does to the log groups, the queue and the registry table. @default RETAIN"""
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(NAME_PREFIX, self.name_prefix) or len(self.name_prefix) > MAX_NAME_PREFIX:
+            raise ValueError(
+                f"name_prefix {self.name_prefix!r}: use 1 to 20 letters, digits and inner hyphens "
+                "(it starts every training job name, which SageMaker caps at 63 characters)"
+            )
+        if problem := reserved_concurrency_problem(self.lambda_reserved_concurrency):
+            raise ValueError(f"lambda_reserved_concurrency={self.lambda_reserved_concurrency}: {problem}")
 
 
 class JobLauncher(Construct):
@@ -49,27 +84,10 @@ class JobLauncher(Construct):
     every function as JSON. Every role it creates is under `role_path`, the path the platform key lets use it.
     """
 
-    def __init__(
-        self,
-        scope: Construct,
-        id: str,
-        *,
-        name_prefix: str,
-        key: kms.IKey,
-        execution_role: iam.IRole,
-        settings: PlatformSettings | Mapping[str, Any],
-        notification_email: str | None = None,
-        log_retention: logs.RetentionDays,
-        lambda_reserved_concurrency: int | None = None,
-        role_path: str = "/",
-        removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
-    ) -> None:
+    def __init__(self, scope: Construct, id: str, props: JobLauncherProps) -> None:
         super().__init__(scope, id)
-        if not re.fullmatch(NAME_PREFIX, name_prefix) or len(name_prefix) > MAX_NAME_PREFIX:
-            raise ValueError(
-                f"name_prefix {name_prefix!r}: use 1 to 20 letters, digits and inner hyphens "
-                "(it starts every training job name, which SageMaker caps at 63 characters)"
-            )
+        name_prefix, key, settings = props.name_prefix, props.key, props.settings
+        log_retention, role_path, removal_policy = props.log_retention, props.role_path, props.removal_policy
         stack = Stack.of(self)
         self.name_prefix = name_prefix
         self.state_machine_name = f"{name_prefix}-job-launcher"
@@ -80,27 +98,27 @@ class JobLauncher(Construct):
         # The tag key only this launcher writes on its jobs: `<prefix>-*` also matches the jobs of a platform named
         # `<prefix>-dev`; the tag does not (platform_constructs.teams).
         self.run_id_tag_key = run_id_tag_key(name_prefix)
-        self.topic = self._topic(notification_email)
+        self.topic = self._topic(props.notification_email)
 
         document = settings.to_dict() if isinstance(settings, PlatformSettings) else dict(settings)
         # Id "Default": the functions keep the logical ids they had as direct children of the launcher.
-        self.lambdas = LauncherFunctions(
-            self, "Default", name_prefix=name_prefix, settings_json=stack.to_json_string(document),
+        self.lambdas = LauncherFunctions(self, "Default", LauncherFunctionsProps(
+            name_prefix=name_prefix, settings_json=stack.to_json_string(document),
             encryption_key=key, training_job_arn_pattern=self.training_job_arn_pattern,
-            log_retention=log_retention, reserved_concurrency=lambda_reserved_concurrency,
-            role_path=role_path, removal_policy=removal_policy)
+            log_retention=log_retention, reserved_concurrency=props.lambda_reserved_concurrency,
+            role_path=role_path, removal_policy=removal_policy))
         self.functions = self.lambdas.functions
 
         # The vendedlogs prefix keeps the log group's resource policy small (Step Functions' advice).
         self.log_group = logs.LogGroup(self, "ExecutionLogs", log_group_name=f"/aws/vendedlogs/states/"
                                        f"{self.state_machine_name}", encryption_key=key, retention=log_retention,
                                        removal_policy=removal_policy)
-        launch = LaunchTrainingJob(self, "Launch", training_job_arn_pattern=self.training_job_arn_pattern,
-                                   run_id_tag_key=self.run_id_tag_key, execution_role=execution_role,
-                                   encryption_key=key)
-        self.definition = LauncherDefinition(self, "Definition", functions=self.lambdas.versions, launch=launch,
-                                             topic=self.topic,
-                                             state_machine_arn=engineer_access.state_machine_arn(self))
+        launch = LaunchTrainingJob(self, "Launch", LaunchTrainingJobProps(
+            training_job_arn_pattern=self.training_job_arn_pattern, run_id_tag_key=self.run_id_tag_key,
+            execution_role=props.execution_role, encryption_key=key))
+        self.definition = LauncherDefinition(self, "Definition", LauncherDefinitionProps(
+            functions=self.lambdas.versions, launch=launch, topic=self.topic,
+            state_machine_arn=engineer_access.state_machine_arn(self)))
         # Its own role, under role_path: it publishes to the key-encrypted topic, and the key lets only roles
         # under that path use it (platform_constructs.encryption).
         role = iam.Role(self, "StateMachineRole", assumed_by=iam.ServicePrincipal("states.amazonaws.com"),
@@ -133,8 +151,8 @@ class JobLauncher(Construct):
         execution that ended (DescribeExecution), the reaper finds an ended execution's run in its history. The
         executions' ARN is written from the state machine's name (engineer_access.executions_arn): the state
         machine's own ARN would make a cycle (it invokes these functions)."""
-        registry = RunRegistry(self, "Runs", name_prefix=self.name_prefix, key=self.key,
-                               removal_policy=removal_policy)
+        registry = RunRegistry(self, "Runs", RunRegistryProps(name_prefix=self.name_prefix, key=self.key,
+                                                              removal_policy=removal_policy))
         executions = engineer_access.executions_arn(self)
         for function in self.functions.values():
             registry.grant_write(function)

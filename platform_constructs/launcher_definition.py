@@ -49,6 +49,7 @@ construct ids.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from aws_cdk import Duration
@@ -73,24 +74,35 @@ from platform_constructs.launch_task import LaunchTrainingJob
 EXECUTION_INPUT = "$$.Execution.Input"
 
 
+@dataclass(frozen=True, kw_only=True)
+class LauncherDefinitionProps:
+    functions: Mapping[str, lambda_.IFunction]
+    """The state machine's functions by handler name (launcher_functions.STATE_MACHINE_HANDLERS): each one's
+    version of the deploy (LauncherFunctions.versions), so that an execution runs the code it started with."""
+    launch: LaunchTrainingJob
+    """The Launch state."""
+    topic: sns.ITopic
+    """Where Notify publishes each run's outcome."""
+    state_machine_arn: str
+    """The state machine's own ARN, written from its name (its attribute would make a cycle): a run nearing the
+    history limit starts the state machine again (StartSuccessor)."""
+
+
 class LauncherDefinition(Construct):
     """The states; `start` is the chain to hand to DefinitionBody.from_chainable, `launch` the Launch state."""
 
-    def __init__(self, scope: Construct, id: str, *, functions: Mapping[str, lambda_.IFunction],
-                 launch: LaunchTrainingJob, topic: sns.ITopic, state_machine_arn: str) -> None:
+    def __init__(self, scope: Construct, id: str, props: LauncherDefinitionProps) -> None:
         super().__init__(scope, id)
-        self.functions = functions
-        self.launch = launch
-        # Its own ARN, written from its name (the state machine's attribute would make a cycle): a run nearing the
-        # history limit starts the state machine again.
-        self.state_machine_arn = state_machine_arn
+        self.functions = props.functions
+        self.launch = launch = props.launch
+        self.state_machine_arn = props.state_machine_arn
         prepare = self._prepare()
         summarize = self._invoke("Summarize", "summarize", result_path="$.result", retry_first={
             "errors": [JobsStillRunning.__name__], "interval": Duration.seconds(STOP_RETRY_SECONDS),
             "backoff_rate": 2, "max_delay": Duration.seconds(STOP_RETRY_MAX_SECONDS), "max_attempts": STOP_RETRIES})
         decide, retry_or_fail = self._decide(summarize)
         launch.add_catch(self._without_description(decide), errors=["States.ALL"], result_path="$.launch")
-        notify = self._notify_and_end(topic)
+        notify = self._notify_and_end(props.topic)
         summarize.add_catch(self._summarize_failed(notify), errors=["States.ALL"], result_path="$.summarize_error")
         # A successor (continue_in_new_execution) takes the run over in Prepare and goes on from its predecessor's
         # decision; a run's first execution, or a resumed one, launches.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from aws_cdk import Duration, IgnoreMode, RemovalPolicy
@@ -46,6 +47,36 @@ INLINE_POLICY_REASON = (
 )
 
 
+def reserved_concurrency_problem(reserved: int | None) -> str | None:
+    """What a reserved concurrency must be, or None when it is one Lambda takes (None: unreserved)."""
+    return None if reserved is None or reserved >= 1 else "use 1 or more, or None to leave concurrency unreserved"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LauncherFunctionsProps:
+    name_prefix: str
+    """The launcher's prefix, in the functions' and roles' descriptions."""
+    settings_json: str
+    """The platform settings document as JSON (tokens allowed: Stack.to_json_string), each function's
+    PLATFORM_SETTINGS."""
+    encryption_key: kms.IKey
+    """The platform key: the functions' environment, log groups and the reaper's dead-letter queue."""
+    training_job_arn_pattern: str
+    """The training jobs the functions may describe (and summarize and reap stop)."""
+    log_retention: logs.RetentionDays
+    """How long each function's log group keeps its events."""
+    reserved_concurrency: int | None = None
+    """Each function's reserved concurrency, 1 or more. @default None: unreserved"""
+    role_path: str = "/"
+    """The IAM path of the functions' roles (the path the platform key lets use it). @default '/'"""
+    removal_policy: RemovalPolicy = RemovalPolicy.RETAIN
+    """What deleting the stack does to the log groups and the dead-letter queue. @default RETAIN"""
+
+    def __post_init__(self) -> None:
+        if problem := reserved_concurrency_problem(self.reserved_concurrency):
+            raise ValueError(f"reserved_concurrency={self.reserved_concurrency}: {problem}")
+
+
 class LauncherFunctions(Construct):
     """One function per handler (HANDLERS), each with its own role (no AWSLambdaBasicExecutionRole), an encrypted log
     group, X-Ray tracing, and the platform settings (JSON) in PLATFORM_SETTINGS.
@@ -56,22 +87,17 @@ class LauncherFunctions(Construct):
     describe the platform's (a request that resumes a run or starts from one: its jobs), nothing else.
     """
 
-    def __init__(self, scope: Construct, id: str, *, name_prefix: str, settings_json: str,
-                 encryption_key: kms.IKey, training_job_arn_pattern: str,
-                 log_retention: logs.RetentionDays,
-                 reserved_concurrency: int | None = None, role_path: str = "/",
-                 removal_policy: RemovalPolicy = RemovalPolicy.RETAIN) -> None:
+    def __init__(self, scope: Construct, id: str, props: LauncherFunctionsProps) -> None:
         super().__init__(scope, id)
-        self.role_path = role_path
-        if reserved_concurrency is not None and reserved_concurrency < 1:
-            raise ValueError(f"lambda_reserved_concurrency={reserved_concurrency}: use 1 or more, or None to "
-                             "leave concurrency unreserved")
+        name_prefix, training_job_arn_pattern = props.name_prefix, props.training_job_arn_pattern
+        self.role_path = props.role_path
         self.name_prefix = name_prefix
-        self.key = encryption_key
+        self.key = props.encryption_key
         self.code = lambda_.Code.from_asset(str(REPO_ROOT), exclude=LAMBDA_CODE_EXCLUDE,
                                             ignore_mode=IgnoreMode.DOCKER)
         self.functions = {
-            name: self._function(name, settings_json, log_retention, reserved_concurrency, removal_policy)
+            name: self._function(name, props.settings_json, props.log_retention, props.reserved_concurrency,
+                                 props.removal_policy)
             for name in HANDLERS
         }
         for name, actions in SAGEMAKER_ACTIONS.items():

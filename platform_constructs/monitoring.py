@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -54,6 +55,56 @@ def smallest_gpu_count(instance_types: Sequence[str]) -> int:
     return min(counts, default=1)
 
 
+@dataclass(frozen=True, kw_only=True)
+class LauncherMonitoringProps:
+    """The thresholds are the construct's own (the platform config sets none of them); each bad one raises naming
+    itself and what to use."""
+
+    name_prefix: str
+    """The launcher's prefix: the dashboard is `<name_prefix>-training`, the alarms are named after it."""
+    state_machine: sfn.IStateMachine
+    """The launcher's state machine: its executions' metrics and the failed-executions alarm."""
+    topic: sns.ITopic
+    """Where the alarms (and their return to OK) are sent."""
+    gpus_per_host: int | None = None
+    """The GPU count the low-utilization threshold assumes per host; give this or `instance_types`, not both.
+    @default derived from instance_types, or 8 when neither is given"""
+    instance_types: Sequence[str] | None = None
+    """The allowed instance types, to derive gpus_per_host from (smallest_gpu_count). @default None"""
+    low_gpu_utilization_percent: float = 80
+    """The per-GPU utilization below which a host alarms, in (0, 100]. @default 80"""
+    low_gpu_utilization_minutes: int = 30
+    """How long a host stays below it before the alarm, a multiple of 5. @default 30"""
+    checkpoint_overdue_factor: float = 2
+    """How many of its cadences a job's newest checkpoint may age before the alarm, above 1. @default 2"""
+    checkpoint_overdue_minutes: int = 10
+    """How long a job stays overdue before the alarm, a multiple of 5. @default 10"""
+
+    def __post_init__(self) -> None:
+        if self.gpus_per_host is not None and self.instance_types is not None:
+            raise ValueError("pass gpus_per_host or instance_types, not both (instance_types derives gpus_per_host)")
+        percent, minutes = self.low_gpu_utilization_percent, self.low_gpu_utilization_minutes
+        if not 0 < percent <= 100:
+            raise ValueError(f"low_gpu_utilization_percent={percent}: use a value in (0, 100]")
+        if self.host_gpus < 1:
+            raise ValueError(f"gpus_per_host={self.host_gpus}: use the GPU count of the platform's instances (>= 1)")
+        if minutes < 5 or minutes % 5:
+            raise ValueError(f"low_gpu_utilization_minutes={minutes}: use a multiple of 5")
+        factor, minutes = self.checkpoint_overdue_factor, self.checkpoint_overdue_minutes
+        if factor <= 1:
+            raise ValueError(f"checkpoint_overdue_factor={factor}: use a value above 1 (1 is the cadence itself)")
+        if minutes < 5 or minutes % 5:
+            raise ValueError(f"checkpoint_overdue_minutes={minutes}: use a multiple of 5")
+
+    @property
+    def host_gpus(self) -> int:
+        """The GPU count the low-utilization threshold assumes: gpus_per_host, else instance_types' smallest, else
+        8."""
+        if self.gpus_per_host is not None:
+            return self.gpus_per_host
+        return 8 if self.instance_types is None else smallest_gpu_count(self.instance_types)
+
+
 class LauncherMonitoring(Construct):
     """A dashboard (executions, GPU utilization, throughput, checkpoint age) and three alarms that notify `topic`.
 
@@ -70,32 +121,21 @@ class LauncherMonitoring(Construct):
     failure now would cost more work than the job was sized for.
     """
 
-    def __init__(
-        self,
-        scope: Construct,
-        id: str,
-        *,
-        name_prefix: str,
-        state_machine: sfn.IStateMachine,
-        topic: sns.ITopic,
-        gpus_per_host: int | None = None,
-        instance_types: Sequence[str] | None = None,
-        low_gpu_utilization_percent: float = 80,
-        low_gpu_utilization_minutes: int = 30,
-        checkpoint_overdue_factor: float = 2,
-        checkpoint_overdue_minutes: int = 10,
-    ) -> None:
+    def __init__(self, scope: Construct, id: str, props: LauncherMonitoringProps) -> None:
         super().__init__(scope, id)
-        gpus_per_host = _check(gpus_per_host, instance_types, low_gpu_utilization_percent,
-                               low_gpu_utilization_minutes)
-        _check_overdue(checkpoint_overdue_factor, checkpoint_overdue_minutes)
+        name_prefix, state_machine = props.name_prefix, props.state_machine
+        gpus_per_host = props.host_gpus
+        low_gpu_utilization_percent = props.low_gpu_utilization_percent
+        low_gpu_utilization_minutes = props.low_gpu_utilization_minutes
+        checkpoint_overdue_factor = props.checkpoint_overdue_factor
+        checkpoint_overdue_minutes = props.checkpoint_overdue_minutes
         self.threshold = low_gpu_utilization_percent * gpus_per_host
         self.overdue_factor = checkpoint_overdue_factor
         self.failed_executions_alarm = self._failed_executions_alarm(name_prefix, state_machine)
         self.low_gpu_utilization_alarm = self._low_gpu_alarm(name_prefix, gpus_per_host,
                                                              low_gpu_utilization_percent, low_gpu_utilization_minutes)
         self.checkpoint_overdue_alarm = self._checkpoint_overdue_alarm(name_prefix, checkpoint_overdue_minutes)
-        action = actions.SnsAction(topic)
+        action = actions.SnsAction(props.topic)
         for alarm in self.alarms:
             alarm.add_alarm_action(action)
             alarm.add_ok_action(action)
@@ -265,24 +305,3 @@ def _search(metric: str, dimension: str, stat: str = "Average") -> cloudwatch.Ma
         period=PERIOD,
     )
 
-
-def _check_overdue(factor: float, minutes: int) -> None:
-    if factor <= 1:
-        raise ValueError(f"checkpoint_overdue_factor={factor}: use a value above 1 (1 is the cadence itself)")
-    if minutes < 5 or minutes % 5:
-        raise ValueError(f"checkpoint_overdue_minutes={minutes}: use a multiple of 5")
-
-
-def _check(gpus_per_host: int | None, instance_types: Sequence[str] | None, percent: float, minutes: int) -> int:
-    """The GPU count the threshold assumes; each bad prop raises naming itself and what to use."""
-    if gpus_per_host is not None and instance_types is not None:
-        raise ValueError("pass gpus_per_host or instance_types, not both (instance_types derives gpus_per_host)")
-    if gpus_per_host is None:
-        gpus_per_host = 8 if instance_types is None else smallest_gpu_count(instance_types)
-    if not 0 < percent <= 100:
-        raise ValueError(f"low_gpu_utilization_percent={percent}: use a value in (0, 100]")
-    if gpus_per_host < 1:
-        raise ValueError(f"gpus_per_host={gpus_per_host}: use the GPU count of the platform's instances (>= 1)")
-    if minutes < 5 or minutes % 5:
-        raise ValueError(f"low_gpu_utilization_minutes={minutes}: use a multiple of 5")
-    return gpus_per_host

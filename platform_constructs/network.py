@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import aws_cdk as cdk
+import jsii
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -53,29 +55,65 @@ def training_subnet_mask(largest_cluster_instances: int) -> int:
     return mask
 
 
+@dataclass(frozen=True, kw_only=True)
+class TrainingNetworkProps:
+    """The network's shape has no defaults here: its defaults are the platform config's (vpc_cidr, az_count, ...)."""
+
+    cidr: str
+    """The VPC's IPv4 block: large enough for az_count training subnets of the mask the largest cluster needs."""
+    az_count: int
+    """How many AZs get a training subnet: MIN_AZ_COUNT to MAX_AZ_COUNT."""
+    availability_zones: Sequence[str]
+    """Which AZs (exactly az_count of them), or empty to let the VPC pick az_count."""
+    nat_gateways: int
+    """NAT gateways, 0 to az_count; 0 makes the training subnets isolated (VPC endpoints only)."""
+    largest_cluster_instances: int
+    """The most EFA instances one job may use: sizes each training subnet (training_subnet_mask)."""
+    flow_log_retention: logs.RetentionDays
+    """How long the VPC flow logs are kept."""
+    egress: str
+    """One of EGRESS_MODES: `internet` (through NAT) or `endpoints` (no NAT: VPC endpoints only)."""
+    encryption_key: kms.IKey | None = None
+    """The key the flow log group is encrypted with. @default CloudWatch Logs' own encryption"""
+    removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
+    """What deleting the stack does to the flow log group. @default RETAIN"""
+
+    def __post_init__(self) -> None:
+        if self.egress not in EGRESS_MODES:
+            raise ValueError(f"egress={self.egress!r}: use one of {', '.join(EGRESS_MODES)}")
+        if self.egress == "endpoints" and self.nat_gateways:
+            raise ValueError(f"egress='endpoints' with nat_gateways={self.nat_gateways}: the training subnets get no "
+                             "route to a NAT gateway; use nat_gateways=0")
+        _validate(self.cidr, self.az_count, self.availability_zones, self.nat_gateways, self.training_subnet_mask)
+
+    @property
+    def training_subnet_mask(self) -> int:
+        """The training subnets' prefix length (training_subnet_mask of largest_cluster_instances)."""
+        return training_subnet_mask(self.largest_cluster_instances)
+
+    @property
+    def endpoints_only(self) -> bool:
+        """With no NAT there is no other way out than the endpoints, whatever egress says."""
+        return self.egress == "endpoints" or not self.nat_gateways
+
+
+@jsii.implements(ec2.IConnectable)
 class TrainingNetwork(Construct):
     """VPC with one training subnet per AZ sized for the largest EFA cluster, and the training security group.
 
     The training group allows all traffic in and out to itself: EFA's OS-bypass traffic is not covered by an
     egress rule to 0.0.0.0/0, and without the self rules EFA health checks fail or NCCL hangs. With no NAT
-    gateway the training subnets are isolated and reach AWS through VPC endpoints. The network's props have no
-    defaults here: their defaults are the platform config's (vpc_cidr, az_count, ...).
+    gateway the training subnets are isolated and reach AWS through VPC endpoints. `connections` is the training
+    security group (the training instances; a team's own comes from add_training_security_group): open what a job
+    reaches to it, e.g. `file_system.connections.allow_from(network, port)`.
     """
 
-    def __init__(self, scope: Construct, id: str, *, cidr: str, az_count: int, availability_zones: Sequence[str],
-                 nat_gateways: int, largest_cluster_instances: int, flow_log_retention: logs.RetentionDays,
-                 egress: str, encryption_key: kms.IKey | None = None,
-                 removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN) -> None:
+    def __init__(self, scope: Construct, id: str, props: TrainingNetworkProps) -> None:
         super().__init__(scope, id)
-        if egress not in EGRESS_MODES:
-            raise ValueError(f"egress={egress!r}: use one of {', '.join(EGRESS_MODES)}")
-        if egress == "endpoints" and nat_gateways:
-            raise ValueError(f"egress='endpoints' with nat_gateways={nat_gateways}: the training subnets get no "
-                             "route to a NAT gateway; use nat_gateways=0")
-        # With no NAT there is no other way out than the endpoints, whatever egress says.
-        self.endpoints_only = egress == "endpoints" or not nat_gateways
-        self.training_subnet_mask = training_subnet_mask(largest_cluster_instances)
-        _validate(cidr, az_count, availability_zones, nat_gateways, self.training_subnet_mask)
+        cidr, az_count, nat_gateways = props.cidr, props.az_count, props.nat_gateways
+        availability_zones = props.availability_zones
+        self.endpoints_only = props.endpoints_only
+        self.training_subnet_mask = props.training_subnet_mask
         private_type = ec2.SubnetType.PRIVATE_WITH_EGRESS if nat_gateways else ec2.SubnetType.PRIVATE_ISOLATED
         subnets = [ec2.SubnetConfiguration(name=TRAINING_SUBNETS, subnet_type=private_type,
                                            cidr_mask=self.training_subnet_mask)]
@@ -97,9 +135,10 @@ class TrainingNetwork(Construct):
             acknowledge(subnet, "NIST.800.53.R5-VPCNoUnrestrictedRouteToIGW",
                         "Public subnets hold only the NAT gateways (no instances, no public IPs on launch); their "
                         "default route to the internet gateway is what NAT needs.")
-        self._add_flow_log(flow_log_retention, encryption_key, removal_policy)
+        self._add_flow_log(props.flow_log_retention, props.encryption_key, props.removal_policy)
         self.s3_endpoint: ec2.GatewayVpcEndpoint = self.vpc.node.find_child("S3")
         self.training_security_group = self.add_training_security_group("TrainingSecurityGroup")
+        self._connections = ec2.Connections(security_groups=[self.training_security_group])
         if self.endpoints_only:
             self._add_interface_endpoints(cidr)
 
@@ -133,6 +172,11 @@ class TrainingNetwork(Construct):
         # what may pass.
         sg.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS to AWS APIs, S3 and ECR")
         return sg
+
+    @property
+    def connections(self) -> ec2.Connections:
+        """The training security group (the default team's; a team's own is add_training_security_group's)."""
+        return self._connections
 
     def restrict_s3_endpoint(self, object_arns: list[str], bucket_arns: list[str]) -> None:
         """The S3 gateway endpoint admits only these objects and buckets (the platform's, the source bundle's, the

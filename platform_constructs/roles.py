@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
@@ -23,6 +24,35 @@ ECR_REGISTRY = re.compile(r"(\d{12})\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(\.c
 IMAGE_REPOSITORIES = {PYTORCH_FRAMEWORK: "pytorch-training", SMP_FRAMEWORK: "smdistributed-modelparallel"}
 
 
+@dataclass(frozen=True, kw_only=True)
+class ExecutionRoleProps:
+    name_prefix: str
+    """The platform's (or team's) prefix: the jobs `<name_prefix>-*` may assume the role; it reads and writes
+    `<name_prefix>/` of the checkpoint and output buckets and the secrets `<name_prefix>/*`."""
+    key: kms.IKey
+    """The platform key, which the role encrypts and decrypts with."""
+    dataset_bucket: s3.IBucket
+    """The bucket the role reads datasets from, under `dataset_prefix` only."""
+    dataset_prefix: str
+    """The key prefix of `dataset_bucket` the role may read and list (ending in '/')."""
+    checkpoint_bucket: s3.IBucket
+    """The bucket of the jobs' checkpoints."""
+    output_bucket: s3.IBucket
+    """The bucket of the jobs' outputs (models)."""
+    image_accounts: Mapping[str, str]
+    """The registry account of each framework's AWS deep-learning images (ImageMapping.account; tokens allowed)."""
+    vpc: ec2.IVpc
+    """The VPC the jobs' network interfaces are managed in."""
+    subnets: Sequence[ec2.ISubnet]
+    """The training subnets SageMaker creates the jobs' network interfaces in."""
+    security_groups: Sequence[ec2.ISecurityGroup]
+    """The training security groups of the jobs' network interfaces."""
+    image_repositories: Sequence[str]
+    """ECR sources (`<registry>/<repo>` or `<registry>/`) requests may name in `image`, beyond the AWS images."""
+    role_path: str = "/"
+    """The role's IAM path (the path the platform key lets use it: key_user_path). @default '/'"""
+
+
 class ExecutionRole(Construct):
     """Assumed by SageMaker for the jobs named `<name_prefix>-*` of this account only: read (and list) the dataset
     prefix, read/write/list `<name_prefix>/` of the checkpoint and output buckets, read the secrets named
@@ -30,12 +60,10 @@ class ExecutionRole(Construct):
     and metrics, and manage the network interfaces SageMaker puts in the training subnets. One per team: nothing
     here reaches another team's prefix (tests/infra/test_team_isolation.py)."""
 
-    def __init__(self, scope: Construct, id: str, *, name_prefix: str, key: kms.IKey,
-                 dataset_bucket: s3.IBucket, dataset_prefix: str, checkpoint_bucket: s3.IBucket,
-                 output_bucket: s3.IBucket, image_accounts: dict[str, str], vpc: ec2.IVpc,
-                 subnets: list[ec2.ISubnet], security_groups: list[ec2.ISecurityGroup],
-                 image_repositories: Sequence[str], role_path: str = "/") -> None:
+    def __init__(self, scope: Construct, id: str, props: ExecutionRoleProps) -> None:
         super().__init__(scope, id)
+        name_prefix, dataset_bucket, dataset_prefix = props.name_prefix, props.dataset_bucket, props.dataset_prefix
+        checkpoint_bucket, output_bucket = props.checkpoint_bucket, props.output_bucket
         partition, region, account = cdk.Aws.PARTITION, cdk.Aws.REGION, cdk.Aws.ACCOUNT_ID
         # SageMaker assumes the role for this platform's (or team's) own jobs only: a job of another prefix, or of
         # another account, that names this role cannot use it (the confused-deputy conditions).
@@ -43,12 +71,12 @@ class ExecutionRole(Construct):
         role = iam.Role(
             self, "Role", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com").with_conditions(
                 {"StringEquals": {"aws:SourceAccount": account}, "ArnLike": {"aws:SourceArn": jobs}}),
-            description=f"{name_prefix} SageMaker training jobs", path=role_path)
+            description=f"{name_prefix} SageMaker training jobs", path=props.role_path)
         self.role = role
         grant_prefix_read(role, dataset_bucket, dataset_prefix, "Datasets")
         for sid, bucket in (("Checkpoints", checkpoint_bucket), ("Outputs", output_bucket)):
             grant_prefix_read_write(role, bucket, f"{name_prefix}/", sid)
-        key.grant_encrypt_decrypt(role)
+        props.key.grant_encrypt_decrypt(role)
         # A request's `secrets` are read in the container (jobs.render.container_entry): only the team's own, named
         # `<name_prefix>/...` (jobs.request.platform_rules refuses other ARNs before anything launches).
         role.add_to_policy(iam.PolicyStatement(
@@ -58,11 +86,12 @@ class ExecutionRole(Construct):
         # The AWS deep-learning images live in AWS-owned registries (one account per region, from the image table);
         # grant_pull adds the pull actions on each repository and the registry login, which has no resource.
         for framework, repository in IMAGE_REPOSITORIES.items():
+            image_account = props.image_accounts[framework]
             ecr.Repository.from_repository_attributes(
                 self, f"{framework.title().replace('-', '')}Images", repository_name=repository,
-                repository_arn=f"arn:{partition}:ecr:{region}:{image_accounts[framework]}:repository/{repository}",
+                repository_arn=f"arn:{partition}:ecr:{region}:{image_account}:repository/{repository}",
             ).grant_pull(role)
-        self._grant_image_repositories(image_repositories)
+        self._grant_image_repositories(props.image_repositories)
         role.add_to_policy(iam.PolicyStatement(
             sid="TrainingLogs",
             actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
@@ -74,19 +103,20 @@ class ExecutionRole(Construct):
             conditions={"StringEquals": {"cloudwatch:namespace": METRIC_NAMESPACE}}))
 
         # SageMaker creates the job's network interfaces in the training subnets with the training groups.
-        subnet_arns = [f"arn:{partition}:ec2:{region}:{account}:subnet/{s.subnet_id}" for s in subnets]
+        subnet_arns = [f"arn:{partition}:ec2:{region}:{account}:subnet/{s.subnet_id}" for s in props.subnets]
         sg_arns = [f"arn:{partition}:ec2:{region}:{account}:security-group/{g.security_group_id}"
-                   for g in security_groups]
+                   for g in props.security_groups]
         eni_arn = f"arn:{partition}:ec2:{region}:{account}:network-interface/*"
         role.add_to_policy(iam.PolicyStatement(
             sid="CreateTrainingInterfaces", actions=["ec2:CreateNetworkInterface"],
             resources=[*subnet_arns, *sg_arns, eni_arn]))
+        vpc_arn = f"arn:{partition}:ec2:{region}:{account}:vpc/{props.vpc.vpc_id}"
         role.add_to_policy(iam.PolicyStatement(
             sid="ManageTrainingInterfaces",
             actions=["ec2:CreateNetworkInterfacePermission", "ec2:DeleteNetworkInterface",
                      "ec2:DeleteNetworkInterfacePermission"],
             resources=[eni_arn],
-            conditions={"ArnEquals": {"ec2:Vpc": f"arn:{partition}:ec2:{region}:{account}:vpc/{vpc.vpc_id}"}}))
+            conditions={"ArnEquals": {"ec2:Vpc": vpc_arn}}))
         # EC2 Describe* actions do not support resource-level permissions.
         role.add_to_policy(iam.PolicyStatement(
             sid="DescribeNetwork",

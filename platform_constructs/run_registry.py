@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from aws_cdk import RemovalPolicy, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
@@ -19,17 +21,28 @@ READER_ACTIONS = ("dynamodb:GetItem", "dynamodb:Scan")
 KEY_ACTIONS = ("kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey", "kms:DescribeKey")
 
 
+@dataclass(frozen=True, kw_only=True)
+class RunRegistryProps:
+    name_prefix: str
+    """The launcher's prefix: the table is `<name_prefix>-runs` (jobs.registry.table_name)."""
+    key: kms.IKey
+    """The platform key the table is encrypted with."""
+    removal_policy: RemovalPolicy = RemovalPolicy.RETAIN
+    """What deleting the stack does to the table; anything but DESTROY also turns deletion protection on.
+    @default RETAIN"""
+
+
 class RunRegistry(Construct):
     """A launcher's registry table, `<name_prefix>-runs` (a launcher per team, so a table per team): on demand,
     point-in-time recovery, encrypted with the platform key; deletion protection on and kept on stack deletion
     unless `removal_policy` is DESTROY (a throw-away platform)."""
 
-    def __init__(self, scope: Construct, id: str, *, name_prefix: str, key: kms.IKey,
-                 removal_policy: RemovalPolicy = RemovalPolicy.RETAIN) -> None:
+    def __init__(self, scope: Construct, id: str, props: RunRegistryProps) -> None:
         super().__init__(scope, id)
+        key, removal_policy = props.key, props.removal_policy
         self.key = key
         self.table = dynamodb.Table(
-            self, "Table", table_name=table_name(name_prefix),
+            self, "Table", table_name=table_name(props.name_prefix),
             partition_key=dynamodb.Attribute(name=KEY, type=dynamodb.AttributeType.STRING),
             billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
             encryption=dynamodb.TableEncryption.CUSTOMER_MANAGED, encryption_key=key,

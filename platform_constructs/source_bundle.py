@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from aws_cdk import aws_iam as iam
@@ -12,15 +14,22 @@ from constructs import Construct
 from bundles.sourcedir import build_sourcedir
 
 
+@dataclass(frozen=True, kw_only=True)
+class TrainingSourceBundleProps:
+    readers: Sequence[iam.IGrantable] = ()
+    """Who may read the bundle (grant_read each): the execution roles of the jobs that run it. @default none"""
+
+
 class TrainingSourceBundle(Construct):
     """Packs training/ deterministically: the same sources give the same bytes, so the asset hash (and the
     deployment) changes only when the code does."""
 
-    def __init__(self, scope: Construct, id: str, *, readers: list[iam.IGrantable]) -> None:
+    def __init__(self, scope: Construct, id: str, props: TrainingSourceBundleProps | None = None) -> None:
         super().__init__(scope, id)
+        props = props or TrainingSourceBundleProps()
         out = Path(tempfile.mkdtemp(prefix="sourcedir-"))
         self.asset = s3_assets.Asset(self, "Asset", path=str(build_sourcedir(out)))
-        for reader in readers:
+        for reader in props.readers:
             self.grant_read(reader)
 
     def grant_read(self, grantee: iam.IGrantable) -> iam.Grant:

@@ -10,9 +10,9 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from platform_constructs.budget import TeamBudget
-from platform_constructs.launcher import JobLauncher
-from platform_constructs.monitoring import LauncherMonitoring
+from platform_constructs.budget import TeamBudget, TeamBudgetProps
+from platform_constructs.launcher import JobLauncher, JobLauncherProps
+from platform_constructs.monitoring import LauncherMonitoring, LauncherMonitoringProps
 from stacks.resources import PlatformResources, TeamResources
 
 
@@ -38,9 +38,7 @@ class LauncherStack(Stack):
               removal_policy: RemovalPolicy) -> JobLauncher:
         settings = team.settings
         prefix = settings.name_prefix
-        launcher = JobLauncher(
-            scope,
-            "JobLauncher",
+        launcher = JobLauncher(scope, "JobLauncher", JobLauncherProps(
             name_prefix=prefix,
             key=resources.key,
             execution_role=team.execution_role,
@@ -49,18 +47,16 @@ class LauncherStack(Stack):
             log_retention=log_retention,
             role_path=resources.role_path,
             removal_policy=removal_policy,
-        )
-        monitoring = LauncherMonitoring(
-            scope,
-            "Monitoring",
+        ))
+        monitoring = LauncherMonitoring(scope, "Monitoring", LauncherMonitoringProps(
             name_prefix=prefix,
             state_machine=launcher.state_machine,
             topic=launcher.topic,
             instance_types=settings.allowed_instance_types,
-        )
+        ))
         if team.spec.monthly_budget_usd:
-            TeamBudget(scope, "Budget", name_prefix=prefix, monthly_usd=team.spec.monthly_budget_usd,
-                       tags=dict(team.spec.job_tags), topic=launcher.topic)
+            TeamBudget(scope, "Budget", TeamBudgetProps(name_prefix=prefix, monthly_usd=team.spec.monthly_budget_usd,
+                                                        tags=dict(team.spec.job_tags), topic=launcher.topic))
         policy = launcher.add_engineers_policy()
         for i, arn in enumerate(team.spec.engineer_roles):
             policy.attach_to_role(iam.Role.from_role_arn(scope, f"Engineers{i}", arn, mutable=False))

@@ -3,50 +3,31 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_fsx as fsx
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
-from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from jobs.platform import FsxSettings, PlatformSettings, TrainingPlan
 from jobs.render.images import PYTORCH_FRAMEWORK, SMP_FRAMEWORK
-from platform_constructs.buckets import AccessLogBucket, SecureBucket
-from platform_constructs.dataset_fs import DatasetFileSystem
-from platform_constructs.encryption import PlatformKey, key_user_path
+from platform_constructs.buckets import AccessLogBucket, AccessLogBucketProps, SecureBucket, SecureBucketProps
+from platform_constructs.dataset_fs import DatasetFileSystem, DatasetFileSystemProps, LustreProps
+from platform_constructs.encryption import PlatformKey, PlatformKeyProps, key_user_path
 from platform_constructs.images import ImageMapping, ImageTable
-from platform_constructs.network import TrainingNetwork
-from platform_constructs.roles import ExecutionRole
-from platform_constructs.source_bundle import TrainingSourceBundle
+from platform_constructs.network import TrainingNetwork, TrainingNetworkProps
+from platform_constructs.roles import ExecutionRole, ExecutionRoleProps
+from platform_constructs.source_bundle import TrainingSourceBundle, TrainingSourceBundleProps
 from platform_constructs.teams import TeamSpec
 from stacks.resources import PlatformResources, TeamResources
 
 
 # The props carry no defaults: each value's default is its platform_config field's, which app.py passes on (one home
 # per default; tests/infra/test_one_home.py keeps it so).
-@dataclass(frozen=True)
-class NetworkProps:
-    cidr: str
-    az_count: int
-    availability_zones: Sequence[str]
-    nat_gateways: int
-    largest_cluster_instances: int
-    flow_log_retention: logs.RetentionDays
-
-
-@dataclass(frozen=True)
-class FileSystemProps:
-    storage_capacity_gib: int
-    deployment_type: fsx.LustreDeploymentType
-    throughput_per_tib: int
-
-
 @dataclass(frozen=True)
 class JobDefaults:
     """What jobs may use and get by default: the platform settings' policy part (instance types are the teams')."""
@@ -57,16 +38,17 @@ class JobDefaults:
 
 
 class PlatformStack(cdk.Stack):
-    """`file_system=None` builds no FSx; `dataset_bucket_name` imports a bucket instead of creating one;
-    `kms_key_arn` imports a key instead of creating one. `teams`: one execution role, settings document and set of
-    SSM parameters per team (the default team alone, PlatformConfig.team_specs', has the names and ids the stack
-    always had). `egress`: `endpoints` (with no NAT) also limits the S3 gateway endpoint to the platform's buckets.
-    Every prop is required: the defaults are the platform config's (app.py)."""
+    """`network`: the training network's props, whose key and removal policy the stack sets (its own); `egress:
+    endpoints` there (or no NAT) also limits the S3 gateway endpoint to the platform's buckets. `file_system=None`
+    builds no FSx; `dataset_bucket_name` imports a bucket instead of creating one; `kms_key_arn` imports a key instead
+    of creating one. `teams`: one execution role, settings document and set of SSM parameters per team (the default
+    team alone, PlatformConfig.team_specs', has the names and ids the stack always had). Every prop is required: the
+    defaults are the platform config's (app.py)."""
 
     def __init__(self, scope: Construct, id: str, *, name_prefix: str, images: ImageTable,
-                 network: NetworkProps, file_system: FileSystemProps | None, jobs: JobDefaults, dataset_prefix: str,
-                 dataset_bucket_name: str | None, kms_key_arn: str | None, teams: Sequence[TeamSpec], egress: str,
-                 removal_policy: cdk.RemovalPolicy, **kwargs) -> None:
+                 network: TrainingNetworkProps, file_system: LustreProps | None, jobs: JobDefaults,
+                 dataset_prefix: str, dataset_bucket_name: str | None, kms_key_arn: str | None,
+                 teams: Sequence[TeamSpec], removal_policy: cdk.RemovalPolicy, **kwargs) -> None:
         super().__init__(scope, id, description=f"{name_prefix} training platform: network, storage, "
                                                 f"roles, capacity", **kwargs)
         self.name_prefix = name_prefix
@@ -76,20 +58,16 @@ class PlatformStack(cdk.Stack):
             raise ValueError("teams is empty: give at least the default team (PlatformConfig.team_specs), whose names "
                              "are the platform's own (platform_constructs.teams)")
         role_path = key_user_path(name_prefix)
-        key = PlatformKey(self, "Key", name_prefix=name_prefix, imported_key_arn=kms_key_arn,
-                          user_path=role_path, budgets=any(t.monthly_budget_usd for t in teams),
-                          removal_policy=removal_policy).key
-        net = TrainingNetwork(
-            self, "Network", cidr=network.cidr, az_count=network.az_count,
-            availability_zones=network.availability_zones, nat_gateways=network.nat_gateways,
-            largest_cluster_instances=network.largest_cluster_instances,
-            flow_log_retention=network.flow_log_retention, encryption_key=key, egress=egress,
-            removal_policy=removal_policy)
-        access_logs = AccessLogBucket(self, "AccessLogs", removal_policy=removal_policy).bucket
+        key = PlatformKey(self, "Key", PlatformKeyProps(
+            name_prefix=name_prefix, imported_key_arn=kms_key_arn, user_path=role_path,
+            budgets=any(t.monthly_budget_usd for t in teams), removal_policy=removal_policy)).key
+        net = TrainingNetwork(self, "Network", replace(network, encryption_key=key, removal_policy=removal_policy))
+        access_logs = AccessLogBucket(self, "AccessLogs", AccessLogBucketProps(removal_policy=removal_policy)).bucket
 
         def bucket(name: str) -> s3.IBucket:
-            return SecureBucket(self, name, encryption_key=key, access_logs=access_logs,
-                                access_logs_prefix=name.lower(), removal_policy=removal_policy).bucket
+            return SecureBucket(self, name, SecureBucketProps(
+                encryption_key=key, access_logs=access_logs, access_logs_prefix=name.lower(),
+                removal_policy=removal_policy)).bucket
 
         checkpoints, outputs = bucket("Checkpoints"), bucket("Outputs")
         datasets = (s3.Bucket.from_bucket_name(self, "Datasets", dataset_bucket_name) if dataset_bucket_name
@@ -101,14 +79,14 @@ class PlatformStack(cdk.Stack):
         groups = [net.training_security_group if team.name is None else net.add_training_security_group(
             f"{team.construct_id}TrainingSecurityGroup", f"{team.name_prefix} training instances") for team in teams]
         # One execution role per team: its own checkpoint and output prefixes and its own datasets.
-        roles = [ExecutionRole(
-            self, f"{team.construct_id}Execution", name_prefix=team.name_prefix, key=key, dataset_bucket=datasets,
-            dataset_prefix=team.dataset_prefix, checkpoint_bucket=checkpoints, output_bucket=outputs,
+        roles = [ExecutionRole(self, f"{team.construct_id}Execution", ExecutionRoleProps(
+            name_prefix=team.name_prefix, key=key, dataset_bucket=datasets, dataset_prefix=team.dataset_prefix,
+            checkpoint_bucket=checkpoints, output_bucket=outputs,
             image_accounts={fw: image_mapping.account(fw) for fw in (PYTORCH_FRAMEWORK, SMP_FRAMEWORK)},
             vpc=net.vpc, subnets=subnets, security_groups=[group], role_path=role_path,
-            image_repositories=team.image_repositories).role
+            image_repositories=team.image_repositories)).role
             for team, group in zip(teams, groups, strict=True)]
-        source = TrainingSourceBundle(self, "TrainingSource", readers=roles)
+        source = TrainingSourceBundle(self, "TrainingSource", TrainingSourceBundleProps(readers=roles))
         if net.endpoints_only:
             platform_buckets = [checkpoints, outputs, datasets]
             net.restrict_s3_endpoint(
@@ -117,12 +95,10 @@ class PlatformStack(cdk.Stack):
                 bucket_arns=[b.bucket_arn for b in platform_buckets] + [source.asset.bucket.bucket_arn])
         fsx_settings = None
         if file_system is not None:
-            dataset_fs = DatasetFileSystem(
-                self, "DatasetFileSystem", vpc=net.vpc, subnet=subnets[0],
-                training_security_group=net.training_security_group, dataset_bucket=datasets,
-                dataset_prefix=dataset_prefix, storage_capacity_gib=file_system.storage_capacity_gib,
-                deployment_type=file_system.deployment_type, throughput_per_tib=file_system.throughput_per_tib,
-                encryption_key=key, removal_policy=removal_policy)
+            dataset_fs = DatasetFileSystem(self, "DatasetFileSystem", DatasetFileSystemProps(
+                vpc=net.vpc, subnet=subnets[0], training_security_group=net.training_security_group,
+                dataset_bucket=datasets, dataset_prefix=dataset_prefix, lustre=file_system, encryption_key=key,
+                removal_policy=removal_policy))
             fsx_settings = FsxSettings(file_system_id=dataset_fs.file_system.file_system_id,
                                        mount_name=dataset_fs.file_system.mount_name,
                                        linked_path=dataset_fs.linked_path)

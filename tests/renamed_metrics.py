@@ -123,12 +123,13 @@ def dashboard_body() -> str:
     from aws_cdk import aws_sns as sns
     from aws_cdk import aws_stepfunctions as sfn
 
-    from platform_constructs.monitoring import LauncherMonitoring
+    from platform_constructs.monitoring import LauncherMonitoring, LauncherMonitoringProps
 
     app = App()
     stack = Stack(app, "M")
     machine = sfn.StateMachine(stack, "Machine", definition_body=sfn.DefinitionBody.from_chainable(sfn.Pass(stack, "P")))
-    LauncherMonitoring(stack, "Monitoring", name_prefix="mltrain", state_machine=machine, topic=sns.Topic(stack, "T"))
+    LauncherMonitoring(stack, "Monitoring", LauncherMonitoringProps(name_prefix="mltrain", state_machine=machine,
+                                                                    topic=sns.Topic(stack, "T")))
     template = app.synth().get_stack_by_name("M").template
     return json.dumps([r["Properties"] for r in template["Resources"].values()
                        if r["Type"] in ("AWS::CloudWatch::Dashboard", "AWS::CloudWatch::Alarm")])

@@ -12,7 +12,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
 
 from contract.metrics import METRIC_NAMES, METRIC_NAMESPACE, format_metrics, parse_metric_line
-from platform_constructs.monitoring import LauncherMonitoring
+from platform_constructs.monitoring import LauncherMonitoringProps
 from tests.launcher.conftest import launcher_stack_template
 from tests.training.helpers import SEQ, config, write_tokens
 from training.distributed import StopFlag, setup
@@ -76,7 +76,7 @@ def test_monitoring_checks_the_overdue_props():
     for props, name in (({"checkpoint_overdue_factor": 1}, "checkpoint_overdue_factor"),
                         ({"checkpoint_overdue_minutes": 7}, "checkpoint_overdue_minutes")):
         with pytest.raises(ValueError, match=name):
-            LauncherMonitoring(stack, name, name_prefix="mltrain", state_machine=machine, topic=topic, **props)
+            LauncherMonitoringProps(name_prefix="mltrain", state_machine=machine, topic=topic, **props)
 
 
 @pytest.mark.parametrize(("every_s", "interval", "step_s", "expected"), [

@@ -9,6 +9,7 @@ import importlib
 import inspect
 import pkgutil
 
+import aws_cdk as cdk
 import pytest
 
 import app as cdk_app
@@ -18,14 +19,16 @@ from platform_config import PlatformConfig, load_config
 from platform_constructs.retention import retention
 from tests.infra.helpers import cdk_json_context
 
-# The prop name(s) each config field goes by in stacks/ and platform_constructs/.
+# The prop name(s) each config field goes by in stacks/ and platform_constructs/ (a Props class's field or a stack's
+# keyword argument).
 CONFIG_PROPS = {
     "vpc_cidr": "cidr", "az_count": "az_count", "availability_zones": "availability_zones",
     "nat_gateways": "nat_gateways", "largest_cluster_instances": "largest_cluster_instances",
     "flow_log_retention_days": "flow_log_retention", "log_retention_days": "log_retention", "egress": "egress",
     "fsx_storage_gib": "storage_capacity_gib", "fsx_throughput_per_tib": "throughput_per_tib",
     "fsx_deployment_type": "deployment_type", "dataset_prefix": "dataset_prefix",
-    "dataset_bucket_name": "dataset_bucket_name", "kms_key_arn": "kms_key_arn", "training_plans": "training_plans",
+    "dataset_bucket_name": "dataset_bucket_name", "kms_key_arn": ("kms_key_arn", "imported_key_arn"),
+    "training_plans": "training_plans",
     "default_warm_pool_minutes": "default_warm_pool_minutes", "environment_patterns": "environment_patterns",
     "notification_email": "notification_email", "allowed_instance_types": "allowed_instance_types", "teams": "teams",
     "allowed_image_repositories": "image_repositories",
@@ -37,7 +40,7 @@ NOT_COPIES = {
     # The config's own entry schema for `teams` (None: the platform's dataset_prefix + the team's name).
     ("Team", "dataset_prefix"), ("Team", "allowed_instance_types"),
     # None is the construct's "no subscription" (kept optional, like an L2's); the stack passes the config's.
-    ("JobLauncher", "notification_email"),
+    ("JobLauncherProps", "notification_email"),
 }
 
 
@@ -57,7 +60,7 @@ def _classes():
 
 
 def test_no_stack_or_construct_keeps_its_own_copy_of_a_config_default():
-    props = set(CONFIG_PROPS.values())
+    props = {name for names in CONFIG_PROPS.values() for name in ([names] if isinstance(names, str) else names)}
     copies = [f"{cls.__module__}.{cls.__name__}({name}={default!r})" for cls in _classes()
               for name, default in _defaults(cls).items()
               if name in props and (cls.__name__, name) not in NOT_COPIES]
@@ -77,9 +80,11 @@ def test_the_app_passes_each_field_on():
                           "largest_cluster_instances": 4, "flow_log_retention_days": 30, "fsx_storage_gib": 2400,
                           "fsx_throughput_per_tib": 500, "default_warm_pool_minutes": 5,
                           "environment_patterns": ["MYLIB_*"]})
+    # The stack sets the network's key and removal policy (its own); the config sets the rest.
     assert vars(cdk_app.network_props(config)) == {
         "cidr": "10.9.0.0/16", "az_count": 2, "availability_zones": ("eu-west-1a", "eu-west-1b"), "nat_gateways": 2,
-        "largest_cluster_instances": 4, "flow_log_retention": retention(30)}
+        "largest_cluster_instances": 4, "flow_log_retention": retention(30), "egress": config.egress,
+        "encryption_key": None, "removal_policy": cdk.RemovalPolicy.RETAIN}
     fs = cdk_app.file_system_props(config)
     assert (fs.storage_capacity_gib, fs.throughput_per_tib, fs.deployment_type.name) == (2400, 500, "PERSISTENT_2")
     assert vars(cdk_app.job_defaults(config)) == {"training_plans": (), "default_warm_pool_minutes": 5,

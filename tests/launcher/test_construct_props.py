@@ -11,8 +11,8 @@ from aws_cdk import aws_kms as kms
 from aws_cdk.assertions import Match, Template
 
 from platform_config import PlatformConfig
-from platform_constructs.launcher import JobLauncher
-from platform_constructs.monitoring import LauncherMonitoring
+from platform_constructs.launcher import JobLauncher, JobLauncherProps
+from platform_constructs.monitoring import LauncherMonitoring, LauncherMonitoringProps
 from platform_constructs.retention import retention
 from tests.launcher.inputs import SETTINGS_FILE
 
@@ -22,14 +22,12 @@ def launcher_stack(**props) -> tuple[Stack, JobLauncher]:
     key = kms.Key(stack, "Key")
     role = iam.Role(stack, "ExecutionRole", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"))
     settings = json.loads(SETTINGS_FILE.read_text())
-    launcher = JobLauncher(
-        stack,
-        "JobLauncher",
+    launcher = JobLauncher(stack, "JobLauncher", JobLauncherProps(
         key=key,
         execution_role=role,
         settings=settings,
         **{"name_prefix": "mltrain", "log_retention": retention(PlatformConfig().log_retention_days), **props},
-    )
+    ))
     return stack, launcher
 
 
@@ -60,32 +58,26 @@ def test_name_prefix_is_checked(prefix):
 def test_monitoring_checks_its_thresholds():
     stack, launcher = launcher_stack()
     with pytest.raises(ValueError, match="low_gpu_utilization_percent"):
-        LauncherMonitoring(
-            stack,
-            "M1",
+        LauncherMonitoringProps(
             name_prefix="mltrain",
             state_machine=launcher.state_machine,
             topic=launcher.topic,
             low_gpu_utilization_percent=120,
         )
     with pytest.raises(ValueError, match="gpus_per_host"):
-        LauncherMonitoring(
-            stack,
-            "M2",
+        LauncherMonitoringProps(
             name_prefix="mltrain",
             state_machine=launcher.state_machine,
             topic=launcher.topic,
             gpus_per_host=0,
         )
-    LauncherMonitoring(
-        stack,
-        "M3",
+    LauncherMonitoring(stack, "M3", LauncherMonitoringProps(
         name_prefix="mltrain",
         state_machine=launcher.state_machine,
         topic=launcher.topic,
         gpus_per_host=8,
         low_gpu_utilization_minutes=15,
-    )
+    ))
     Template.from_stack(stack).has_resource_properties(
         "AWS::CloudWatch::Alarm",
         {
@@ -190,5 +182,5 @@ def test_lambda_reserved_concurrency_is_checked():
 def test_monitoring_takes_gpus_or_instance_types_not_both():
     stack, launcher = launcher_stack()
     with pytest.raises(ValueError, match="gpus_per_host or instance_types"):
-        LauncherMonitoring(stack, "M", name_prefix="mltrain", state_machine=launcher.state_machine,
-                           topic=launcher.topic, gpus_per_host=8, instance_types=["ml.p5.48xlarge"])
+        LauncherMonitoringProps(name_prefix="mltrain", state_machine=launcher.state_machine,
+                                topic=launcher.topic, gpus_per_host=8, instance_types=["ml.p5.48xlarge"])
