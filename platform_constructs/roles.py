@@ -92,11 +92,15 @@ class ExecutionRole(Construct):
                 repository_arn=f"arn:{partition}:ecr:{region}:{image_account}:repository/{repository}",
             ).grant_pull(role)
         self._grant_image_repositories(props.image_repositories)
+        # SageMaker names a job's log streams `<job name>/algo-N-<time>` in the one training log group: the team's
+        # jobs write only streams named for its own jobs (`<name_prefix>-*`), so no job can put lines into a stream
+        # named like another team's job, which that team's engineers, `trainctl logs` and the classifier would read.
+        group = f"arn:{partition}:logs:{region}:{account}:log-group:{LOG_GROUP}"
         role.add_to_policy(iam.PolicyStatement(
-            sid="TrainingLogs",
-            actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
-            resources=[f"arn:{partition}:logs:{region}:{account}:log-group:{LOG_GROUP}",
-                       f"arn:{partition}:logs:{region}:{account}:log-group:{LOG_GROUP}:log-stream:*"]))
+            sid="TrainingLogGroup", actions=["logs:CreateLogGroup", "logs:DescribeLogStreams"], resources=[group]))
+        role.add_to_policy(iam.PolicyStatement(
+            sid="OwnTrainingLogStreams", actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+            resources=[own_log_streams(name_prefix)]))
         # PutMetricData has no resource to scope to: the namespace condition is the scope.
         role.add_to_policy(iam.PolicyStatement(
             sid="TrainingMetrics", actions=["cloudwatch:PutMetricData"], resources=["*"],
@@ -151,8 +155,8 @@ class ExecutionRole(Construct):
             "Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:network-interface/*":
                 "SageMaker creates the job's network interfaces, whose ids are unknown before the job runs; "
                 "changes are limited to the platform VPC by condition",
-            f"Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:{LOG_GROUP}:log-stream:*":
-                "one log stream per training job and host, named by SageMaker",
+            f"Resource::{nag_form(self, own_log_streams(name_prefix))}":
+                "the log streams of this platform's (or team's) own jobs, one per job and host, named by SageMaker",
             f"Resource::{nag_form(self, secrets_arn(name_prefix))}":
                 "the secrets named under this platform's (or team's) prefix, which requests name by ARN",
             "Resource::*": "ecr:GetAuthorizationToken, cloudwatch:PutMetricData (scoped by a namespace "
@@ -171,6 +175,12 @@ class ExecutionRole(Construct):
         acknowledge(self.role, "NIST.800.53.R5-IAMNoInlinePolicy",
                     "The execution role's policy is written by CDK grants for this one role; a managed policy "
                     "could be attached to other principals, which least privilege avoids.")
+
+
+def own_log_streams(name_prefix: str) -> str:
+    """The training log streams of the jobs `<name_prefix>-*` (SageMaker names each `<job name>/algo-N-<time>`)."""
+    return (f"arn:{cdk.Aws.PARTITION}:logs:{cdk.Aws.REGION}:{cdk.Aws.ACCOUNT_ID}:log-group:{LOG_GROUP}"
+            f":log-stream:{name_prefix}-*")
 
 
 def grant_prefix_read(role: iam.IRole, bucket: s3.IBucket, prefix: str, sid: str) -> None:

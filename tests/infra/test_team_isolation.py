@@ -105,6 +105,11 @@ def add_cells(m: Matrix, t: Templates, own: Team, other: Team, who: str) -> None
                       resource=f"arn:aws:s3:::{b}/{run}/checkpoints/step-1/model.pt", expect=expect)
             m.add(f"{who} job list {name} {side}", **role, action="s3:ListBucket", resource=f"arn:aws:s3:::{b}",
                   context={"s3:prefix": f"{run}/"}, expect=expect)
+        # A job writes only its own team's log streams: lines in a stream named like another team's job would be
+        # read by that team's engineers, `trainctl logs` and the failure classifier.
+        stream = f"{LOGS}:log-stream:{target.prefix}-run-abc-a1/algo-1-1764300000"
+        for action in ("logs:CreateLogStream", "logs:PutLogEvents"):
+            m.add(f"{who} job {action} {side}", **role, action=action, resource=stream, expect=expect)
         m.add(f"{who} job read dataset {side}", **role, action="s3:GetObject",
               resource=f"arn:aws:s3:::{datasets}/{target.dataset_prefix}train/part-0.parquet", expect=expect)
         m.add(f"{who} job list dataset {side}", **role, action="s3:ListBucket", resource=f"arn:aws:s3:::{datasets}",
@@ -156,6 +161,9 @@ def add_outside_cells(m: Matrix, t: Templates, own: Team, who: str) -> None:
         m.add(f"{who} launcher creates {other}", **machine, action="sagemaker:CreateTrainingJob",
               resource=f"{SAGEMAKER}:training-job/{other}", context={f"aws:RequestTag/{prefix}:run-id": "x"},
               expect=DENIED)
+    for other in ("mltrain--ab-run-abc-a1", "mltrain-run-abc-a1", "mltrain-dev-run-abc-a1"):  # prefixes alike
+        m.add(f"{who} job writes the log stream of {other}", **role, action="logs:PutLogEvents",
+              resource=f"{LOGS}:log-stream:{other}/algo-1-1764300000", expect=DENIED)
     m.add(f"{who} job reads another CDK asset", **role, action="s3:GetObject",
           resource=f"arn:aws:s3:::{assets}/{'0' * 64}.zip", expect=DENIED)
     m.add(f"{who} job lists the CDK assets", **role, action="s3:ListBucket", resource=f"arn:aws:s3:::{assets}",
