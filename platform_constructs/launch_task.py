@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from aws_cdk import Aws, Stack
 from aws_cdk import aws_iam as iam
@@ -26,6 +27,13 @@ class LaunchTrainingJobProps:
     """The one role the state may pass, and only to SageMaker."""
     encryption_key: kms.IKey
     """The key SageMaker creates grants on for the jobs' encrypted volumes."""
+    subnet_ids: Sequence[str]
+    """The training subnets: a job is created only in them (the renderer's VpcConfig, enforced by IAM too)."""
+    security_group_ids: Sequence[str]
+    """The team's training security groups: a job is created only with them, never with another team's."""
+    job_tags: Mapping[str, str] = field(default_factory=dict)
+    """Tags every job of the launcher carries with exactly these values (a team's cost allocation tag): no job
+    is created or tagged with another value. @default none"""
 
 
 class LaunchTrainingJob(sfn.CustomState):
@@ -51,6 +59,7 @@ class LaunchTrainingJob(sfn.CustomState):
         self.run_id_tag_key = props.run_id_tag_key
         self.execution_role = props.execution_role
         self.encryption_key = props.encryption_key
+        self.props = props
 
     def policy_statements(self) -> list[iam.PolicyStatement]:
         events_rule = Stack.of(self).format_arn(service="events", resource="rule", resource_name=SYNC_EVENTS_RULE)
@@ -59,17 +68,25 @@ class LaunchTrainingJob(sfn.CustomState):
             # ListTags on "*"), plus AddTags for the request's Tags, all scoped to the platform's job names; create,
             # describe and stop also to the jobs carrying this launcher's run-id tag key, which a job of another
             # platform whose name starts the same (`mltrain-dev-...` for `mltrain-*`) does not carry.
+            # Only in the training subnets, only with the team's security groups (a job without a VpcConfig would
+            # run outside the VPC: the keys must be present), only with the team's cost tag.
             iam.PolicyStatement(
                 sid="CreateOwnTaggedJobs", actions=["sagemaker:CreateTrainingJob"],
                 resources=[self.training_job_arn_pattern],
-                conditions={"Null": {f"aws:RequestTag/{self.run_id_tag_key}": "false"}}),
+                conditions={
+                    "Null": {f"aws:RequestTag/{self.run_id_tag_key}": "false", "sagemaker:VpcSubnets": "false",
+                             "sagemaker:VpcSecurityGroupIds": "false"},
+                    "ForAllValues:StringEquals": {"sagemaker:VpcSubnets": list(self.props.subnet_ids),
+                                                  "sagemaker:VpcSecurityGroupIds":
+                                                      list(self.props.security_group_ids)},
+                    **self._job_tag_condition("StringEquals")}),
             iam.PolicyStatement(
                 sid="FollowOwnTaggedJobs", actions=["sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob"],
                 resources=[self.training_job_arn_pattern],
                 conditions={"Null": {f"aws:ResourceTag/{self.run_id_tag_key}": "false"}}),
             iam.PolicyStatement(
                 sid="TagOwnJobs", actions=["sagemaker:AddTags", "sagemaker:ListTags"],
-                resources=[self.training_job_arn_pattern]),
+                resources=[self.training_job_arn_pattern], conditions=self._job_tag_condition("StringEqualsIfExists")),
             iam.PolicyStatement(
                 sid="PassTheExecutionRoleToSageMaker", actions=["iam:PassRole"],
                 resources=[self.execution_role.role_arn],
@@ -83,6 +100,11 @@ class LaunchTrainingJob(sfn.CustomState):
                 resources=[self.encryption_key.key_arn],
                 conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}}),
         ]
+
+    def _job_tag_condition(self, operator: str) -> dict:
+        """The launcher's own tags with their one value (nothing when it has none)."""
+        tags = {f"aws:RequestTag/{key}": value for key, value in self.props.job_tags.items()}
+        return {operator: tags} if tags else {}
 
     def grant_launch(self, role: iam.IRole) -> None:
         """Everything the state machine's role needs to run this state."""

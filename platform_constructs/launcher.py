@@ -115,7 +115,8 @@ class JobLauncher(Construct):
                                        removal_policy=removal_policy)
         launch = LaunchTrainingJob(self, "Launch", LaunchTrainingJobProps(
             training_job_arn_pattern=self.training_job_arn_pattern, run_id_tag_key=self.run_id_tag_key,
-            execution_role=props.execution_role, encryption_key=key))
+            execution_role=props.execution_role, encryption_key=key, subnet_ids=document["subnet_ids"],
+            security_group_ids=document["security_group_ids"], job_tags=document.get("job_tags") or {}))
         self.definition = LauncherDefinition(self, "Definition", LauncherDefinitionProps(
             functions=self.lambdas.versions, launch=launch, topic=self.topic,
             state_machine_arn=engineer_access.state_machine_arn(self)))

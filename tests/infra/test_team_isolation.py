@@ -45,7 +45,7 @@ class Team:
     """One team's principals and resources as the templates resolve them."""
 
     def __init__(self, t: Templates, construct: str, prefix: str, dataset_prefix: str) -> None:
-        self.prefix, self.dataset_prefix = prefix, dataset_prefix
+        self.prefix, self.dataset_prefix, self.construct = prefix, dataset_prefix, construct
         self.execution_role = t.find(PLATFORM, "AWS::IAM::Role", f"{construct}ExecutionRole")
         self.execution_arn = t.role_arn(PLATFORM, self.execution_role)
         self.execution_policies = t.role_policies(PLATFORM, self.execution_role)
@@ -62,6 +62,20 @@ class Team:
             for name in ("Prepare", "Decide", "Relaunch", "Summarize", "Reap")
             for role in [t.find(LAUNCHER, "AWS::IAM::Role", f"{construct}JobLauncher{name}Role")]}
         self.registry = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{table_name(prefix)}"
+
+    def settings(self, t: Templates) -> dict:
+        """The team's platform settings document, as the platform stack publishes it to its launcher."""
+        return json.loads(t.resolve(t.templates[PLATFORM]["Outputs"][f"{self.construct}PlatformSettings"]["Value"],
+                                    PLATFORM))
+
+    def create_context(self, t: Templates, **changes) -> dict:
+        """CreateTrainingJob's condition keys for a job the renderer makes for this team: its run-id tag, its
+        subnets and security group, its cost tag; `changes` replace some."""
+        settings = self.settings(t)
+        context = {f"aws:RequestTag/{self.prefix}:run-id": "run-abc", "sagemaker:VpcSubnets": settings["subnet_ids"],
+                   "sagemaker:VpcSecurityGroupIds": settings["security_group_ids"],
+                   **{f"aws:RequestTag/{k}": v for k, v in settings.get("job_tags", {}).items()}}
+        return {k: v for k, v in {**context, **changes}.items() if v is not None}
 
     def job(self, run: str = "run-abc") -> str:
         return f"{SAGEMAKER}:training-job/{self.prefix}-{run}-a1"
@@ -118,7 +132,24 @@ def add_cells(m: Matrix, t: Templates, own: Team, other: Team, who: str) -> None
         m.add(f"{who} launcher passes role {side}", **machine, action="iam:PassRole", resource=target.execution_arn,
               context={"iam:PassedToService": "sagemaker.amazonaws.com"}, expect=expect)
         m.add(f"{who} launcher creates job {side}", **machine, action="sagemaker:CreateTrainingJob",
-              resource=target.job(), context={f"aws:RequestTag/{target.prefix}:run-id": "run-abc"}, expect=expect)
+              resource=target.job(), context=target.create_context(t), expect=expect)
+        if target is other:  # its own job, but in another team's network or under another team's cost tag
+            theirs = other.settings(t)
+            for what, changes in (
+                    ("with the other team's security group",
+                     {"sagemaker:VpcSecurityGroupIds": theirs["security_group_ids"]}),
+                    ("with no VpcConfig", {"sagemaker:VpcSubnets": None, "sagemaker:VpcSecurityGroupIds": None}),
+                    ("in a subnet outside the training subnets", {"sagemaker:VpcSubnets": ["subnet-0elsewhere"]}),
+                    ("under the other team's cost tag",
+                     {f"aws:RequestTag/{k}": v for k, v in theirs["job_tags"].items()})):
+                m.add(f"{who} launcher creates own job {what}", **machine, action="sagemaker:CreateTrainingJob",
+                      resource=own.job(), context=own.create_context(t, **changes), expect=DENIED)
+            for what, tags, result in (("the other team's cost tag", theirs["job_tags"], DENIED),
+                                       ("its own cost tag", own.settings(t)["job_tags"], "Allowed"),
+                                       ("a tag of the request's", {"project": "x"}, "Allowed")):
+                m.add(f"{who} launcher tags own job with {what}", **machine, action="sagemaker:AddTags",
+                      resource=own.job(), context={f"aws:RequestTag/{k}": v for k, v in tags.items()},
+                      expect=result)
         m.add(f"{who} launcher describes job {side}", **machine, action="sagemaker:DescribeTrainingJob",
               resource=target.job(), context=target.tag(), expect=expect)
         # A run nearing the history limit goes on in a new execution of its own launcher, never another team's.
