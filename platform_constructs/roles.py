@@ -115,12 +115,17 @@ class ExecutionRole(Construct):
             sid="CreateTrainingInterfaces", actions=["ec2:CreateNetworkInterface"],
             resources=[*subnet_arns, *sg_arns, eni_arn]))
         vpc_arn = f"arn:{partition}:ec2:{region}:{account}:vpc/{props.vpc.vpc_id}"
+        # Only interfaces in the training subnets. SageMaker attaches them to instances in its own account, so the
+        # one permission it grants is INSTANCE-ATTACH (never EIP-ASSOCIATE). EC2 has no condition on an interface's
+        # security group or creator: another team's interfaces share these subnets (docs/SECURITY.md).
+        in_training_subnets = {"ArnEquals": {"ec2:Vpc": vpc_arn, "ec2:Subnet": subnet_arns}}
         role.add_to_policy(iam.PolicyStatement(
             sid="ManageTrainingInterfaces",
-            actions=["ec2:CreateNetworkInterfacePermission", "ec2:DeleteNetworkInterface",
-                     "ec2:DeleteNetworkInterfacePermission"],
-            resources=[eni_arn],
-            conditions={"ArnEquals": {"ec2:Vpc": vpc_arn}}))
+            actions=["ec2:DeleteNetworkInterface", "ec2:DeleteNetworkInterfacePermission"],
+            resources=[eni_arn], conditions=in_training_subnets))
+        role.add_to_policy(iam.PolicyStatement(
+            sid="AttachTrainingInterfaces", actions=["ec2:CreateNetworkInterfacePermission"], resources=[eni_arn],
+            conditions={**in_training_subnets, "StringEquals": {"ec2:Permission": "INSTANCE-ATTACH"}}))
         # EC2 Describe* actions do not support resource-level permissions.
         role.add_to_policy(iam.PolicyStatement(
             sid="DescribeNetwork",

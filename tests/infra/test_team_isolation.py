@@ -195,6 +195,22 @@ def add_outside_cells(m: Matrix, t: Templates, own: Team, who: str) -> None:
     for other in ("mltrain--ab-run-abc-a1", "mltrain-run-abc-a1", "mltrain-dev-run-abc-a1"):  # prefixes alike
         m.add(f"{who} job writes the log stream of {other}", **role, action="logs:PutLogEvents",
               resource=f"{LOGS}:log-stream:{other}/algo-1-1764300000", expect=DENIED)
+    # Network interfaces: only in the training subnets, and SageMaker's attach permission only.
+    settings = own.settings(t)
+    subnet = f"arn:aws:ec2:{REGION}:{ACCOUNT}:subnet/{settings['subnet_ids'][0]}"
+    vpc = next(t.resolve(r["Properties"]["VpcId"], PLATFORM) for r in t.templates[PLATFORM]["Resources"].values()
+               if r["Type"] == "AWS::EC2::Subnet")
+    eni = f"arn:aws:ec2:{REGION}:{ACCOUNT}:network-interface/eni-0123456789abcdef0"
+    where = {"ec2:Vpc": f"arn:aws:ec2:{REGION}:{ACCOUNT}:vpc/{vpc}", "ec2:Subnet": subnet}
+    elsewhere = {**where, "ec2:Subnet": f"arn:aws:ec2:{REGION}:{ACCOUNT}:subnet/subnet-0elsewhere"}
+    for what, action, context, expect in (
+            ("deletes a training interface", "ec2:DeleteNetworkInterface", where, "Allowed"),
+            ("deletes an interface outside the training subnets", "ec2:DeleteNetworkInterface", elsewhere, DENIED),
+            ("lets SageMaker attach a training interface", "ec2:CreateNetworkInterfacePermission",
+             {**where, "ec2:Permission": "INSTANCE-ATTACH"}, "Allowed"),
+            ("lets another account associate an address", "ec2:CreateNetworkInterfacePermission",
+             {**where, "ec2:Permission": "EIP-ASSOCIATE"}, DENIED)):
+        m.add(f"{who} job {what}", **role, action=action, resource=eni, context=context, expect=expect)
     m.add(f"{who} job reads another CDK asset", **role, action="s3:GetObject",
           resource=f"arn:aws:s3:::{assets}/{'0' * 64}.zip", expect=DENIED)
     m.add(f"{who} job lists the CDK assets", **role, action="s3:ListBucket", resource=f"arn:aws:s3:::{assets}",
