@@ -25,6 +25,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from jobs.handler import ENDED_EXECUTION
+from jobs.naming import MAX_NAME_PREFIX, NAME_PREFIX, run_id_tag_key
 from jobs.platform import PlatformSettings
 from platform_constructs import engineer_access
 from platform_constructs.launch_task import LaunchTrainingJob
@@ -37,7 +38,6 @@ from platform_constructs.launcher_functions import (
 )
 from platform_constructs.nag import acknowledge, nag_form
 from platform_constructs.run_registry import RunRegistry
-from platform_constructs.teams import MAX_NAME_PREFIX, NAME_PREFIX, run_id_tag_key
 
 
 class JobLauncher(Construct):
