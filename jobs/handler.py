@@ -32,7 +32,7 @@ from typing import Any
 
 from contract.container import ENV_RUN_ID
 from contract.errors import Problem, RequestInvalid
-from jobs.naming import job_name, new_name_nonce, new_run_id, random_token, run_token
+from jobs.naming import EXECUTION_NAME_MAX, job_name, new_name_nonce, new_run_id, random_token, run_token
 from jobs.outcome.run_record import cluster_types, measured_save_seconds
 from jobs.outcome.summary import describe_in_words, summary
 from jobs.platform import PlatformSettings
@@ -266,9 +266,9 @@ def continue_near_limit(document: dict[str, Any], run: RunState, out: dict[str, 
 
 
 def successor_name(run_id: str) -> str:
-    """A new execution's name for the run: its id and fresh random characters (80 at most, Step Functions' limit)."""
+    """A new execution's name for the run: its id and fresh random characters (jobs.naming.EXECUTION_NAME_MAX at most)."""
     tail = f"-c{random_token(5)}"
-    return run_id[:80 - len(tail)] + tail
+    return run_id[:EXECUTION_NAME_MAX - len(tail)] + tail
 
 
 def history_length(arn: str) -> int | None:

@@ -11,6 +11,7 @@ the format lives here, on the jobs side.
     run id     `<request name, slugged>-<16 characters of lowercase base32>`         new_run_id, RUN_ID
     job name   `<name_prefix>-<slug>-<run token>-<8 characters>-a<attempt>`, <= 63     job_name, JOB_NAME
     tags       `<name_prefix>:run-id`, `:attempt`, `:request`, `:strategy` (+ a team's `<platform prefix>:team`)
+    execution  1-80 of [A-Za-z0-9_-]                                                   EXECUTION_NAME
 
 Neither the run id nor an attempt's name can be guessed ahead (both carry random characters): an id derived from
 the execution name could be taken (the name is the caller's to choose, and 32 bits of a hash of it collided in
@@ -62,6 +63,13 @@ NAME_NONCE_CHARS = 8
 # Every attempt's job name ends in `-a<N>`.
 ATTEMPT_SUFFIX = "-a"
 ATTEMPT = re.compile(rf"{ATTEMPT_SUFFIX}(\d+)$")
+
+# A Step Functions execution's name: 1-80 characters. Step Functions allows more characters (no whitespace or
+# URL-reserved ones); this subset is safe in URLs, CloudWatch and shells, and run ids are built from it. trainctl
+# submit names an execution `<request name>-<UTC time>`; Decide names a run's successor `<run id>-c<random>`.
+EXECUTION_NAME_MAX = 80
+EXECUTION_CHARACTERS = "A-Za-z0-9_-"
+EXECUTION_NAME = re.compile(rf"[{EXECUTION_CHARACTERS}]{{1,{EXECUTION_NAME_MAX}}}")
 
 # The tags the renderer writes on every job, as `<name_prefix>:<tag>`. The run-id tag is an IAM boundary: the
 # launcher's and the engineers' policies act only on jobs that carry `<name_prefix>:run-id`, which only the
