@@ -15,7 +15,7 @@ try:
     from aws_cdk import aws_fsx as fsx
     from cdk_nag import AwsSolutionsChecks, NIST80053R5Checks
 
-    from platform_config import ConfigError, PlatformConfig, load_config
+    from platform_config import PlatformConfig, PlatformConfigError, load_config
     from platform_constructs.dataset_fs import LustreProps
     from platform_constructs.images import ImageTable
     from platform_constructs.network import TrainingNetworkProps
@@ -32,7 +32,7 @@ except ModuleNotFoundError as missing:
 
 
 def build_app(app: cdk.App) -> cdk.App:
-    """Add the platform's stacks and checks to app, configured from its context (raises ConfigError)."""
+    """Add the platform's stacks and checks to app, configured from its context (raises PlatformConfigError)."""
     config = load_config(app.node.get_all_context())
     images = ImageTable.resolve(config.pytorch_versions, config.smp_versions)
     env = cdk.Environment(region=config.region) if config.region else None
@@ -78,7 +78,7 @@ def job_defaults(config: PlatformConfig) -> JobDefaults:
 def main() -> None:
     try:
         app = build_app(cdk.App())
-    except (ConfigError, ValueError) as err:
+    except (PlatformConfigError, ValueError) as err:
         # A bad value is the user's to fix: one message, no traceback.
         print(f"\n{err}\n", file=sys.stderr)
         sys.exit(1)

@@ -3,7 +3,8 @@
 On an error it knows, the package writes ONE line to contract.container.FAILURE_FILE and exits non-zero;
 SageMaker turns that file into the job's FailureReason (after "AlgorithmError: "). The line is
     [training:<code>] <message naming the field, the value and the fix>
-and the launcher's failure rule table (jobs.retry.classify) matches the code.
+and the launcher's failure rule table (jobs.retry.classify) matches the code (head_pattern: its rules' patterns are
+built from the pieces failure_line writes, and parse_failure_line reads a line back).
 """
 
 from __future__ import annotations
@@ -37,12 +38,23 @@ class FailureCode(enum.StrEnum):
 OUT_OF_MEMORY_ADVICE = ("lower hyperparameters.micro_batch_size (keep global_batch_size: grad_accum grows), turn on "
                         "hyperparameters.activation_checkpointing, or shard with strategy fsdp / more GPUs")
 
-LINE = re.compile(r"\[training:(?P<code>[a-z_]+)\] (?P<message>.*)")
+# A line's head, `[training:<code>]`: failure_line writes it, head_pattern (the launcher's rules) and LINE read it.
+_HEAD_OPEN, _HEAD_CLOSE = "[training:", "]"
+CODE_CHARACTERS = "[a-z_]+"
+
+
+def head_pattern(code: FailureCode | None = None) -> str:
+    """A regex of a failure line's head: `code`'s, or (None) any code's, the code in group `code`."""
+    middle = re.escape(code.value) if code is not None else f"(?P<code>{CODE_CHARACTERS})"
+    return f"{re.escape(_HEAD_OPEN)}{middle}{re.escape(_HEAD_CLOSE)}"
+
+
+LINE = re.compile(rf"{head_pattern()} (?P<message>.*)")
 
 
 def failure_line(code: FailureCode, message: str) -> str:
     """The one line the package writes; newlines in `message` are folded (FailureReason is one line)."""
-    return f"[training:{code.value}] {' '.join(message.split())}"
+    return f"{_HEAD_OPEN}{code.value}{_HEAD_CLOSE} {' '.join(message.split())}"
 
 
 def parse_failure_line(text: str) -> tuple[FailureCode, str] | None:

@@ -40,8 +40,7 @@ class Strategy(enum.StrEnum):
     AUTO = "auto"
 
 
-# What the training package runs today; a request may ask for these or `auto`. (hsdp, tp, pp and hybrid join
-# when their strategy modules exist.)
+# What the training package runs; a request may ask for these or `auto`.
 TRAINING_STRATEGIES = ("single", "ddp", "fsdp", "hsdp", "tp", "pp", "hybrid", "smp")
 REQUEST_STRATEGIES = (*TRAINING_STRATEGIES, Strategy.AUTO.value)
 PIPELINE_SCHEDULES = ("1f1b", "interleaved_1f1b", "gpipe")

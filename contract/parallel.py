@@ -225,6 +225,18 @@ def microbatch_problems(given: int | None, pipeline: int, tensor: int, micro_bat
     return []
 
 
+def parallel_hyperparameters(strategy: str, tensor: int = 1, pipeline: int = 1, shard: int = 0,
+                             microbatches: int | None = None, schedule: str = "1f1b") -> dict:
+    """The hyperparameters the launcher sends for a torch-native strategy (contract.hyperparameters names): a
+    request's `parallel` section (jobs.request.parallelism) or the planner's pick (jobs.planning.layout)."""
+    if strategy not in MODEL_PARALLEL:
+        return {}
+    hps = {"tp_degree": tensor, "pp_degree": pipeline, "dp_shard": shard, "pp_schedule": schedule}
+    if microbatches is not None:
+        hps["pp_microbatches"] = microbatches
+    return hps
+
+
 def rank_coordinates(rank: int, d: Degrees) -> dict[str, int]:
     """A global rank's place in the mesh: pipeline stage, replica, shard, tensor rank (row-major over DIMS)."""
     rest, tp = divmod(rank, d.tp)

@@ -32,19 +32,13 @@ from typing import Any
 
 from contract.container import ENV_RUN_ID
 from contract.errors import Problem, RequestInvalid
-from jobs.outcome.run_record import cluster_types, job_figures, measured_save_seconds
+from jobs.naming import EXECUTION_NAME_MAX, job_name, new_name_nonce, new_run_id, random_token, run_token
+from jobs.outcome.run_record import cluster_types, measured_save_seconds
 from jobs.outcome.summary import describe_in_words, summary
 from jobs.platform import PlatformSettings
 from jobs.prices import API_REGION, SERVICE_CODE, instance_filters, products_to_prices
 from jobs.registry import HandOverRefused, LeaseLost, Registry, RunHeld, request_digest, table_name
-from jobs.render.training_job import (
-    checkpoint_s3_uri,
-    job_name,
-    new_name_nonce,
-    new_run_id,
-    random_token,
-    render_create_training_job,
-)
+from jobs.render.training_job import checkpoint_s3_uri, render_create_training_job
 from jobs.request.parse import parse_request
 from jobs.request.platform_rules import validate_for_platform
 from jobs.request.state_size import state_size_problem
@@ -60,8 +54,8 @@ from jobs.retry.policy import (
     succeeded,
     watch_again,
 )
-from jobs.retry.resume import attempt_number, check_init_run, resume_command, resume_point, run_token
-from jobs.retry.run_state import RunState
+from jobs.retry.resume import attempt_number, check_init_run, resume_command, resume_point
+from jobs.retry.run_state import RunState, job_figures
 
 log = logging.getLogger(__name__)
 log.setLevel(logging.INFO)
@@ -188,7 +182,7 @@ def launch_epoch(registry: Registry | None, run: RunState, platform: PlatformSet
     nonce = new_name_nonce()
     if registry is None:
         return nonce, None
-    name = job_name(platform, run.run_id, attempt, nonce)
+    name = job_name(platform.name_prefix, run.run_id, attempt, nonce)
     return nonce, registry.launch(run.run_id, run.execution.arn, attempt=attempt, job_name=name, now=runs.iso(now))
 
 
@@ -272,9 +266,9 @@ def continue_near_limit(document: dict[str, Any], run: RunState, out: dict[str, 
 
 
 def successor_name(run_id: str) -> str:
-    """A new execution's name for the run: its id and fresh random characters (80 at most, Step Functions' limit)."""
+    """A new execution's name for the run: its id and fresh random characters (jobs.naming.EXECUTION_NAME_MAX at most)."""
     tail = f"-c{random_token(5)}"
-    return run_id[:80 - len(tail)] + tail
+    return run_id[:EXECUTION_NAME_MAX - len(tail)] + tail
 
 
 def history_length(arn: str) -> int | None:

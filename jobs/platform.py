@@ -17,7 +17,7 @@ from typing import Any
 
 from contract.errors import Invalid, Problem
 from contract.schema import join, json_schema, meta, parse_dataclass
-from jobs.request.limits import MAX_JOB_TAGS
+from jobs.naming import MAX_JOB_TAGS
 
 
 class PlatformSettingsInvalid(Invalid, ValueError):
@@ -141,7 +141,7 @@ class PlatformSettings:
     job_tags: dict[str, str] = field(default_factory=dict, metadata=meta(
         "tags written on every job of this launcher besides the run's own (a team's cost allocation tag)",
         max=MAX_JOB_TAGS))
-    # jobs.render.images: requests' `image` must come from these or from the registries of the images above.
+    # jobs.request.image_rules: requests' `image` must come from these or from the registries of the images above.
     allowed_image_repositories: list[str] = field(default_factory=list, metadata=meta(
         "ECR repositories requests' `image` may come from (`<registry>/<repo>`, or `<registry>/` for all), on top "
         "of the AWS registries of the platform's own images", check=_repositories))

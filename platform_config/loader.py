@@ -16,9 +16,9 @@ from typing import Any
 
 from contract.errors import Problem
 from contract.schema import coerce_text, parse_value
+from jobs.naming import MAX_NAME_PREFIX
 from platform_config.model import AZ_NAME, PlatformConfig
 from platform_constructs.network import IPS_PER_EFA_INSTANCE, addresses_needed
-from platform_constructs.teams import MAX_NAME_PREFIX
 
 _FIELDS = {f.name: f for f in dataclasses.fields(PlatformConfig)}
 _HINTS = typing.get_type_hints(PlatformConfig)
@@ -28,7 +28,7 @@ _PLAN_KEYS = sorted(f.name for f in _PLAN_FIELDS)
 _PLAN_REQUIRED = {f.name for f in _PLAN_FIELDS if f.default is dataclasses.MISSING}
 
 
-class ConfigError(ValueError):
+class PlatformConfigError(ValueError):
     """One or more bad configuration values; `problems` holds one line per bad key, naming it and the fix."""
 
     def __init__(self, problems: list[str]):
@@ -46,7 +46,7 @@ def is_platform_key(key: str) -> bool:
 
 
 def load_config(context: Mapping[str, Any]) -> PlatformConfig:
-    """Parse and validate the platform keys of a CDK context; raise ConfigError listing every problem."""
+    """Parse and validate the platform keys of a CDK context; raise PlatformConfigError listing every problem."""
     problems: list[str] = []
     values: dict[str, Any] = {}
     for key, raw in context.items():
@@ -61,11 +61,11 @@ def load_config(context: Mapping[str, Any]) -> PlatformConfig:
         else:
             problems.append(f"'{key}' = {value!r}: {message}")
     if problems:
-        raise ConfigError(problems)
+        raise PlatformConfigError(problems)
     config = PlatformConfig(**values)
     problems = relation_problems(config)
     if problems:
-        raise ConfigError(problems)
+        raise PlatformConfigError(problems)
     return config
 
 

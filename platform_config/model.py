@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contract.schema import meta
+from jobs.naming import MAX_NAME_PREFIX, NAME_PREFIX, SAGEMAKER_NAME
 from jobs.platform import ENV_PATTERN, TrainingPlan, image_repositories_problem
 from platform_config.tested_torch import TESTED_TORCH_FILE, TESTED_TORCH_VERSIONS
 from platform_constructs.dataset_fs import (
@@ -27,8 +28,6 @@ from platform_constructs.dataset_fs import (
 from platform_constructs.network import EGRESS_MODES, MAX_AZ_COUNT, MIN_AZ_COUNT, training_subnet_mask
 from platform_constructs.retention import RETENTION_PERIODS as LOG_RETENTION_DAYS
 from platform_constructs.teams import (
-    MAX_NAME_PREFIX,
-    NAME_PREFIX,
     TEAM_SEPARATOR,
     Team,
     TeamSpec,
@@ -39,8 +38,8 @@ from platform_constructs.teams import (
 # The dataset file system's own facts (platform_constructs.dataset_fs): its deployment types by name.
 FSX_DEPLOYMENT_TYPES = tuple(t.name for t in DEPLOYMENT_TYPES)
 TRAINING_PLAN_ARN = re.compile(
-    r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:training-plan/[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
-TRAINING_PLAN_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+    rf"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{{12}}:training-plan/{SAGEMAKER_NAME}$")
+TRAINING_PLAN_NAME = re.compile(rf"^{SAGEMAKER_NAME}$")
 INSTANCE_TYPE = re.compile(r"^ml\.[a-z0-9-]+\.[0-9]*x?large$|^ml\.[a-z0-9-]+\.[0-9]+xlarge$")
 MIN_NAME_PREFIX = 3
 AZ_NAME = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d[a-z]$")
@@ -76,7 +75,7 @@ def _cidr(text: str) -> str | None:
 
 
 def _name_prefix(text: str) -> str | None:
-    """A launcher's prefix (platform_constructs.teams.NAME_PREFIX) that also starts bucket names: lowercase, a letter
+    """A launcher's prefix (jobs.naming.NAME_PREFIX) that also starts bucket names: lowercase, a letter
     first, at least MIN_NAME_PREFIX characters."""
     if not (NAME_PREFIX.fullmatch(text) and text[:1].isalpha() and text == text.lower()
             and len(text) >= MIN_NAME_PREFIX):
@@ -208,7 +207,7 @@ class PlatformConfig:
     allowed_instance_types: tuple[str, ...] = _f(
         ("ml.p5.48xlarge", "ml.p4d.24xlarge", "ml.g5.12xlarge", "ml.g6e.12xlarge", "ml.c5.2xlarge"),
         "Instance types a job may request", expects=_LIST, check=_instance_types)
-    # Request policy (jobs.request.environment_rules, jobs.render.images): published in the platform settings of the same names.
+    # Request policy (jobs.request.environment_rules, jobs.request.image_rules): published in the platform settings of the same names.
     environment_patterns: tuple[str, ...] = _f((), "Variable names or PREFIX* patterns a job's environment may set "
                                                "on top of the default allow-list (NCCL_*, TORCH_*, HF_*...); the "
                                                "refused ones (LD_*, PYTHON*, AWS_*...) stay refused",

@@ -26,6 +26,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from jobs.handler import ENDED_EXECUTION
+from jobs.naming import MAX_NAME_PREFIX, NAME_PREFIX, run_id_tag_key
 from jobs.platform import PlatformSettings
 from platform_constructs import engineer_access
 from platform_constructs.launch_task import LaunchTrainingJob, LaunchTrainingJobProps
@@ -40,14 +41,13 @@ from platform_constructs.launcher_functions import (
 )
 from platform_constructs.nag import acknowledge, nag_form
 from platform_constructs.run_registry import RunRegistry, RunRegistryProps
-from platform_constructs.teams import MAX_NAME_PREFIX, NAME_PREFIX, run_id_tag_key
 
 
 @dataclass(frozen=True, kw_only=True)
 class JobLauncherProps:
     name_prefix: str
     """Starts every name the launcher gives (its jobs `<name_prefix>-*`, its state machine, topic, table): 1 to
-    MAX_NAME_PREFIX letters, digits and inner hyphens (teams.NAME_PREFIX)."""
+    MAX_NAME_PREFIX letters, digits and inner hyphens (jobs.naming.NAME_PREFIX)."""
     key: kms.IKey
     """The platform key: the topic, log groups, the functions' environment, the registry table."""
     execution_role: iam.IRole

@@ -3,7 +3,7 @@
 Every name a team's resources carry starts with its *team prefix*, `<platform name_prefix>--<team>`: its
 training jobs (`<team prefix>-<run>-...`), its checkpoint and output keys (`<team prefix>/<run>/...`), its SSM
 parameters (`/<team prefix>/...`), its state machine, its engineers' policy, and the tag keys the renderer writes
-on every job (`<team prefix>:run-id`, jobs.render.training_job). IAM policies name those prefixes, so they must never overlap:
+on every job (`<team prefix>:run-id`, jobs.naming.run_id_tag_key). IAM policies name those prefixes, so they must never overlap:
 
 - a team name is 1-12 lowercase letters or digits, no hyphen: `mltrain--a-*` then never matches team `ab`'s
   jobs (`mltrain--ab-...`), as a team named `a-b` would;
@@ -24,25 +24,12 @@ import re
 from dataclasses import dataclass, field
 
 from contract.schema import meta
+from jobs.naming import TEAM_TAG, tag_key
 from jobs.platform import image_repositories_problem
-from jobs.request.limits import PLATFORM_TAGS
 
 TEAM_NAME = re.compile(r"^[a-z0-9]{1,12}$")
 TEAM_SEPARATOR = "--"
-# The longest name prefix a launcher takes (platform_constructs.launcher), a team's included: job names are at most
-# 63 characters and keep the run id's 16 random characters and the attempt's nonce whole (jobs.render.training_job.job_name).
-MAX_NAME_PREFIX = 20
-# What may start a launcher's job names (a platform's name_prefix, or a team prefix): SageMaker's job-name characters,
-# letters and digits with inner hyphens, 1 to MAX_NAME_PREFIX of them (fullmatch). A platform's own name_prefix is
-# narrower still (platform_config: lowercase, a letter first, no TEAM_SEPARATOR).
-NAME_PREFIX = re.compile(rf"(?=.{{1,{MAX_NAME_PREFIX}}}\Z)[A-Za-z0-9](-*[A-Za-z0-9])*")
 ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
-# The renderer writes `<name_prefix>:run-id` on every job it renders (jobs.render.training_job._tags, jobs.request.limits).
-RUN_ID_TAG = "run-id"
-TEAM_TAG = "team"
-if RUN_ID_TAG not in PLATFORM_TAGS:
-    raise ImportError(f"jobs.request.limits.PLATFORM_TAGS lacks {RUN_ID_TAG!r}: the IAM tag conditions need a tag that "
-                      "jobs.render.training_job writes on every job")
 
 
 def team_prefix(platform_prefix: str, team: str | None) -> str:
@@ -54,12 +41,7 @@ def team_tags(platform_prefix: str, team: str | None) -> dict[str, str]:
     """The cost allocation tag every job of `team` carries (PlatformSettings.job_tags): one key for the whole
     platform, `<platform prefix>:team`, so the platform team activates it once in the Billing console and each
     team's budget filters the bill on its value. The default team carries none (its jobs are the platform's)."""
-    return {} if team is None else {f"{platform_prefix}:{TEAM_TAG}": team}
-
-
-def run_id_tag_key(name_prefix: str) -> str:
-    """The tag key the launcher of `name_prefix` writes on each of its jobs: IAM conditions test for it."""
-    return f"{name_prefix}:{RUN_ID_TAG}"
+    return {} if team is None else {tag_key(platform_prefix, TEAM_TAG): team}
 
 
 def _team_name(name: str) -> str | None:

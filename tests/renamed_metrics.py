@@ -83,11 +83,10 @@ def job_description(lines: list[str], definitions: list[dict[str, str]]) -> dict
 
 
 def launcher_side(lines: list[str]) -> dict:
-    from jobs.outcome.run_record import job_figures
     from jobs.outcome.summary import describe_in_words, summary
     from jobs.render.training_job import render_create_training_job
     from jobs.request.parse import parse_request
-    from jobs.retry.run_state import finish_attempt, new_run, start_attempt
+    from jobs.retry.run_state import finish_attempt, job_figures, new_run, start_attempt
     from tests.jobs.conftest import load_platform
 
     request = parse_request(json.loads((ROOT / "examples" / "ddp-gpt-125m.json").read_text()))

@@ -108,11 +108,8 @@ def _module_graph() -> dict[str, set[str]]:
     return graph
 
 
-def test_no_import_cycles():
-    graph = _module_graph()
-    # A package's __init__ importing its own submodules is how Python packages work, not a cycle of concerns.
-    for module, targets in graph.items():
-        graph[module] = {t for t in targets if not t.startswith(module + ".")}
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The cycles of `graph` (node -> the nodes it imports), each as a depth-first walk first finds it."""
     state: dict[str, int] = {}
     stack: list[str] = []
     cycles = []
@@ -120,7 +117,7 @@ def test_no_import_cycles():
     def visit(node: str) -> None:
         state[node] = 1
         stack.append(node)
-        for nxt in sorted(graph[node]):
+        for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
                 cycles.append(stack[stack.index(nxt):] + [nxt])
             elif nxt not in state:
@@ -131,6 +128,15 @@ def test_no_import_cycles():
     for node in sorted(graph):
         if node not in state:
             visit(node)
+    return cycles
+
+
+def test_no_import_cycles():
+    graph = _module_graph()
+    # A package's __init__ importing its own submodules is how Python packages work, not a cycle of concerns.
+    for module, targets in graph.items():
+        graph[module] = {t for t in targets if not t.startswith(module + ".")}
+    cycles = find_cycles(graph)
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
@@ -160,3 +166,71 @@ def test_every_jobs_and_cli_module_is_named_where_people_look():
         if f"`{rel}`" not in where and not any(f"`{name}`" in row for row in rows):
             unnamed.append(rel)
     assert not unnamed, f"not in docs/ARCHITECTURE.md's 'Where is...' table: {unnamed}"
+
+
+# The layers of jobs/, lowest first (docs/ARCHITECTURE.md, "Inside jobs/"): a unit is a folder of jobs/ or one of
+# its top-level modules; a unit imports only units of lower layers (and itself), never one of its own layer or above.
+JOBS_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("timestamps", "naming", "catalog", "registry"),  # facts every folder reads
+    ("prices", "platform"),  # read the catalog, the naming facts
+    ("planning",),  # the planner: sizing `strategy: auto` needs
+    ("request",),  # the request, its schema and rules (auto's strategy from the planner)
+    ("render", "retry"),  # the CreateTrainingJob of attempt N; what happens when an attempt ends
+    ("outcome",),  # the summary and the run record (the run state, the planner's measured section)
+    ("handler", "reference"),  # the Lambda entry points; README's reference tables
+)
+
+
+def jobs_unit(module: str) -> str | None:
+    """The unit of jobs/ a module belongs to: `jobs.request.parse` -> `request`, `jobs.handler` -> `handler`."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "jobs" and len(parts) > 1 else None
+
+
+def jobs_unit_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """unit -> the other units of jobs/ its modules import."""
+    units: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        if (unit := jobs_unit(module)) is not None:
+            units.setdefault(unit, set()).update(t for target in targets
+                                                 if (t := jobs_unit(target)) is not None and t != unit)
+    return units
+
+
+def layer_violations(graph: dict[str, set[str]], layers=JOBS_LAYERS) -> list[str]:
+    """Each import of jobs/ that runs sideways or up the layers, or whose unit no layer names."""
+    layer = {unit: i for i, units in enumerate(layers) for unit in units}
+    wrong = []
+    for module, targets in sorted(graph.items()):
+        unit = jobs_unit(module)
+        if unit is None:
+            continue
+        if unit not in layer:
+            wrong.append(f"{module}: {unit!r} is in no layer of JOBS_LAYERS")
+            continue
+        for target in sorted(targets):
+            other = jobs_unit(target)
+            if other is not None and other != unit and layer.get(other, len(layers)) >= layer[unit]:
+                wrong.append(f"{module} -> {target} ({unit} is not above {other})")
+    return wrong
+
+
+def test_jobs_folders_import_no_cycle():
+    cycles = find_cycles(jobs_unit_graph(_module_graph()))
+    assert not cycles, "cycles between jobs/ folders: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_jobs_folders_import_only_downward():
+    wrong = layer_violations(_module_graph())
+    assert not wrong, "imports against jobs/' layers (JOBS_LAYERS, docs/ARCHITECTURE.md):\n" + "\n".join(wrong)
+
+
+def test_the_layer_check_sees_an_upward_edge_and_a_cycle():
+    """The two checks above could fail: a request module importing render (up) and render importing request back."""
+    graph = {"jobs.request.rules": {"jobs.render.build", "jobs.naming"}, "jobs.render.build": {"jobs.request.rules"},
+             "jobs.naming": set()}
+    assert find_cycles(jobs_unit_graph(graph)) == [["render", "request", "render"]]
+    assert layer_violations(graph) == ["jobs.request.rules -> jobs.render.build (request is not above render)"]
+    assert layer_violations({"jobs.newfolder.x": set()}) == ["jobs.newfolder.x: 'newfolder' is in no layer of JOBS_LAYERS"]
+    # Sideways is refused too: two units of one layer stay independent.
+    assert layer_violations({"jobs.render.a": {"jobs.retry.b"}}) == ["jobs.render.a -> jobs.retry.b (render is not above retry)"]

@@ -29,8 +29,9 @@ OTHER_FIELDS = {
     ("training/data.py", "epoch"): "the sampler state a checkpoint holds",
     ("cli/commands/local.py", "step"): "the status file (training.outcome)",
     ("cli/commands/runs.py", "step"): "the run record's field (jobs.outcome.run_record)",
-    ("jobs/outcome/run_record.py", "step"): "jobs.retry.run_state.Attempt's and the run record's field",
-    ("jobs/outcome/run_record.py", "checkpoint_saves"): "jobs.retry.run_state.Attempt's field",
+    ("jobs/outcome/run_record.py", "step"): "the run record's field",
+    ("jobs/retry/run_state.py", "step"): "Attempt's field (job_figures)",
+    ("jobs/retry/run_state.py", "checkpoint_saves"): "Attempt's field (job_figures)",
     ("jobs/outcome/summary.py", "step"): "the run record's field (jobs.outcome.run_record)",
 }
 # Named inside longer strings (messages, labels) too; the plain words (step, epoch, lr, mfu) are prose as often.

@@ -1,5 +1,5 @@
 """README's demo block is the demo's own transcript: `python -m tools.readme_demo` pastes .demo/transcript.txt
-(written by `make demo`) between README's DEMO-TRANSCRIPT markers, as `python -m jobs.request.reference` does for the
+(written by `make demo`) between README's DEMO-TRANSCRIPT markers, as `python -m jobs.reference` does for the
 request reference. `shape` is what tests/cli/test_demo_transcript.py compares: the lines, stages, names and
 step numbers, without the losses, throughputs and times that differ from run to run."""
 

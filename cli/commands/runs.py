@@ -3,7 +3,7 @@ on it: the first and each `trainctl resume`) with their record: attempts, step, 
 
 A run's attempts are read from Step Functions' own history of each execution: the run state every launcher
 Lambda returns (jobs.retry.run_state.RunState) and, once the run ended, Summarize's summary, whose attempts carry the
-figures of their jobs (jobs.outcome.run_record.job_figures). The record is jobs.outcome.run_record's, priced with the prices
+figures of their jobs (jobs.retry.run_state.job_figures). The record is jobs.outcome.run_record's, priced with the prices
 `--prices` names (cli.price_source, as `trainctl plan`). An attempt still running counts once it has ended.
 """
 

@@ -19,17 +19,15 @@ from cli.request_file import (
     read_json_object,
     validate_for_platform,
 )
+from jobs.naming import EXECUTION_CHARACTERS, EXECUTION_NAME, EXECUTION_NAME_MAX
 
-_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
-# Step Functions allows more (no whitespace or URL-reserved characters); this subset is safe in URLs,
-# CloudWatch and shells, and it is what the launcher's run ids are built from.
-EXECUTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
+_NAME_UNSAFE = re.compile(rf"[^{EXECUTION_CHARACTERS}]+")
 
 
 def default_execution_name(request_name: str, now: datetime | None = None) -> str:
-    """`<request name>-<UTC time>`, within Step Functions' 80 characters of [A-Za-z0-9_-]."""
+    """`<request name>-<UTC time>`, an execution name (jobs.naming.EXECUTION_NAME)."""
     stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
-    base = _NAME_UNSAFE.sub("-", request_name).strip("-")[: 80 - len(stamp) - 1] or "job"
+    base = _NAME_UNSAFE.sub("-", request_name).strip("-")[: EXECUTION_NAME_MAX - len(stamp) - 1] or "job"
     return f"{base}-{stamp}"
 
 
@@ -85,7 +83,7 @@ def start_execution(loaded: LoadedRequest, aws: Aws, *, name: str | None, platfo
     execution_name = name or default_execution_name(loaded.request.name)
     if not EXECUTION_NAME.fullmatch(execution_name):
         raise UserError(f"--name {execution_name!r} is not a valid execution name",
-                        "use 1-80 letters, digits, '-' and '_'")
+                        f"use 1-{EXECUTION_NAME_MAX} letters, digits, '-' and '_'")
     settings = load_platform(platform, aws)
     validate_for_platform(loaded, settings)
     if platform is not None:  # the file says where the platform is deployed: start the execution there

@@ -17,21 +17,20 @@ from rich.table import Table
 
 from contract.hyperparameters import canonical_name, decode_hyperparameters
 from contract.parallel import MODEL_PARALLEL
+from jobs.naming import NAME_NONCE_CHARS, RUN_TOKEN_CHARS, run_slug
 from jobs.outcome.summary import duration
 
-# Plans render with a stand-in run id: each execution gets its own (jobs.render.training_job.new_run_id: the request
-# name and 16 random characters), and each attempt's name 8 random characters of its own, so the plan
-# shows placeholders for both.
-_PLAN_DIGEST = "0" * 16
-PLAN_NONCE = "0" * 8
-_DIGEST_SHOWN = "<16 random>"
-_NONCE_SHOWN = "<8 random>"
+# Plans render with a stand-in run id: each execution gets its own (jobs.naming.new_run_id: the request name and
+# RUN_TOKEN_CHARS random characters), and each attempt's name NAME_NONCE_CHARS random characters of its own, so the
+# plan shows placeholders for both.
+_PLAN_DIGEST = "0" * RUN_TOKEN_CHARS
+PLAN_NONCE = "0" * NAME_NONCE_CHARS
+_DIGEST_SHOWN = f"<{RUN_TOKEN_CHARS} random>"
+_NONCE_SHOWN = f"<{NAME_NONCE_CHARS} random>"
 
 
 def plan_run_id(request_name: str) -> str:
-    from jobs.render.training_job import new_run_id
-
-    return new_run_id(request_name).rsplit("-", 1)[0] + f"-{_PLAN_DIGEST}"
+    return f"{run_slug(request_name)}-{_PLAN_DIGEST}"
 
 
 def _hp(create: dict[str, Any], key: str) -> Any:

@@ -35,15 +35,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from contract.metrics import (
-    CHECKPOINT_AGE_S,
-    CHECKPOINT_S,
-    CHECKPOINT_SAVES,
-    EVAL_S,
-    STARTUP_S,
-    STEP,
-    TRAIN_S,
-)
 from jobs.prices import priced
 from jobs.timestamps import to_epoch
 
@@ -51,28 +42,6 @@ from jobs.timestamps import to_epoch
 BUCKETS = ("startup", "productive", "checkpoint", "eval", "redone", "other")
 # "2xml.p4d.24xlarge,1xml.c5.4xlarge": an attempt on instance groups (jobs.retry.run_state.start_attempt).
 _GROUP = re.compile(r"(\d+)x(.+)")
-
-
-def job_figures(job: Mapping[str, Any]) -> dict[str, Any]:
-    """The attempt's figures a job description holds (jobs.retry.run_state.Attempt's fields of the same names); None
-    for each one the job does not tell."""
-    created, started = to_epoch(job.get("CreationTime")), to_epoch(job.get("TrainingStartTime"))
-    ended = to_epoch(job.get("TrainingEndTime")) or to_epoch(job.get("LastModifiedTime"))
-    metrics = {m.get("MetricName"): m.get("Value") for m in job.get("FinalMetricDataList") or []}
-    queued = started - created if created and started else (ended - created if created and ended else None)
-    startup = None
-    if metrics.get(STARTUP_S) is not None:
-        startup = metrics[STARTUP_S] + _phase_start(job, "Training", after=started)
-    return {
-        "queued_seconds": _whole(queued),
-        "startup_seconds": _whole(startup),
-        "train_seconds": _whole(metrics.get(TRAIN_S)),
-        "checkpoint_seconds": _whole(metrics.get(CHECKPOINT_S)),
-        "eval_seconds": _whole(metrics.get(EVAL_S)),
-        "checkpoint_age_seconds": _whole(metrics.get(CHECKPOINT_AGE_S)),
-        "step": _whole(metrics.get(STEP)),
-        "checkpoint_saves": _whole(metrics.get(CHECKPOINT_SAVES)),
-    }
 
 
 def measured_save_seconds(attempts: Iterable[Any]) -> float | None:
@@ -83,20 +52,6 @@ def measured_save_seconds(attempts: Iterable[Any]) -> float | None:
         if attempt.checkpoint_saves and attempt.checkpoint_seconds is not None:
             return attempt.checkpoint_seconds / attempt.checkpoint_saves
     return None
-
-
-def _phase_start(job: Mapping[str, Any], status: str, after: float | None) -> float:
-    """Seconds from `after` (the billing start) to the first `status` secondary-status transition; 0 when
-    either is unknown."""
-    for transition in job.get("SecondaryStatusTransitions") or []:
-        if transition.get("Status") == status:
-            begun = to_epoch(transition.get("StartTime"))
-            return max(begun - after, 0.0) if begun and after else 0.0
-    return 0.0
-
-
-def _whole(value: float | None) -> int | None:
-    return None if value is None else max(int(round(value)), 0)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from contract.hyperparameters import PIPELINE_SCHEDULES
 from contract.parallel import LAYER_SPLITTING, microbatches, stages_per_rank
 from jobs.catalog import SPOT_SAVINGS, InstanceSpec, lookup
 from jobs.planning.cadence import Cadence, cadence, state_bytes
@@ -78,9 +79,10 @@ class Candidate:
         }
 
 
-# The schedules every pipeline is sized with (and the request's own, gpipe, when it names it): gpipe has 1F1B's
-# bubble and keeps every micro-batch's activations, so it is no candidate of the planner's own.
-PIPELINE_SCHEDULES = ("1f1b", "interleaved_1f1b")
+# The schedules the planner considers for every pipeline, of the training package's (contract.hyperparameters.
+# PIPELINE_SCHEDULES), plus the request's own when it names another: gpipe has 1F1B's bubble and keeps every
+# micro-batch's activations, so it is no candidate of the planner's own.
+PLANNED_SCHEDULES = tuple(s for s in PIPELINE_SCHEDULES if s != "gpipe")
 SHOWN_PER_STRATEGY = 2  # the table's rows per strategy and shape (see shown)
 
 
@@ -99,7 +101,7 @@ def layouts(m: ModelFacts, nodes: int, per_node: int, pp_microbatches: int | Non
         out.append(Layout("hsdp", nodes, per_node, replicate=nodes, shard=per_node))
     tensors = [t for t in range(2, per_node + 1) if per_node % t == 0 and m.heads and m.heads % t == 0]
     out += [Layout("tp", nodes, per_node, shard=world // t, tensor=t) for t in tensors]
-    schedules = tuple(dict.fromkeys((*PIPELINE_SCHEDULES, schedule)))
+    schedules = tuple(dict.fromkeys((*PLANNED_SCHEDULES, schedule)))
     pipelines = [_pipelines(m, nodes, per_node, t, pp_microbatches, schedules) for t in (1, *tensors)]
     return out + [lay for group in pipelines for lay in group]
 

@@ -16,9 +16,16 @@ from contract.hyperparameters import (
     TrainConfig,
     canonical_hyperparameters,
 )
-from contract.parallel import LAYER_SPLITTING, MODEL_PARALLEL, batch_ranks, resolve_degrees, stages_per_rank
+from contract.parallel import (
+    LAYER_SPLITTING,
+    MODEL_PARALLEL,
+    batch_ranks,
+    layout_problems,
+    parallel_hyperparameters,
+    resolve_degrees,
+    stages_per_rank,
+)
 from jobs.planning.shape import PlanInputError
-from jobs.request.parallelism import check_parallelism, parallel_hyperparameters
 
 DEGREES = ("replicate", "shard", "tensor", "pipeline")
 # What `strategy: auto` may resolve to: every strategy the training package runs but smp (its own image, and
@@ -88,10 +95,10 @@ class Layout:
         return {name: getattr(self, name) for name in DEGREES}
 
     def problems(self, layers: int | None, heads: int | None, micro_batch_size: int, per_group: bool = False) -> list:
-        """jobs.request.parallelism.check_parallelism of these degrees and schedule (the launcher's and the training
-        package's own check): e.g. a pipeline whose stages do not split the layers, or micro-batches that do not
+        """contract.parallel.layout_problems of these degrees and schedule, named for the request as
+        jobs.request.parallelism.check_parallelism names them (the launcher's and the training package's own check): e.g. a pipeline whose stages do not split the layers, or micro-batches that do not
         divide."""
-        return check_parallelism(
+        return layout_problems(
             self.strategy, hosts=self.nodes, per_host=self.gpus_per_node, tensor=self.tensor,
             pipeline=self.pipeline, shard=self.shard if self.strategy in MODEL_PARALLEL else 0,
             microbatches=self.microbatches if self.pipeline > 1 else None, schedule=self.schedule,
@@ -112,7 +119,7 @@ class Layout:
         return {"strategy": self.strategy, "parallel": parallel}
 
     def hyperparameters(self) -> dict[str, Any]:
-        """What the launcher sends for this layout (jobs.request.parallelism.parallel_hyperparameters); {} for data-only."""
+        """What the launcher sends for this layout (contract.parallel.parallel_hyperparameters); {} for data-only."""
         return parallel_hyperparameters(self.strategy, self.tensor, self.pipeline,
                                         self.shard if self.strategy in MODEL_PARALLEL else 0,
                                         self.microbatches if self.pipeline > 1 else None, self.schedule)

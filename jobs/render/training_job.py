@@ -2,7 +2,7 @@
 
 Every attempt of one run gets a fresh job name (job names are unique per account and region) and the same
 checkpoint S3 prefix, so a retry resumes where the last attempt checkpointed. Neither the run id nor an
-attempt's name can be guessed ahead (both carry random characters), and every attempt's Environment carries
+attempt's name (jobs.naming) can be guessed ahead (both carry random characters), and every attempt's Environment carries
 the run id (contract.container.ENV_RUN_ID): a job found under an attempt's name is the run's own only when it
 carries that marker (jobs.retry.run_state.is_ours), never because of its name or its checkpoint prefix. The keys in
 CREATE_REQUEST_KEYS are present in every rendered request: the state machine maps each one explicitly
@@ -19,9 +19,6 @@ SMP v2 image supports are only as right as AWS's documentation.
 
 from __future__ import annotations
 
-import base64
-import re
-import secrets
 import time
 from typing import Any
 
@@ -40,14 +37,16 @@ from contract.errors import Problem, RequestInvalid
 from contract.hyperparameters import Strategy, canonical_name, encode_hyperparameters
 from contract.metrics import metric_definitions
 from jobs import catalog
+from jobs.naming import job_name, new_name_nonce, platform_tags
 from jobs.planning.auto_strategy import attempt_cadence, plan_for_request
 from jobs.planning.cadence import before_plan_end, reclaim_epoch
 from jobs.platform import PlatformSettings, TrainingPlan
-from jobs.render.command_line import TOOLKIT_PREFIX, command_line_problems
 from jobs.render.container_entry import container_entrypoint
-from jobs.render.images import resolve_image, starts_through_platform_entry
+from jobs.render.images import resolve_image
+from jobs.request.command_line import TOOLKIT_PREFIX, command_line_problems
 from jobs.request.environment_rules import secrets_variable
 from jobs.request.field_rules import dataset_kind, fsx_path
+from jobs.request.image_rules import starts_through_platform_entry
 from jobs.request.limits import PLATFORM_ENVIRONMENT
 from jobs.request.parallelism import request_hyperparameters
 from jobs.request.schema import JobRequest
@@ -72,58 +71,9 @@ CREATE_REQUEST_KEYS: tuple[str, ...] = (
     "Tags",
 )
 
-JOB_NAME_MAX = 63
-JOB_NAME_PATTERN = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
 ENTRY_POINT = "train.py"
 CONTAINER_LOG_LEVEL = 20  # logging.INFO, as SDK v2 sends it
 PROFILING_INTERVAL_MS = 500
-
-
-# The run id's random part: 80 bits, 16 characters of lowercase base32 (a-z, 2-7: valid in job names, S3 keys
-# and tags). An id derived from the execution name could be taken: the name is the caller's to choose, and 32
-# bits of a hash of it collided in under a second. Random bits leave nothing to choose or to find.
-RUN_TOKEN_BYTES = 10
-RUN_TOKEN_CHARS = 16
-# Each attempt's name adds 40 random bits of its own (8 characters), so that nobody can create a job under
-# the name of an attempt still to come and make it fail: the name is not derivable from the run id.
-NAME_NONCE_BYTES = 5
-NAME_NONCE_CHARS = 8
-RUN_SLUG_MAX = 40
-
-
-def random_token(nbytes: int) -> str:
-    """`nbytes` random bytes as lowercase base32 without padding (8 characters per 5 bytes)."""
-    return base64.b32encode(secrets.token_bytes(nbytes)).decode().rstrip("=").lower()
-
-
-def new_run_id(request_name: str) -> str:
-    """`<request name, slugged>-<16 random characters>`: readable, and unique by 80 random bits.
-
-    Minted once per execution, by Prepare, and carried in the run state from then on (jobs.retry.run_state.RunState).
-    """
-    slug = re.sub(r"[^a-zA-Z0-9-]+", "-", request_name).strip("-")[:RUN_SLUG_MAX].strip("-") or "run"
-    return f"{slug}-{random_token(RUN_TOKEN_BYTES)}"
-
-
-def new_name_nonce() -> str:
-    """Fresh random characters for one attempt's job name."""
-    return random_token(NAME_NONCE_BYTES)
-
-
-def job_name(platform: PlatformSettings, run_id: str, attempt: int, nonce: str) -> str:
-    """`<name_prefix>-<run_id>-<nonce>-a<N>`, shortened in the middle of the run name to fit 63 characters.
-
-    It starts with the name prefix because the launcher role may only create jobs named `<prefix>-*`; the run
-    id's random part and the nonce are kept whole, only the request name's slug gives way.
-    """
-    head, tail = f"{platform.name_prefix}-", f"-{nonce}-a{attempt}"
-    slug, _, token = run_id.rpartition("-")
-    room = JOB_NAME_MAX - len(head) - len(tail) - len(token) - 1
-    slug = slug[:max(room, 0)].rstrip("-")
-    name = f"{head}{slug}-{token}{tail}" if slug else f"{head}{token}{tail}"
-    if not JOB_NAME_PATTERN.fullmatch(name) or len(name) > JOB_NAME_MAX:
-        raise ValueError(f"cannot build a valid job name from prefix {platform.name_prefix!r} and run {run_id!r}")
-    return name
 
 
 def checkpoint_s3_uri(platform: PlatformSettings, run_id: str) -> str:
@@ -166,7 +116,7 @@ def render_create_training_job(
         raise ValueError(f"attempt numbers start at 1, got {attempt}")
     use_spot = request.spot if spot is None else spot
     primary = instance_type or request.training_instance_type
-    name = job_name(platform, run_id, attempt, name_nonce or new_name_nonce())
+    name = job_name(platform.name_prefix, run_id, attempt, name_nonce or new_name_nonce())
     starts_at = time.time() if starts_at is None else starts_at
     plan = attempt_training_plan(request, platform, starts_at, plans_ended)
     hyperparameters = training_hyperparameters(request, platform, name, primary)
@@ -283,7 +233,7 @@ def training_hyperparameters(request: JobRequest, platform: PlatformSettings, jo
 
 def _check_command_line(hyperparameters: dict[str, Any]) -> None:
     """The last guard before the toolkit's `/bin/sh`: every key and value it puts on the command line is one plain
-    word (jobs.render.command_line). The request rules make this hold; a value that slips past them (a rule missing
+    word (jobs.request.command_line). The request rules make this hold; a value that slips past them (a rule missing
     for a new field) ends the run as a bad request here rather than reaching a shell. The toolkit's own
     `sagemaker_*` keys stay off its command line and are not checked (`trainctl local` points one at a folder
     of this machine, whatever its name)."""
@@ -440,14 +390,9 @@ def _profiler(request: JobRequest, platform: PlatformSettings, run_id: str) -> d
 
 def _tags(request: JobRequest, platform: PlatformSettings, run_id: str, attempt: int,
           strategy: Strategy) -> list[dict[str, str]]:
-    prefix = platform.name_prefix
-    platform_tags = {
-        f"{prefix}:run-id": run_id,
-        f"{prefix}:attempt": str(attempt),
-        f"{prefix}:request": request.name,
-        f"{prefix}:strategy": strategy.value,
-    }
-    platform_tags.update(platform.job_tags)  # a team's cost allocation tag
-    tags = [{"Key": k, "Value": v} for k, v in platform_tags.items()]
-    tags += [{"Key": k, "Value": v} for k, v in request.tags.items() if k not in platform_tags]
+    own = platform_tags(platform.name_prefix, run_id=run_id, attempt=attempt, request=request.name,
+                        strategy=strategy.value)
+    own.update(platform.job_tags)  # a team's cost allocation tag
+    tags = [{"Key": k, "Value": v} for k, v in own.items()]
+    tags += [{"Key": k, "Value": v} for k, v in request.tags.items() if k not in own]
     return tags

@@ -26,7 +26,7 @@ describe the execution or the job. So:
   container resolves at start (jobs.render.container_entry), never the values. A platform's (a team's) jobs name only
   secrets under `<name_prefix>/` in its own account and region (secrets_scope): the ARN pattern its execution role
   is to be allowed to read, so that Prepare refuses another team's secret rather than the job failing on it.
-- Values are plain text: jobs.render.command_line's characters plus `^` (NCCL_SOCKET_IFNAME's "all but" prefix). They
+- Values are plain text: jobs.request.command_line's characters plus `^` (NCCL_SOCKET_IFNAME's "all but" prefix). They
   do not reach the toolkit's command line, but nothing in a variable needs a quote, a `$` or a space.
 """
 
@@ -40,7 +40,7 @@ from collections import Counter
 
 from contract.container import ENV_CHECKPOINT_DIR, ENV_RUN_ID, ENV_SECRET_ARNS, ENV_STOP_FILE
 from jobs.platform import PlatformSettings
-from jobs.render.command_line import SAFE_PUNCTUATION, unsafe_characters
+from jobs.request.command_line import SAFE_PUNCTUATION, unsafe_characters
 from jobs.request.limits import MAX_ENVIRONMENT_TEXT, PLATFORM_ENVIRONMENT, RUN_ENVIRONMENT
 
 # What a request may set on any platform (fnmatch patterns, upper case).

@@ -7,19 +7,15 @@ import difflib
 import re
 
 from jobs import catalog
-from jobs.render.command_line import text_problem
+from jobs.naming import RUN_ID, RUN_ID_MAX, RUN_NAME, RUN_NAME_MAX
+from jobs.request.command_line import text_problem
 from jobs.request.limits import MAX_IMAGE_URI, MAX_METRIC_NAME, MAX_S3_URI, MAX_TAG_KEY, MAX_TAG_VALUE
 
-NAME_MAX = 40  # leaves room for "<prefix>-" and "-<hash>-a<N>" inside SageMaker's 63 characters
-_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9])*")
 _GROUP_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _S3_URI = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/.*)?")
 _IP_ADDRESS = re.compile(r"\d+\.\d+\.\d+\.\d+")
 # The service model's S3Uri pattern, and what S3 itself refuses in a bucket name.
 _S3_API = re.compile(r"(https|s3)://([^/]+)/?(.*)")
-# A run id as jobs.render.training_job.new_run_id mints it: `<slug>-<16 characters of lowercase base32>` (RUN_TOKEN_CHARS there;
-# importing it would make a cycle, so tests/jobs/retry/test_resume.py checks that freshly minted ids pass this rule).
-_RUN_ID = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9])*-[a-z2-7]{16}")
 # A container image reference as ECR and Docker read it: lower-case registry and path, a tag or a digest.
 IMAGE_URI = re.compile(r"(?P<registry>[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?)"
                        r"/(?P<repository>[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*)"
@@ -43,14 +39,14 @@ def fsx_path(uri: str) -> str:
 
 
 def check_name(name: str) -> str | None:
-    if not _NAME.fullmatch(name) or len(name) > NAME_MAX:
-        return (f"{name!r} must be 1-{NAME_MAX} letters, digits and dashes, starting and ending with a letter "
+    if not RUN_NAME.fullmatch(name) or len(name) > RUN_NAME_MAX:
+        return (f"{name!r} must be 1-{RUN_NAME_MAX} letters, digits and dashes, starting and ending with a letter "
                 "or digit (it becomes part of the SageMaker job name)")
     return None
 
 
 def check_run_id(run_id: str) -> str | None:
-    if not _RUN_ID.fullmatch(run_id) or len(run_id) > NAME_MAX + 17:
+    if not RUN_ID.fullmatch(run_id) or len(run_id) > RUN_ID_MAX:
         return (f"{run_id!r} is not a run id; give the run_id of the run to resume, as its execution's output and "
                 "`trainctl status` show it: `<request name>-<16 random characters>`")
     return None

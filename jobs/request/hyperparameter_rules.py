@@ -12,7 +12,7 @@ container as that key or be taken for it: case, `-` for `_`, leading dashes, sur
 Unicode compatibility forms (NFKC: a fullwidth `ｃheckpoint_dir` is `checkpoint_dir`). A path key that a request
 could set would move checkpoints off the synced folder, and before this rule its value reached the
 toolkit's shell command as it was (`/opt/ml/checkpoints$(id)`). Keys and values that do reach the command line
-follow jobs.render.command_line.
+follow jobs.request.command_line.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from contract.errors import Problem
 from contract.hyperparameters import TrainConfig, canonical_name, hyperparameter_fields
 from contract.schema.core import field_types, parse_value
 from contract.schema.json_schema import value_schema
-from jobs.render.command_line import SAFE_KEY, SAFE_TEXT, TOOLKIT_PREFIX, unsafe_characters, value_problem
+from jobs.request.command_line import SAFE_KEY, SAFE_TEXT, TOOLKIT_PREFIX, unsafe_characters, value_problem
 from jobs.request.limits import MAX_HYPERPARAMETER_JSON
 
 # What a request's `hyperparameters` may set.

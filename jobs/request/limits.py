@@ -1,8 +1,9 @@
 """CreateTrainingJob's limits (botocore's service model, docs/REFERENCE.md) and what the platform itself adds.
 
 A request's own share of each limit is the API's less the platform's: the renderer adds
-PLATFORM_ENVIRONMENT, RUN_ENVIRONMENT and SECRETS_ENVIRONMENT to Environment, PLATFORM_TAGS to Tags, and the
-hyperparameters of jobs.request.hyperparameter_rules to HyperParameters.
+PLATFORM_ENVIRONMENT, RUN_ENVIRONMENT and SECRETS_ENVIRONMENT to Environment, jobs.naming's PLATFORM_TAGS (and
+MAX_JOB_TAGS of the platform settings' own) to Tags, and the hyperparameters of jobs.request.hyperparameter_rules
+to HyperParameters.
 """
 
 from __future__ import annotations
@@ -46,7 +47,3 @@ RUN_ENVIRONMENT = (ENV_RUN_ID, ENV_EPOCH)
 SECRETS_ENVIRONMENT = (ENV_SECRET_ARNS,)
 MAX_ENVIRONMENT = (MAX_ENVIRONMENT_VARIABLES - len(PLATFORM_ENVIRONMENT) - len(RUN_ENVIRONMENT)
                    - len(SECRETS_ENVIRONMENT))
-# Tags the renderer writes on every job, as `<name_prefix>:<tag>`.
-PLATFORM_TAGS = ("run-id", "attempt", "request", "strategy")
-# Tags the platform settings may add to every job of a launcher (`job_tags`: a team's cost allocation tag).
-MAX_JOB_TAGS = 1

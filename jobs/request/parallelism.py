@@ -1,7 +1,7 @@
 """The torch-native model-parallel layouts (hsdp, tp, pp, hybrid): request checks and the rank map.
 
 Standard library only: the launcher's rules call `check_parallelism` before anything starts, the renderer
-calls `parallel_hyperparameters`, and `trainctl plan` prints `describe_layout`. The training package builds
+calls `request_hyperparameters` (contract.parallel.parallel_hyperparameters), and `trainctl plan` prints `describe_layout`. The training package builds
 the same mesh (`training.mesh`); the rules, the degrees and the rank map are `contract.parallel`'s, which
 the training package checks too, naming its hyperparameters where these name the request's fields.
 """
@@ -11,7 +11,13 @@ from __future__ import annotations
 from contract.errors import Problem
 from contract.hyperparameters import TrainConfig, canonical_hyperparameters
 from contract.models import PRESETS
-from contract.parallel import MODEL_PARALLEL, REQUEST, layout_problems, rank_coordinates, resolve_degrees
+from contract.parallel import (
+    REQUEST,
+    layout_problems,
+    parallel_hyperparameters,
+    rank_coordinates,
+    resolve_degrees,
+)
 
 
 def check_parallelism(strategy: str, *, hosts: int, per_host: int, tensor: int = 1, pipeline: int = 1,
@@ -57,17 +63,6 @@ def request_hyperparameters(request) -> dict:
     p = request.parallel
     return parallel_hyperparameters(request.strategy.value, p.tensor_parallel_degree, p.pipeline_parallel_degree,
                                     p.hybrid_shard_degree, p.pipeline_microbatches, p.pipeline_schedule)
-
-
-def parallel_hyperparameters(strategy: str, tensor: int = 1, pipeline: int = 1, shard: int = 0,
-                             microbatches: int | None = None, schedule: str = "1f1b") -> dict:
-    """The hyperparameters the launcher sends for a torch-native strategy (contract.hyperparameters names)."""
-    if strategy not in MODEL_PARALLEL:
-        return {}
-    hps = {"tp_degree": tensor, "pp_degree": pipeline, "dp_shard": shard, "pp_schedule": schedule}
-    if microbatches is not None:
-        hps["pp_microbatches"] = microbatches
-    return hps
 
 
 def mesh_layout(strategy: str, hosts: list[str], per_host: int, tensor: int = 1, pipeline: int = 1,

@@ -18,7 +18,7 @@ from typing import Any
 
 from contract.errors import Problem, RequestInvalid
 from contract.schema import json_schema, parse_dataclass
-from jobs.render.command_line import SAFE_TEXT
+from jobs.request.command_line import SAFE_TEXT
 from jobs.request.cross_rules import cross_field_problems
 from jobs.request.environment_rules import ENV_NAME, ENV_VALUE, REFUSED, SECRET_ARN
 from jobs.request.field_rules import IMAGE_URI, dataset_kind, fsx_path

@@ -18,12 +18,12 @@ from contract.hyperparameters import (
 )
 from contract.parallel import LAYER_SPLITTING, MODEL_PARALLEL, batch_ranks
 from jobs import catalog
+from jobs.naming import PLATFORM_TAGS, tag_key
 from jobs.planning.auto_strategy import plan_for_request
 from jobs.platform import LocalPlatformSettings, PlatformSettings
-from jobs.render.images import image_problem, image_source_problem, starts_through_platform_entry
 from jobs.request.environment_rules import environment_problems, secret_scope_problem
 from jobs.request.field_rules import dataset_kind
-from jobs.request.limits import PLATFORM_TAGS
+from jobs.request.image_rules import image_problem, image_source_problem, starts_through_platform_entry
 from jobs.request.parallelism import request_problems
 from jobs.request.schema import JobRequest
 
@@ -120,7 +120,7 @@ def _readable_problems(request: JobRequest, platform: PlatformSettings) -> list[
 def _tag_problems(request: JobRequest, platform: PlatformSettings) -> list[Problem]:
     """The platform's own tags (`<name_prefix>:run-id`, ..., a team's cost allocation tag) are written by the
     launcher, never by a request."""
-    own = f"{platform.name_prefix}:".lower()
+    own = tag_key(platform.name_prefix, "").lower()
     team = {key.lower() for key in platform.job_tags}
     return [Problem(f"tags.{key}", f"keys starting with {own!r} are the platform's own (it writes "
                                    f"{', '.join(own + t for t in PLATFORM_TAGS)}); rename the tag")

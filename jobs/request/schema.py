@@ -2,7 +2,7 @@
 
 Each dataclass is read by the one schema engine (contract.schema): field types, `min`/`max`, `choices`
 and the field-level rules of jobs.request.field_rules. The same definitions give README's reference table
-(jobs.request.reference) and the request's JSON Schema (jobs.request.parse.request_json_schema). Rules across fields
+(jobs.reference) and the request's JSON Schema (jobs.request.parse.request_json_schema). Rules across fields
 are in jobs.request.cross_rules, rules that need the deployed platform in jobs.request.platform_rules.
 """
 
@@ -16,10 +16,10 @@ from contract.metrics import MAX_METRIC_DEFINITIONS, METRIC_NAMES
 from contract.models import preset_names
 from contract.schema import meta, to_jsonable
 from jobs import catalog
+from jobs.naming import MAX_JOB_TAGS, PLATFORM_TAGS, RUN_NAME_MAX
 from jobs.planning.auto_strategy import plan_for_request
 from jobs.request.environment_rules import check_environment, check_secrets
 from jobs.request.field_rules import (
-    NAME_MAX,
     check_dataset,
     check_group_name,
     check_image,
@@ -37,12 +37,10 @@ from jobs.request.limits import (
     MAX_CHECKPOINT_INTERVAL,
     MAX_ENVIRONMENT,
     MAX_INSTANCE_GROUPS,
-    MAX_JOB_TAGS,
     MAX_PENDING_HOURS,
     MAX_RUNTIME_HOURS,
     MAX_TAGS,
     MAX_WARM_POOL_MINUTES,
-    PLATFORM_TAGS,
 )
 from jobs.request.sizing import ModelShape, Sizing
 
@@ -139,7 +137,7 @@ class RetrySettings:
 @dataclass(frozen=True)
 class JobRequest:
     name: str = field(metadata=meta(
-        f"run name: letters, digits and dashes, at most {NAME_MAX} characters; names the training jobs",
+        f"run name: letters, digits and dashes, at most {RUN_NAME_MAX} characters; names the training jobs",
         check=check_name))
     dataset: str = field(metadata=meta(
         "training data: `s3://bucket/prefix/`, `fsx:/path/on/the/file/system`, or a local folder (trainctl local)",

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from contract.failures import OUT_OF_MEMORY_ADVICE, FailureCode, parse_failure_line
+from contract.failures import OUT_OF_MEMORY_ADVICE, FailureCode, head_pattern, parse_failure_line
 from jobs.timestamps import to_epoch
 
 
@@ -120,19 +120,19 @@ RULES: tuple[Rule, ...] = (
     Rule(r"/Stopped\b", (Source.STATUS,), Category.INTERRUPTION, STOPPED, unless=r"MaxPendingTime"),
     # The training package's hang watchdog (training.watchdog): a rank stopped progressing; the line names it and
     # its host. Like a collective timeout, a fresh, health-checked instance cures the usual causes.
-    Rule(r"\[training:hang\]", JOB_TEXT, Category.HARDWARE,
+    Rule(head_pattern(FailureCode.HANG), JOB_TEXT, Category.HARDWARE,
          "a rank stopped progressing (hang), retried on a health-checked instance: {short}",
          action=Response.RETRY_CHECKED),
     # Every rank of a host stopped answering at once (training.peers): the instance was lost. A process killed on a
     # live host (`process_lost`, most often the out-of-memory killer) is the user's, with the rule below.
-    Rule(r"\[training:host_lost\]", JOB_TEXT, Category.HARDWARE,
+    Rule(head_pattern(FailureCode.HOST_LOST), JOB_TEXT, Category.HARDWARE,
          "an instance was lost mid-run, retried on a health-checked instance: {short}",
          action=Response.RETRY_CHECKED),
     # A newer attempt of the run claimed its checkpoint folder (training.fencing): whoever runs it, not this run.
-    Rule(r"\[training:superseded\]", JOB_TEXT, Category.SUPERSEDED,
+    Rule(head_pattern(FailureCode.SUPERSEDED), JOB_TEXT, Category.SUPERSEDED,
          "a newer attempt of the run writes its checkpoints, so this one stopped: {short}", action=Response.FAIL),
     # The training package's own verdict (contract.failures), inside "AlgorithmError: ...": the user's to fix.
-    Rule(r"\[training:[a-z_]+\]", JOB_TEXT, Category.USER_ERROR, "the training package reported: {short}",
+    Rule(head_pattern(), JOB_TEXT, Category.USER_ERROR, "the training package reported: {short}",
          action=Response.FAIL),
     # Broken hardware surfaces through the script (an AlgorithmError) or as a status message; a fresh instance
     # cures it, a health check first keeps the next one from being as bad.

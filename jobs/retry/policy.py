@@ -38,7 +38,7 @@ from jobs.retry.run_state import RunState
 from jobs.timestamps import to_epoch
 
 # The state machine's own retries (platform_constructs.launcher_definition writes them into its Retry fields;
-# jobs.request.reference describes them). A launcher function's fault (an error it raises, a timeout) is run again
+# jobs.reference describes them). A launcher function's fault (an error it raises, a timeout) is run again
 # FUNCTION_RETRIES times, FUNCTION_RETRY_SECONDS apart, doubling.
 FUNCTION_RETRIES = 3
 FUNCTION_RETRY_SECONDS = 1

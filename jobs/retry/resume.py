@@ -12,27 +12,20 @@ shortage) has no job running, so it is not "active" to this check.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from contract.errors import Problem, RequestInvalid
 from contract.hyperparameters import decode_hyperparameters
+from jobs.naming import attempt_of
 from jobs.request.schema import JobRequest
 from jobs.retry.run_state import RUNNING
 
 FIELD = "resume_run"
-# Every attempt's job name ends in `-a<N>` (jobs.render.training_job.job_name).
-_ATTEMPT = re.compile(r"-a(\d+)$")
-
-
-def run_token(run_id: str) -> str:
-    """The run id's random part: every job name of the run carries it whole (jobs.render.training_job.job_name)."""
-    return run_id.rpartition("-")[2]
 
 
 def attempt_number(job: dict[str, Any]) -> int:
-    found = _ATTEMPT.search(job.get("TrainingJobName", ""))
-    return int(found.group(1)) if found else 0
+    """The attempt a job (DescribeTrainingJob) is, by its name's `-a<N>` (jobs.naming.attempt_of)."""
+    return attempt_of(job.get("TrainingJobName", ""))
 
 
 def resume_command(run_id: str) -> str:

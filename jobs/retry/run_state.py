@@ -16,14 +16,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from contract.container import ENV_RUN_ID
+from contract.metrics import (
+    CHECKPOINT_AGE_S,
+    CHECKPOINT_S,
+    CHECKPOINT_SAVES,
+    EVAL_S,
+    STARTUP_S,
+    STEP,
+    TRAIN_S,
+)
 from contract.schema import to_jsonable
-from jobs.outcome.run_record import job_figures
+from jobs.naming import LEGACY_RUN_ID
 from jobs.request.schema import JobRequest
 from jobs.retry.classify import Category, Failure
 from jobs.timestamps import to_epoch
@@ -101,7 +110,7 @@ class Attempt:
     lookup_errors: int = 0
     stopped_by_launcher: bool = False  # the run ended while the job ran: the launcher stopped it
     lost_is_upper_bound: bool = False
-    # Where its time went (jobs.outcome.run_record.job_figures; None: the job did not say) and the step it reached.
+    # Where its time went (job_figures; None: the job did not say) and the step it reached.
     queued_seconds: int | None = None
     startup_seconds: int | None = None
     train_seconds: int | None = None
@@ -188,16 +197,47 @@ def is_ours(run: RunState, job: dict[str, Any], role_arn: str) -> bool:
     if job.get("RoleArn") != role_arn:
         return False
     marker = (job.get("Environment") or {}).get(ENV_RUN_ID)
-    if marker is None and _LEGACY_RUN_ID.fullmatch(run.run_id):
+    if marker is None and LEGACY_RUN_ID.fullmatch(run.run_id):
         # A run started before jobs carried the marker: its jobs have none, and waiting on them (the old rule:
         # the checkpoint prefix) beats starting a second job on the same checkpoints. New run ids never match.
         return (job.get("CheckpointConfig") or {}).get("S3Uri") in (None, run.checkpoint_s3_uri)
     return marker == run.run_id
 
 
-# `<slug>-<8 hex digits of the execution name>`, the run ids minted before the random ones (jobs.render.training_job).
-# Remove once no execution started before then can still run (a job's 28 days plus the run's waits).
-_LEGACY_RUN_ID = re.compile(r".*-[0-9a-f]{8}")
+def job_figures(job: Mapping[str, Any]) -> dict[str, Any]:
+    """The attempt's figures a job description holds (Attempt's fields of the same names); None
+    for each one the job does not tell."""
+    created, started = to_epoch(job.get("CreationTime")), to_epoch(job.get("TrainingStartTime"))
+    ended = to_epoch(job.get("TrainingEndTime")) or to_epoch(job.get("LastModifiedTime"))
+    metrics = {m.get("MetricName"): m.get("Value") for m in job.get("FinalMetricDataList") or []}
+    queued = started - created if created and started else (ended - created if created and ended else None)
+    startup = None
+    if metrics.get(STARTUP_S) is not None:
+        startup = metrics[STARTUP_S] + _phase_start(job, "Training", after=started)
+    return {
+        "queued_seconds": _whole(queued),
+        "startup_seconds": _whole(startup),
+        "train_seconds": _whole(metrics.get(TRAIN_S)),
+        "checkpoint_seconds": _whole(metrics.get(CHECKPOINT_S)),
+        "eval_seconds": _whole(metrics.get(EVAL_S)),
+        "checkpoint_age_seconds": _whole(metrics.get(CHECKPOINT_AGE_S)),
+        "step": _whole(metrics.get(STEP)),
+        "checkpoint_saves": _whole(metrics.get(CHECKPOINT_SAVES)),
+    }
+
+
+def _phase_start(job: Mapping[str, Any], status: str, after: float | None) -> float:
+    """Seconds from `after` (the billing start) to the first `status` secondary-status transition; 0 when
+    either is unknown."""
+    for transition in job.get("SecondaryStatusTransitions") or []:
+        if transition.get("Status") == status:
+            begun = to_epoch(transition.get("StartTime"))
+            return max(begun - after, 0.0) if begun and after else 0.0
+    return 0.0
+
+
+def _whole(value: float | None) -> int | None:
+    return None if value is None else max(int(round(value)), 0)
 
 
 def observe(run: RunState, job: dict[str, Any]) -> Attempt:

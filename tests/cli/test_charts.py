@@ -104,8 +104,9 @@ def _log_lines(job: str, *lines: str) -> None:
 
 @pytest.fixture
 def two_attempts(deployed, platform_doc):
+    from jobs.naming import new_run_id
     from jobs.platform import PlatformSettings
-    from jobs.render.training_job import new_run_id, render_create_training_job
+    from jobs.render.training_job import render_create_training_job
     from jobs.request.parse import parse_request
 
     request = parse_request(json.loads((DATA / "ddp.json").read_text()))

@@ -173,7 +173,8 @@ def test_without_platform_file_and_without_region():
 def test_default_execution_names_are_valid_and_readable():
     from datetime import datetime
 
-    from cli.commands.submit import EXECUTION_NAME, default_execution_name
+    from cli.commands.submit import default_execution_name
+    from jobs.naming import EXECUTION_NAME
 
     when = datetime(2026, 11, 21, 8, 30, 5, tzinfo=UTC)
     assert default_execution_name("gpt-1b-fsdp", when) == "gpt-1b-fsdp-20261121T083005Z"

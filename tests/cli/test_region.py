@@ -10,8 +10,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from jobs.naming import new_run_id
 from jobs.platform import PlatformSettings
-from jobs.render.training_job import new_run_id, render_create_training_job
+from jobs.render.training_job import render_create_training_job
 from jobs.request.parse import parse_request
 from tests.cli import machines
 from tests.cli.conftest import DATA, ROLE, run

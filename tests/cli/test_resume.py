@@ -6,8 +6,9 @@ import json
 
 import pytest
 
+from jobs.naming import new_run_id
 from jobs.platform import PlatformSettings
-from jobs.render.training_job import new_run_id, render_create_training_job
+from jobs.render.training_job import render_create_training_job
 from jobs.request.parse import parse_request
 from tests.cli import machines
 from tests.cli.conftest import DATA, run

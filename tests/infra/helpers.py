@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from platform_config import ConfigError, load_config
+from platform_config import PlatformConfigError, load_config
 from tests.conftest import ROOT
 
 
@@ -16,6 +16,6 @@ def cdk_json_context() -> dict:
 
 def problems(**overrides) -> list[str]:
     """The problems load_config reports for cdk.json's context with these keys overridden."""
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(PlatformConfigError) as err:
         load_config({**cdk_json_context(), **overrides})
     return err.value.problems

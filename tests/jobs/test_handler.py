@@ -251,7 +251,7 @@ def test_jobs_imports_nothing_of_the_project_and_only_the_standard_library():
                 assert top in stdlib or top in ("jobs", "contract") or top in allowed_third_party and path.name == "handler.py", \
                     f"{path.name} imports {name}"
     # and importing the handler loads no boto3 (cold start, and the Lambda needs no bundled dependencies)
-    code = ("import sys, jobs.handler, jobs.render.training_job, jobs.request.parse, jobs.retry.policy, jobs.planning.auto_strategy, jobs.request.reference; "
+    code = ("import sys, jobs.handler, jobs.render.training_job, jobs.request.parse, jobs.retry.policy, jobs.planning.auto_strategy, jobs.reference; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('boto3', 'botocore', 'cli', 'training', 'stacks', 'platform_constructs')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)

@@ -10,7 +10,8 @@ import pytest
 import training.config as training_config
 from cli.container_emulator import script_args
 from contract.hyperparameters import decode_hyperparameters
-from jobs.render.training_job import new_run_id, render_create_training_job
+from jobs.naming import new_run_id
+from jobs.render.training_job import render_create_training_job
 from jobs.request.parse import parse_request
 
 from .conftest import REQUEST_EXAMPLES

@@ -16,13 +16,12 @@ from jobs import handler
 from jobs.outcome.run_record import (
     attempt_time,
     cluster_types,
-    job_figures,
     measured_save_seconds,
     run_cost,
     run_record,
 )
 from jobs.prices import instance_filters
-from jobs.retry.run_state import Attempt
+from jobs.retry.run_state import Attempt, job_figures
 from tests.cli.test_plan_prices import product
 
 

@@ -9,10 +9,11 @@ import json
 
 import pytest
 
+from jobs.naming import new_run_id
 from jobs.planning import plan_request
 from jobs.planning.auto_strategy import attempt_cadence
 from jobs.planning.cadence import PLAN_RECLAIM_HOURS, RESTART_HOURS, before_plan_end
-from jobs.render.training_job import new_run_id, render_create_training_job
+from jobs.render.training_job import render_create_training_job
 from jobs.request.parse import parse_request, validate_for_platform
 from tests.jobs.conftest import assert_valid_create_request
 

@@ -15,20 +15,11 @@ from hypothesis import strategies as st
 from contract.container import ENV_EPOCH, ENV_RUN_ID, STOP_FILE
 from contract.metrics import MAX_METRIC_DEFINITIONS, METRIC_NAMES, metric_definitions
 from jobs import catalog
+from jobs.naming import JOB_NAME, NAME_NONCE_CHARS, RUN_TOKEN_CHARS, job_name, new_name_nonce, new_run_id
 from jobs.platform import LocalPlatformSettings, PlatformSettings
 from jobs.render import training_job as render_module
 from jobs.render.container_entry import IMAGE_START
-from jobs.render.training_job import (
-    CREATE_REQUEST_KEYS,
-    JOB_NAME_PATTERN,
-    NAME_NONCE_CHARS,
-    RUN_TOKEN_CHARS,
-    checkpoint_s3_uri,
-    job_name,
-    new_name_nonce,
-    new_run_id,
-    render_create_training_job,
-)
+from jobs.render.training_job import CREATE_REQUEST_KEYS, checkpoint_s3_uri, render_create_training_job
 from jobs.request.environment_rules import credential_problem
 from jobs.request.parse import PLATFORM_ENVIRONMENT, RequestInvalid, parse_request, validate_for_platform
 from tests.jobs.conftest import REQUEST_EXAMPLES, assert_valid_create_request, load_platform
@@ -124,8 +115,8 @@ def test_job_names_fit_sagemakers_rules_and_the_role_prefix(platform):
     for settings_ in (platform, long_prefix):
         for attempt in (1, 9, 10, 30, 999):
             nonce = new_name_nonce()
-            name = job_name(settings_, run_id, attempt, nonce)
-            assert len(name) <= 63 and JOB_NAME_PATTERN.fullmatch(name), name
+            name = job_name(settings_.name_prefix, run_id, attempt, nonce)
+            assert len(name) <= 63 and JOB_NAME.fullmatch(name), name
             assert name.startswith(f"{settings_.name_prefix}-") and name.endswith(f"-{nonce}-a{attempt}")
             # The run id's random part is kept whole: only the request name's slug gives way.
             assert run_id.rsplit("-", 1)[1] in name
@@ -458,7 +449,7 @@ def test_generated_requests_render_valid_create_training_job(doc, attempt, execu
     assert_valid_create_request(create)
     assert create["CheckpointConfig"]["S3Uri"] == checkpoint_s3_uri(_ALL_PLATFORM, run_id)
     nonce = create["TrainingJobName"].rsplit("-", 2)[1]
-    assert create["TrainingJobName"] == job_name(_ALL_PLATFORM, run_id, attempt, nonce)
+    assert create["TrainingJobName"] == job_name(_ALL_PLATFORM.name_prefix, run_id, attempt, nonce)
     assert create["Environment"][ENV_RUN_ID] == run_id
     assert len(create["HyperParameters"]) <= 100 and len(create["Tags"]) <= 50
     assert len(create["AlgorithmSpecification"]["MetricDefinitions"]) <= 40

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.request.parallelism import (
-    check_parallelism,
-    describe_layout,
-    mesh_layout,
-    parallel_hyperparameters,
-)
+from contract.parallel import parallel_hyperparameters
+from jobs.request.parallelism import check_parallelism, describe_layout, mesh_layout
 
 
 def fields(problems) -> list[str]:

@@ -251,7 +251,7 @@ def test_reference_table_covers_every_field():
 
 
 def test_reference_markdown_lists_every_field_and_the_policy():
-    from jobs.request.reference import markdown
+    from jobs.reference import markdown
 
     text = markdown()
     for path, *_ in reference_rows(JobRequest):

@@ -310,7 +310,7 @@ def test_images_from_the_allowed_repositories_run(monkeypatch, image):
 
 # ---- the property: what Prepare accepts reaches the shell as the words meant ----
 
-SAFE = re.compile(r"[A-Za-z0-9._:/=+,@%-]+")  # the safe set, independent of jobs.render.command_line
+SAFE = re.compile(r"[A-Za-z0-9._:/=+,@%-]+")  # the safe set, independent of jobs.request.command_line
 
 
 def accepted_requests() -> list[tuple[str, dict]]:

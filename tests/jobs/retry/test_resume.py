@@ -7,10 +7,10 @@ import json
 import pytest
 
 from contract.errors import RequestInvalid
-from jobs.render.training_job import new_run_id
+from jobs.naming import new_run_id, run_token
 from jobs.request.field_rules import check_run_id
 from jobs.request.parse import parse_request
-from jobs.retry.resume import resume_point, run_token
+from jobs.retry.resume import resume_point
 
 # A fixed id of the minted form: parametrized ids must be the same in every pytest-xdist worker.
 RUN = "gpt-125m-abcdefghij234567"

@@ -1,4 +1,4 @@
-"""The request format and the retry policy as Markdown, generated from the schema: `python -m jobs.request.reference`.
+"""The request format and the retry policy as Markdown, generated from the schema: `python -m jobs.reference`.
 
 README.md carries this text; regenerate it here when a field changes so the two never drift.
 """

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from contract.schema import reference_rows
+from jobs.reference import markdown
 from jobs.request.parse import JobRequest
-from jobs.request.reference import markdown
 from tests.conftest import ROOT
 
 START = "<!-- JOB-REFERENCE:START"
@@ -15,7 +15,7 @@ def test_readme_carries_the_current_reference():
     readme = (ROOT / "README.md").read_text()
     block = readme[readme.index(START):readme.index(END)]
     block = block[block.index("\n") + 1:]
-    assert block.strip() == markdown().strip(), "README is stale: paste `python -m jobs.request.reference` between the markers"
+    assert block.strip() == markdown().strip(), "README is stale: paste `python -m jobs.reference` between the markers"
 
 
 def test_every_request_field_is_in_the_reference():
