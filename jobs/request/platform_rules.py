@@ -5,6 +5,7 @@ RequestInvalid naming every problem's field."""
 from __future__ import annotations
 
 import math
+import unicodedata
 from dataclasses import dataclass
 
 from contract.errors import ConfigError, Problem, RequestInvalid
@@ -119,15 +120,25 @@ def _readable_problems(request: JobRequest, platform: PlatformSettings) -> list[
 
 def _tag_problems(request: JobRequest, platform: PlatformSettings) -> list[Problem]:
     """The platform's own tags (`<name_prefix>:run-id`, ..., a team's cost allocation tag) are written by the
-    launcher, never by a request."""
-    own = tag_key(platform.name_prefix, "").lower()
-    team = {key.lower() for key in platform.job_tags}
-    return [Problem(f"tags.{key}", f"keys starting with {own!r} are the platform's own (it writes "
-                                   f"{', '.join(own + t for t in PLATFORM_TAGS)}); rename the tag")
-            for key in request.tags if key.lower().startswith(own)] + [
-        Problem(f"tags.{key}", f"{key!r} is the platform's: it tags every job of this team with its cost allocation "
-                               f"tag ({key}={platform.job_tags[key]}); rename the tag")
-        for key in request.tags if key.lower() in team and not key.lower().startswith(own)]
+    launcher, never by a request. Keys compare as a person reads them (case and Unicode forms folded: `MLTRAIN:Team`,
+    a full-width `ｍltrain:team`), so no spelling passes for the platform's in a cost report or a console."""
+    own = tag_fold(tag_key(platform.name_prefix, ""))
+    team = {tag_fold(key): key for key in platform.job_tags}
+    found = []
+    for key in request.tags:
+        if tag_fold(key).startswith(own):
+            found.append(Problem(f"tags.{key}", f"keys starting with {own!r} are the platform's own (it writes "
+                                                f"{', '.join(own + t for t in PLATFORM_TAGS)}); rename the tag"))
+        elif (theirs := team.get(tag_fold(key))) is not None:
+            found.append(Problem(f"tags.{key}", f"{key!r} is the platform's {theirs!r}: it tags every job of this team "
+                                                f"with its cost allocation tag ({theirs}={platform.job_tags[theirs]}); "
+                                                "rename the tag"))
+    return found
+
+
+def tag_fold(key: str) -> str:
+    """A tag key as compared with the platform's: Unicode compatibility forms and case folded."""
+    return unicodedata.normalize("NFKC", key).casefold()
 
 
 def _dataset_problems(request: JobRequest, platform: PlatformSettings) -> list[Problem]:

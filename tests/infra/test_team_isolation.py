@@ -404,3 +404,14 @@ def test_every_job_of_the_team_carries_the_tag_and_no_request_can_take_it():
     with pytest.raises(RequestInvalid) as refused:
         validate_for_platform(squatting, settings)
     assert any(p.path == "tags.mltrain:team" and "cost allocation" in p.message for p in refused.value.problems)
+    # Any spelling a person would read as the platform's: case, full-width letters, a compatibility ligature. Each
+    # is refused naming its field (one raised KeyError, retried as a transient fault, and no field named).
+    for spelling in ("MLTRAIN:TEAM", "MlTrain:Team", "ｍltrain:team", "mltrain:TEAM"):
+        with pytest.raises(RequestInvalid) as refused:
+            validate_for_platform(parse_request({**request.to_dict(), "tags": {spelling: "b"}}), settings)
+        assert [(p.path, "'mltrain:team'" in p.message) for p in refused.value.problems] == [
+            (f"tags.{spelling}", True)], spelling
+    for spelling in ("MLTRAIN--A:run-id", "ｍltrain--a:attempt"):
+        with pytest.raises(RequestInvalid) as refused:
+            validate_for_platform(parse_request({**request.to_dict(), "tags": {spelling: "b"}}), settings)
+        assert [p.path for p in refused.value.problems] == [f"tags.{spelling}"], spelling
