@@ -205,20 +205,26 @@ def jobs_of_run(run: RunState, platform: PlatformSettings) -> list[dict[str, Any
     """DescribeTrainingJob of every job of the run's earlier executions (_listed_jobs). A failed call raises: Prepare
     fails and nothing is launched."""
     # Prepare has no Wait state to retry a throttled call from.
-    return _listed_jobs(_sagemaker(platform.region, attempts=4), run, platform.execution_role_arn)
+    return _listed_jobs(_sagemaker(platform.region, attempts=4), run, platform)
 
 
-def _listed_jobs(client, run: RunState, role: str, *, status: str | None = None,
+def _listed_jobs(client, run: RunState, platform: PlatformSettings, *, status: str | None = None,
                  skip: set[str] | frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """DescribeTrainingJob of the run's jobs (`status` ones only, when given; none named in `skip`): those whose names
-    carry the run id's random part (ListTrainingJobs NameContains, every page) and that are the run's own
-    (jobs.retry.run_state.is_ours: a name proves nothing)."""
+    carry the run id's random part (ListTrainingJobs NameContains, every page), start with this launcher's prefix,
+    and are the run's own (jobs.retry.run_state.is_ours: a name proves nothing).
+
+    The listing is the account's: another team's jobs of a run with that id are listed too, and this launcher may not
+    describe them (AccessDenied, which Prepare would retry as a fault). They are not this team's run: left out, a
+    resume of another team's run is refused as "not found here", naming the field."""
     found = []
     filters = {"StatusEquals": status} if status else {}
+    own = f"{platform.name_prefix}-"
     for page in client.get_paginator("list_training_jobs").paginate(NameContains=run_token(run.run_id), **filters):
-        for listed in (j for j in page["TrainingJobSummaries"] if j["TrainingJobName"] not in skip):
+        for listed in (j for j in page["TrainingJobSummaries"]
+                       if j["TrainingJobName"] not in skip and j["TrainingJobName"].startswith(own)):
             job = runs.jsonable(client.describe_training_job(TrainingJobName=listed["TrainingJobName"]))
-            if runs.is_ours(run, job, role):
+            if runs.is_ours(run, job, platform.execution_role_arn):
                 found.append(job)
     return found
 
@@ -615,11 +621,11 @@ def stop_jobs_left_running(run: RunState) -> tuple[list[str], list[str], list[st
     stopped all the same: the run ends, and its names cannot be guessed, so such a job is almost surely its own.
     """
     stopped, left, transient = [], [], []
-    role = platform_settings().execution_role_arn
+    platform = platform_settings()
     # A job created although its create failed (a 5xx) may show up only after Decide looked for it: any running job
     # that carries the run's marker is the run's, recorded or not.
     recorded = {a.job_name: a for a in run.attempts}
-    for job in running_jobs_of_run(run, {n for n, a in recorded.items() if a.status in runs.MAY_RUN}, role):
+    for job in running_jobs_of_run(run, {n for n, a in recorded.items() if a.status in runs.MAY_RUN}, platform):
         name = job["TrainingJobName"]
         if name in recorded:  # an attempt given up as never created, whose job showed up since
             recorded[name].status = "Unknown"
@@ -632,7 +638,7 @@ def stop_jobs_left_running(run: RunState) -> tuple[list[str], list[str], list[st
         if job is None and not error:
             attempt.status = "NotCreated"
             continue
-        if job is not None and not runs.is_ours(run, job, role):
+        if job is not None and not runs.is_ours(run, job, platform.execution_role_arn):
             attempt.status = "NotCreated"  # the name is another's job: never stopped by this run
             continue
         if job is not None:
@@ -653,14 +659,14 @@ def stop_jobs_left_running(run: RunState) -> tuple[list[str], list[str], list[st
     return stopped, left, transient
 
 
-def running_jobs_of_run(run: RunState, known: set[str], role: str) -> list[dict[str, Any]]:
+def running_jobs_of_run(run: RunState, known: set[str], platform: PlatformSettings) -> list[dict[str, Any]]:
     """The run's jobs, other than `known` ones, that SageMaker lists as InProgress (by the run id's random part, each
     kept only when it carries the run's marker); [] when the listing fails (the recorded attempts are still looked up
     one by one)."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
-        listed = _listed_jobs(_sagemaker(attempts=4), run, role, status="InProgress", skip=known)
+        listed = _listed_jobs(_sagemaker(attempts=4), run, platform, status="InProgress", skip=known)
     except (BotoCoreError, ClientError) as exc:
         log.warning("listing the jobs of run %s failed: %s", run.run_id, exc)
         return []

@@ -5,7 +5,8 @@ that cannot be continued is refused in Prepare, naming the field, before anythin
 from __future__ import annotations
 
 import pytest
-from moto.sagemaker.models import sagemaker_backends
+from moto.core.exceptions import JsonRESTError
+from moto.sagemaker.models import SageMakerModelBackend, sagemaker_backends
 
 from contract.container import ENV_RUN_ID
 from tests.launcher import sagemaker_sync as sm
@@ -84,6 +85,32 @@ def test_resuming_an_active_run_is_refused(harness):
 def test_resuming_an_unknown_run_is_refused(harness):
     result = harness.run(job_request(resume_run="gpt-125m-fsdp-" + "a" * 16), [], name="resume-unknown")
     _refused(result, "resume_run", "gpt-125m-fsdp-aaaaaaaaaaaaaaaa", "no training job")
+
+
+def test_resuming_another_teams_run_is_refused_naming_the_field(harness, monkeypatch):
+    """The account's listing shows another team's (or platform's) jobs of a run with that id, which this launcher's
+    roles may not describe (IAM: `<prefix>-*`): looking them up raised AccessDenied, which Prepare retried as a
+    fault and then failed naming no field. They are not this team's run: "not found here", naming resume_run."""
+    first = harness.run(job_request(), [sm.max_runtime_reached()], name="resume-other-team-first")
+    run_id = run_id_of(first)
+    backend = sagemaker_backends[ACCOUNT][REGION]
+    for name in first.job_names:  # the run's jobs become another platform's: its prefix, not this launcher's
+        job = backend.training_jobs.pop(name)
+        job.training_job_name = "research" + name.removeprefix("mltrain")
+        backend.training_jobs[job.training_job_name] = job
+    looked_up, describe = [], SageMakerModelBackend.describe_training_job
+
+    def describe_as_the_launcher_may(backend, training_job_name: str):
+        looked_up.append(training_job_name)
+        if not training_job_name.startswith("mltrain-"):
+            raise JsonRESTError("AccessDeniedException", "User: arn:aws:sts::123456789012:assumed-role/mltrain-prepare "
+                                "is not authorized to perform: sagemaker:DescribeTrainingJob")
+        return describe(backend, training_job_name)
+
+    monkeypatch.setattr(SageMakerModelBackend, "describe_training_job", describe_as_the_launcher_may)
+    second = harness.run(job_request(resume_run=run_id), [], name="resume-other-team-second")
+    _refused(second, "resume_run", run_id, "no training job")
+    assert not [name for name in looked_up if not name.startswith("mltrain-")], looked_up
 
 
 def test_resuming_with_another_model_is_refused(harness):
