@@ -9,7 +9,14 @@ import re
 from jobs import catalog
 from jobs.naming import RUN_ID, RUN_ID_MAX, RUN_NAME, RUN_NAME_MAX
 from jobs.request.command_line import text_problem
-from jobs.request.limits import MAX_IMAGE_URI, MAX_METRIC_NAME, MAX_S3_URI, MAX_TAG_KEY, MAX_TAG_VALUE
+from jobs.request.limits import (
+    MAX_HYPERPARAMETER_JSON,
+    MAX_IMAGE_URI,
+    MAX_METRIC_NAME,
+    MAX_S3_URI,
+    MAX_TAG_KEY,
+    MAX_TAG_VALUE,
+)
 
 _GROUP_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _S3_URI = re.compile(r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(/.*)?")
@@ -101,7 +108,16 @@ def check_image(uri: str) -> str | None:
 
 
 def check_plain_text(text: str) -> str | None:
-    """Free text that reaches the training command (model_size) or names a thing (framework_version)."""
+    """Free text that names a thing (framework_version)."""
+    return text_problem(text)
+
+
+def check_hyperparameter_text(text: str) -> str | None:
+    """Free text that the renderer sends as a hyperparameter value (model, model_size): one plain word, within
+    CreateTrainingJob's cap on a JSON-encoded value (its two quotes included)."""
+    if len(text) + 2 > MAX_HYPERPARAMETER_JSON:
+        return (f"is {len(text)} characters; it becomes a hyperparameter value, which CreateTrainingJob caps at "
+                f"{MAX_HYPERPARAMETER_JSON} once JSON-encoded: shorten it")
     return text_problem(text)
 
 

@@ -22,6 +22,7 @@ from jobs.request.environment_rules import check_environment, check_secrets
 from jobs.request.field_rules import (
     check_dataset,
     check_group_name,
+    check_hyperparameter_text,
     check_image,
     check_instance_type,
     check_instance_types,
@@ -148,9 +149,10 @@ class JobRequest:
         "how the run is parallelized, and when to use each: "
         + "; ".join(f"{name}: {use}" for name, use in STRATEGY_USES.items()),
         choices=REQUEST_STRATEGIES))
-    model: str = field(default="gpt", metadata=meta("gpt, vit, or `package.module:factory`", check=check_plain_text))
+    model: str = field(default="gpt", metadata=meta("gpt, vit, or `package.module:factory`",
+                                                    check=check_hyperparameter_text))
     model_size: str = field(default="small", metadata=meta(
-        f"model preset: {', '.join(preset_names('gpt'))} (gpt)...", check=check_plain_text))
+        f"model preset: {', '.join(preset_names('gpt'))} (gpt)...", check=check_hyperparameter_text))
     validation_dataset: str | None = field(default=None, metadata=meta(
         "validation data, same forms as dataset (channel `validation`)", check=check_dataset))
     input_mode: str | None = field(default=None, metadata=meta(
