@@ -70,6 +70,9 @@ def check_dataset(uri: str) -> str | None:
         return "an fsx: dataset needs a path, e.g. fsx:/datasets/c4"
     if kind == "fsx" and ".." in fsx_path(uri).split("/"):
         return f"{uri!r} climbs out of its folder with '..'; name the folder under the file system root"
+    if kind == "fsx" and {"", "."} & set(fsx_path(uri).split("/")):
+        return (f"{uri!r} has an empty or '.' path segment; name the folder plainly "
+                f"(fsx:/{'/'.join(s for s in fsx_path(uri).split('/') if s not in ('', '.'))})")
     if kind == "fsx" and (len(fsx_path(uri)) > 4096 or any(ord(c) < 32 for c in uri)):
         return f"{uri[:60]!r}...: use a path of at most 4096 printable characters"
     if kind == "fsx" and (problem := text_problem(fsx_path(uri))):
@@ -86,6 +89,9 @@ def _s3_problem(uri: str) -> str | None:
     if ".." in bucket or ".-" in bucket or "-." in bucket or _IP_ADDRESS.fullmatch(bucket) \
             or bucket.startswith("xn--") or bucket.endswith("-s3alias"):
         return f"{bucket!r} is not a valid bucket name (no '..', '.-', '-.', IP addresses, xn-- or -s3alias)"
+    if key and not key.endswith("/"):
+        # A prefix without its slash also names its siblings: s3://b/data/c4 reads s3://b/data/c4-old/ too.
+        return f"{uri[:80]!r} does not end with '/': as a prefix it also names its siblings ({key}-old/...); add the '/'"
     if "//" in key:
         # SageMaker refuses such keys at download time: "has an illegal char sub-sequence '//' in it".
         return f"{uri[:80]!r} has '//' in its key, which SageMaker refuses; remove the empty path segment"

@@ -23,7 +23,7 @@ from jobs.naming import PLATFORM_TAGS, tag_key
 from jobs.planning.auto_strategy import plan_for_request
 from jobs.platform import LocalPlatformSettings, PlatformSettings
 from jobs.request.environment_rules import environment_problems, secret_scope_problem
-from jobs.request.field_rules import dataset_kind
+from jobs.request.field_rules import dataset_kind, fsx_path
 from jobs.request.image_rules import image_problem, image_source_problem, starts_through_platform_entry
 from jobs.request.parallelism import request_problems
 from jobs.request.schema import JobRequest
@@ -149,6 +149,9 @@ def _dataset_problems(request: JobRequest, platform: PlatformSettings) -> list[P
         kind = dataset_kind(uri)
         if (kind == "fsx" or request.effective_input_mode == "FSx") and platform.fsx is None:
             found.append(Problem(path, _no_fsx_message(platform)))
+        elif kind == "fsx" and not _under(fsx_path(uri), linked := platform.fsx.linked_path.strip("/")):
+            found.append(Problem(path, f"{uri!r} is outside the folder the file system links to the dataset bucket "
+                                       f"(fsx:/{linked}/); name a folder under it"))
         elif request.effective_input_mode == "FSx" and kind == "s3":
             bucket = uri[len("s3://"):].split("/", 1)[0]
             prefix = platform.fsx.linked_prefix or platform.dataset_prefix or ""
@@ -163,6 +166,11 @@ def _dataset_problems(request: JobRequest, platform: PlatformSettings) -> list[P
             found.append(Problem(path, f"{uri!r} is a local folder: it only runs with `trainctl local`; upload it "
                                        "to S3 or FSx"))
     return found
+
+
+def _under(path: str, folder: str) -> bool:
+    """Whether the normalised `path` is `folder` or lies below it (every folder when `folder` is the root)."""
+    return not folder or path == folder or path.startswith(f"{folder}/")
 
 
 def _no_fsx_message(platform: PlatformSettings) -> str:

@@ -40,7 +40,7 @@ def test_rendered_examples_parse_in_the_training_config(path, platform):
 
 @pytest.mark.parametrize("parallel", [{}, {"tensor_parallel_degree": 8, "context_parallel_degree": 2}])
 def test_smp_parameters_parse_in_the_training_config(parallel, platform):
-    req = parse_request({"name": "smp", "strategy": "smp", "dataset": "s3://b-1/x", "parallel": parallel,
+    req = parse_request({"name": "smp", "strategy": "smp", "dataset": "s3://b-1/x/", "parallel": parallel,
                          "instance": {"type": "ml.p5.48xlarge", "count": 2}})
     create = render_create_training_job(req, platform, run_id="smp-1", attempt=1)
     cfg = training_config.parse_args(toolkit_args(create["HyperParameters"]), env={})

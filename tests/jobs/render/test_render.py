@@ -377,13 +377,14 @@ def job_requests(draw) -> dict:
         doc["dataset"] = f"s3://{_ALL_PLATFORM.dataset_bucket}/{draw(_text)}/"
         doc["input_mode"] = draw(st.sampled_from([None, "File", "FastFile"]))
         if draw(st.booleans()):
-            doc["validation_dataset"] = f"s3://other-bucket-1/{draw(_text)}"
-    elif store == "fsx":
-        doc["dataset"] = f"fsx:/{draw(_text)}/{draw(_text)}"
+            doc["validation_dataset"] = f"s3://other-bucket-1/{draw(_text)}/"
+    elif store == "fsx":  # under the folder the file system links (FsxSettings.linked_path)
+        linked = _ALL_PLATFORM.fsx.linked_path.strip("/")
+        doc["dataset"] = f"fsx:/{linked}/{draw(_text)}/{draw(_text)}"
         if draw(st.booleans()):
-            doc["validation_dataset"] = f"fsx:/{draw(_text)}"
+            doc["validation_dataset"] = f"fsx:/{linked}/{draw(_text)}"
     else:
-        doc["dataset"] = f"s3://{_ALL_PLATFORM.dataset_bucket}/{draw(_text)}"
+        doc["dataset"] = f"s3://{_ALL_PLATFORM.dataset_bucket}/{draw(_text)}/"
         doc["input_mode"] = "FSx"
     if groups:
         n = draw(st.integers(1, 4))

@@ -367,6 +367,30 @@ def test_the_fsx_path_comes_from_the_key_under_the_linked_prefix(monkeypatch, pr
                                         validation_dataset=None))
 
 
+@pytest.mark.parametrize(("dataset", "words"), [
+    ("fsx:/elsewhere/x", "outside the folder the file system links"),
+    ("fsx:/datasets-old/x", "outside the folder the file system links"),  # starts like it, is not under it
+    ("fsx:/.", "empty or '.' path segment"),  # the file system's root, spelled another way
+    ("fsx:/datasets/./../x", "climbs out"),
+    ("fsx:/datasets//x", "empty or '.' path segment"),
+    (f"s3://{BUCKET}/datasets/tokens/openwebtext/train", "does not end with '/'"),  # names train-old/ too
+])
+def test_a_dataset_path_stays_in_its_folder_and_names_no_siblings(prepare, dataset, words):
+    """An fsx: path is the DirectoryPath SageMaker mounts: it must lie under the linked folder, written plainly. An
+    S3 prefix without its slash also names every sibling that starts like it."""
+    found = prepare(request(dataset=dataset, validation_dataset=None, input_mode=None))
+    assert list(found) == ["dataset"] and words in found["dataset"], found
+
+
+def test_a_plain_fsx_path_under_the_linked_folder_is_mounted_as_given(monkeypatch):
+    monkeypatch.setenv("PLATFORM_SETTINGS", PLATFORM.to_json())
+    doc = request(dataset="fsx:/datasets/tokens/c4/train/", validation_dataset=None, input_mode=None)
+    create = handler.prepare({"state_shape": handler.STATE_SHAPE, "request": doc, "execution": {}})["launch"]["create"]
+    (channel,) = create["InputDataConfig"]
+    assert channel["DataSource"]["FileSystemDataSource"]["DirectoryPath"] == \
+        f"/{SETTINGS.fsx.mount_name}/datasets/tokens/c4/train"
+
+
 def test_with_teams_the_path_follows_the_file_systems_link_and_reads_stay_in_the_teams_prefix(monkeypatch, prepare):
     """A team's dataset_prefix lies under the prefix the one file system links (fsx.linked_prefix)."""
     team = dataclasses.replace(PLATFORM, dataset_prefix="datasets/team-a/",

@@ -292,7 +292,7 @@ def _run(platform, request):
 
 
 def test_hardware_faults_retry_on_the_next_type_with_infra_check_then_give_up(platform):
-    req, run, start = _run(platform, {"name": "gpt", "dataset": "s3://b-1/x", "retry": {"hardware_max_retries": 2},
+    req, run, start = _run(platform, {"name": "gpt", "dataset": "s3://b-1/x/", "retry": {"hardware_max_retries": 2},
                                       "instance": {"type": "ml.p4d.24xlarge", "fallbacks": ["ml.p4de.24xlarge"]}})
     start(1)
     fault = classify_description(status_message("Launched instance was unhealthy, replacing it!"))
@@ -310,7 +310,7 @@ def test_hardware_faults_retry_on_the_next_type_with_infra_check_then_give_up(pl
 
 
 def test_a_hang_is_retried_with_infra_check(platform):
-    req, run, start = _run(platform, {"name": "gpt", "dataset": "s3://b-1/x", "instance": {"type": "ml.p4d.24xlarge"}})
+    req, run, start = _run(platform, {"name": "gpt", "dataset": "s3://b-1/x/", "instance": {"type": "ml.p4d.24xlarge"}})
     start(1)
     failure = classify_description(reason("AlgorithmError: [training:hang] rank 3 on host algo-1 stopped progressing"))
     runs.finish_attempt(run, now=0.0, job=None, failure=failure)
@@ -319,7 +319,7 @@ def test_a_hang_is_retried_with_infra_check(platform):
 
 
 def test_an_impossible_quota_is_not_retried(platform):
-    req, run, start = _run(platform, {"name": "gpt", "dataset": "s3://b-1/x", "instance": {"type": "ml.p4d.24xlarge"}})
+    req, run, start = _run(platform, {"name": "gpt", "dataset": "s3://b-1/x/", "instance": {"type": "ml.p4d.24xlarge"}})
     start(1)
     failure = classify_api_error(*API_FAILURES[0][1:3])
     runs.finish_attempt(run, now=0.0, job=None, failure=failure)

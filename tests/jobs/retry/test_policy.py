@@ -14,7 +14,7 @@ T0 = 1_800_000_000.0
 
 
 def make(platform, **overrides):
-    doc = {"name": "gpt", "dataset": "s3://b-1/x", "instance": {"type": "ml.p4d.24xlarge",
+    doc = {"name": "gpt", "dataset": "s3://b-1/x/", "instance": {"type": "ml.p4d.24xlarge",
                                                                "fallbacks": ["ml.p4de.24xlarge", "ml.p5.48xlarge"]}}
     doc.update(overrides)
     req = parse_request(doc)

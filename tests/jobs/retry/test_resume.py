@@ -18,7 +18,7 @@ URI = f"s3://checkpoints/mltrain/{RUN}/checkpoints/"
 
 
 def request(**fields):
-    return parse_request({"name": "gpt-125m", "dataset": "s3://b-1/x", "model_size": "125m",
+    return parse_request({"name": "gpt-125m", "dataset": "s3://b-1/x/", "model_size": "125m",
                           "instance": {"type": "ml.p4d.24xlarge"}, "resume_run": RUN, **fields})
 
 

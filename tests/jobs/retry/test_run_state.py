@@ -26,7 +26,7 @@ EARLIER_ATTEMPT_KEYS = [k for k in ATTEMPT_KEYS[:17] if k not in ("limit_seconds
 
 
 def started(platform) -> tuple:
-    req = parse_request({"name": "gpt", "dataset": "s3://b-1/x", "spot": True,
+    req = parse_request({"name": "gpt", "dataset": "s3://b-1/x/", "spot": True,
                          "instance": {"type": "ml.p4d.24xlarge", "fallbacks": ["ml.p4de.24xlarge"]}})
     run = runs.new_run(req, run_id="gpt-1234abcd", execution={"name": "e"}, now=T0)
     runs.start_attempt(run, render_create_training_job(req, platform, run_id="gpt-1234abcd", attempt=1),
