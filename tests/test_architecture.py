@@ -28,15 +28,19 @@ ALLOWED = {
     "app": {"contract", "jobs", "platform_config", "platform_constructs", "stacks"},
     "cli": {"contract", "jobs", "bundles"},
     "tools": {"contract", "jobs", "cli"},
-    "bench": {"contract", "training"},
+    "bench": {"contract", "training", "prepare"},
+    # The data preparers (run on a workstation, never by a job) may use the runtime's formats.
+    "prepare": {"contract", "training"},
 }
 # Third-party packages a room may use; the runtime rooms are the strict ones.
 THIRD_PARTY = {
     "contract": set(),
     "jobs": {"boto3", "botocore"},
     # smdistributed: SMDDP, present only in the SageMaker images that ship it (imported when asked for).
-    # PIL: image decoding in the loader; tokenizers, pyarrow: prepare time only (training.prepare_text).
-    "training": {"torch", "numpy", "safetensors", "smdistributed", "PIL", "tokenizers", "pyarrow"},
+    # PIL: image decoding in the loader.
+    "training": {"torch", "numpy", "safetensors", "smdistributed", "PIL"},
+    # tokenizers, pyarrow: prepare time only (prepare.text), so a job never imports them; PIL checks each image opens.
+    "prepare": {"numpy", "tokenizers", "pyarrow", "PIL"},
 }
 
 

@@ -10,12 +10,13 @@ import torch.distributed as torch_dist
 from contract.errors import ConfigError
 from contract.hyperparameters import TrainConfig
 from contract.metrics import STEP, VAL_LOSS
-from training import watchdog
-from training.data import describe, validation_indices
-from training.distributed import Dist
-from training.loader import eval_batches, resolve_workers
-from training.metrics import MetricsLogger
-from training.state import LoopState
+from training.checkpoint.state import LoopState
+from training.data.datasets import describe
+from training.data.loader import eval_batches, resolve_workers
+from training.data.sampler import validation_indices
+from training.metrics.logger import MetricsLogger
+from training.parallel.process_group import Dist
+from training.resilience import watchdog
 from training.step import TrainStep
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from training import watchdog
-from training.distributed import Dist
+from training.parallel.process_group import Dist
+from training.resilience import watchdog
 
 _DTYPES = {
     torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64",
@@ -29,7 +29,7 @@ _DTYPES = {
 def full_state_dict(model, dist: Dist) -> dict[str, torch.Tensor]:
     """Every parameter unsharded, on the CPU, on rank 0 (empty elsewhere). Collective."""
     if getattr(model, "pipeline_group", None) is not None:  # a pipeline rank: only its stages are here
-        from training.pipeline import gather_full_state_dict
+        from training.parallel.pipeline_parallel import gather_full_state_dict
 
         return gather_full_state_dict(model, dist.is_main)
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)

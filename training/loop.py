@@ -1,9 +1,9 @@
 """The training loop, made of components (torchtitan's shape); it does not know which strategy it runs.
 
 One optimizer step = `grad_accum` micro-batches per rank (`training.step`). Every step boundary the ranks
-agree, in one all-reduce, on the stop flag and the checkpoint time cadence; metrics (`training.meter`),
-evaluation (`training.evaluation`) and checkpoints (`training.checkpoint`, which owns their cadence) each
-decide when they are due. Failures the package knows end the run as `TrainingFailure` (training.outcome):
+agree, in one all-reduce, on the stop flag and the checkpoint time cadence; metrics (`training.metrics.meter`),
+evaluation (`training.evaluation`) and checkpoints (`training.checkpoint.manager`, which owns their cadence) each
+decide when they are due. Failures the package knows end the run as `TrainingFailure` (training.resilience.outcome):
 CUDA out of memory, and a loss or gradient norm non-finite for `nonfinite_patience` steps in a row.
 """
 
@@ -17,22 +17,24 @@ from contract.errors import ConfigError
 from contract.failures import OUT_OF_MEMORY_ADVICE, FailureCode, failure_line
 from contract.hyperparameters import TrainConfig
 from contract.metrics import CHECKPOINT_AGE_S, CHECKPOINT_OVERDUE, STEP
-from training import watchdog
-from training.checkpoint import CheckpointManager, Owner, current_run_id
-from training.data import GlobalBatchSampler, describe
-from training.distributed import Dist, StopFlag, start_watchdog
+from training.checkpoint.manager import CheckpointManager, Owner, current_run_id
+from training.checkpoint.state import LoopState, ModelState, OptimizerState, RngState, ScalerState
+from training.data.datasets import describe
+from training.data.loader import BatchSource, resolve_workers
+from training.data.sampler import GlobalBatchSampler
 from training.evaluation import Evaluator
 from training.job import announce, build_job
-from training.loader import BatchSource, resolve_workers
-from training.meter import AttemptClock, StepMeter, checkpoint_overdue, input_bound_line
-from training.metrics import MetricsLogger
+from training.metrics.logger import MetricsLogger
+from training.metrics.meter import AttemptClock, StepMeter, checkpoint_overdue, input_bound_line
 from training.optim import build_optimizer, build_scheduler
-from training.outcome import Result, TrainingFailure, finish, known_failure
-from training.peers import peer_gone
+from training.parallel.process_group import Dist, start_watchdog
 from training.precision import grad_scaler
-from training.state import LoopState, ModelState, OptimizerState, RngState, ScalerState
+from training.resilience import watchdog
+from training.resilience.outcome import Result, TrainingFailure, finish, known_failure
+from training.resilience.peers import peer_gone
+from training.resilience.stop import StopFlag
+from training.resilience.watchdog import beat
 from training.step import TrainStep
-from training.watchdog import beat
 
 # torch >= 2.5 names it at the top; older ones only as torch.cuda's.
 OutOfMemory = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
@@ -42,7 +44,7 @@ def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = No
     """Run (or resume) the job under this rank's hang watchdog. `stop_at` acts like a stop signal at that step;
     `observe` sees every step's gradients and weights (training.step.TrainStep.observe). Tests use both.
 
-    A run of several ranks that cannot go on ends together (training.peers): a rank that fails tells its peers its
+    A run of several ranks that cannot go on ends together (training.resilience.peers): a rank that fails tells its peers its
     line before it leaves, and a rank whose collective says a peer went away raises `host_lost` or `process_lost`
     naming the ranks and hosts that no longer answer (its peers' watchdogs answer and end theirs with the same)."""
     dog = start_watchdog(cfg, dist)

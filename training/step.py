@@ -23,8 +23,8 @@ from torch.distributed.tensor import DTensor
 
 from contract.hyperparameters import LOSS_CHUNK_TOKENS
 from training.loss import full_cross_entropy, loss_function
+from training.parallel.strategies import Parallelized
 from training.precision import Precision
-from training.strategies import Parallelized
 
 
 def _grad_norm(model, max_norm: float) -> torch.Tensor:
