@@ -24,9 +24,9 @@ HOME = ROOT / "contract" / "metrics.py"
 OTHER_FIELDS = {
     ("training/resilience/watchdog.py", "step"): "a rank's hang report (the step it completed last)",
     ("training/checkpoint/state.py", "step"): "the loop state a checkpoint holds",
-    ("training/checkpoint/manager.py", "step"): "a checkpoint's completion marker",
+    ("training/checkpoint/storage.py", "step"): "a checkpoint's completion marker",
     ("training/resilience/outcome.py", "step"): "the status file and the exported model's config",
-    ("training/data/datasets.py", "epoch"): "the sampler state a checkpoint holds",
+    ("training/data/sampler.py", "epoch"): "the sampler state a checkpoint holds",
     ("cli/commands/local.py", "step"): "the status file (training.resilience.outcome)",
     ("cli/commands/runs.py", "step"): "the run record's field (jobs.outcome.run_record)",
     ("jobs/outcome/run_record.py", "step"): "jobs.retry.run_state.Attempt's and the run record's field",

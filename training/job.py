@@ -10,7 +10,7 @@ import torch
 
 from contract.hyperparameters import TrainConfig, resumed_batch_layout
 from contract.parallel import MODEL_PARALLEL, batch_ranks
-from training.checkpoint.manager import recorded_global_batch
+from training.checkpoint.markers import recorded_global_batch
 from training.data.datasets import make_datasets, read_meta
 from training.environment import data_mode
 from training.metrics.flops import honest_flops_per_sample

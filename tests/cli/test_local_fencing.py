@@ -17,8 +17,8 @@ import pytest
 from contract.container import FENCE_FILE, FENCE_KEY
 from contract.failures import FailureCode, parse_failure_line
 from tests.training.helpers import write_corpus
-from training.checkpoint.manager import MARKER, why_invalid
-from training.resilience.watchdog import ENV_TEST_SLOW
+from training.checkpoint.markers import MARKER, why_invalid
+from training.resilience.heartbeat import ENV_TEST_SLOW
 
 pytestmark = pytest.mark.slow
 

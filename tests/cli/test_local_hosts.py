@@ -38,7 +38,7 @@ from tests.training.instances import (
     when,
 )
 from tests.training.test_conformance import TOLERANCES
-from training.checkpoint.manager import MARKER
+from training.checkpoint.markers import MARKER
 from training.loop import train
 from training.parallel.process_group import setup
 from training.resilience.stop import StopFlag

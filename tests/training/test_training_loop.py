@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from tests.training.helpers import config, max_diff, weights
-from training.checkpoint.manager import MARKER
+from training.checkpoint.markers import MARKER
 from training.export import _write_safetensors
 from training.loop import train
 from training.parallel.process_group import setup

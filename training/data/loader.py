@@ -40,7 +40,7 @@ from contract.data_formats import auto_workers
 from contract.errors import ConfigError
 from training.data.sampler import GlobalBatchSampler
 from training.data.tar_shards import to_float_images
-from training.resilience import watchdog
+from training.resilience.stragglers import StepTiming
 
 # Micro-batches each worker keeps ready (DataLoader's prefetch_factor): at least two steps' worth over all workers.
 MIN_PREFETCH = 2
@@ -164,7 +164,9 @@ def _end_with_the_rank() -> None:
 class BatchSource:
     """Each step's micro-batches on the device, and how long the loop waited for them (`data_wait_s`)."""
 
-    def __init__(self, dataset, sampler: GlobalBatchSampler, micro: int, device: torch.device, workers: int) -> None:
+    def __init__(self, dataset, sampler: GlobalBatchSampler, micro: int, device: torch.device, workers: int,
+                 timing: StepTiming | None = None) -> None:
+        self.timing = timing  # the straggler timing, told each wait (rank-local: what the straggler check compares)
         self.dataset, self.sampler, self.micro, self.device = dataset, sampler, micro, device
         self.workers = workers
         self.data_wait_s = 0.0
@@ -210,7 +212,8 @@ class BatchSource:
             batches = current.take(self._stream)
             self._ahead = self._fetch()  # the next step's copy runs while this step computes
         self.data_wait_s = time.perf_counter() - began
-        watchdog.waited_for_data(self.data_wait_s)  # rank-local: what the straggler check compares
+        if self.timing is not None:
+            self.timing.waited_for_data(self.data_wait_s)
         return batches
 
     def close(self) -> None:

@@ -25,7 +25,7 @@ from contract.container import ENV_NUM_GPUS
 from contract.errors import ConfigError
 from contract.hyperparameters import TrainConfig
 from training.environment import container
-from training.resilience import watchdog
+from training.resilience.watchdog import process_group_timeout
 
 # Modules the run imports whose functions take `group.WORLD` as a default argument, which Python evaluates at
 # import: imported after the default group exists, they would hold it, and its threads, to the end of the process
@@ -76,15 +76,16 @@ class Dist:
     def any_true(self, flag: bool) -> bool:
         return self.agree(flag)[0]
 
-    def agree(self, *flags: bool) -> tuple[bool, ...]:
-        """Each flag true on any rank, in one tiny all-reduce (the loop's per-step control message)."""
+    def agree(self, *flags: bool, waited=None) -> tuple[bool, ...]:
+        """Each flag true on any rank, in one tiny all-reduce (the loop's per-step control message). `waited` is
+        told the seconds this rank waited there (the straggler timing's `waited_at_boundary`)."""
         if not dist.is_initialized():
             return tuple(bool(f) for f in flags)
         t = torch.tensor([1 if f else 0 for f in flags], dtype=torch.int32)
         began = time.perf_counter()
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.control_group)
-        # The straggler check's measure: the rank that arrives last at the step boundary waits least here.
-        watchdog.waited_at_boundary(time.perf_counter() - began)
+        if waited is not None:  # the straggler check's measure: the rank that arrives last waits least here
+            waited(time.perf_counter() - began)
         return tuple(bool(v) for v in t.tolist())
 
     def max_float(self, value: float) -> float:
@@ -137,7 +138,7 @@ def setup(cfg: TrainConfig) -> Dist:
         importlib.import_module(module)
     # Not torch's 30 minutes: just above the hang watchdog's longest allowance (training.resilience.watchdog), which fires
     # first with the stacks and the rank that stopped. The control group too (new_group takes torch's default).
-    timeout = timedelta(seconds=watchdog.process_group_timeout(cfg))
+    timeout = timedelta(seconds=process_group_timeout(cfg))
     if not dist.is_initialized():
         dist.init_process_group(backend=backend, rank=rank, world_size=world, device_id=device if use_cuda else None,
                                 timeout=timeout)
@@ -146,16 +147,7 @@ def setup(cfg: TrainConfig) -> Dist:
                 backend=backend)
 
 
-def start_watchdog(cfg: TrainConfig, dist: Dist) -> watchdog.Watchdog:
-    """This rank's hang watchdog for one run (training.loop.train starts and stops it): every rank's, and a single
-    process's too, whose loader or I/O can hang as well (it has no peer to wait for or to be slower than)."""
-    hosts = dist.all_gather_object(container(os.environ).current_host)
-    several = dist.world_size > 1
-    return watchdog.start(cfg, rank=dist.rank, world=dist.world_size, hosts=hosts, backend=dist.backend,
-                          gather=dist.gather_floats if several else None, store=_default_store() if several else None)
-
-
-def _default_store():
+def default_store():
     """The process group's store (the watchdog's channel while the main thread waits in a collective)."""
     try:
         from torch.distributed.distributed_c10d import _get_default_store
@@ -177,7 +169,6 @@ def teardown() -> None:
     So every reference is dropped here (the caller holds none: training.train calls this once the run's frame is
     gone), and a group that survives is reported (a torch that keeps groups somewhere new: the clean-exit test
     fails on that line)."""
-    watchdog.stop()
     if not dist.is_initialized():
         return
     from torch.distributed.distributed_c10d import _world
@@ -193,7 +184,7 @@ def teardown() -> None:
 
 def leave(code: int) -> typing.NoReturn:
     """End the process of an entry script whose run is over and whose outcome is written (the status file, or the
-    failure line): the watchdog stopped, the device's queued work finished, the standard streams flushed, then
+    failure line): the device's queued work finished, the standard streams flushed, then
     `os._exit(code)`, with no process group destroyed and no interpreter finalization.
 
     Why not `teardown`: destroying a gloo group can deadlock. A gloo worker thread drops a finished collective's
@@ -204,7 +195,6 @@ def leave(code: int) -> typing.NoReturn:
     left that needs it: every collective of the run returned on every rank (the last one is the export's, or the
     agreement on the failure), and the kernel closes the sockets (their sent data still delivered) and frees the
     device. A CUDA device's queue is drained first, so no peer waits on a collective still queued here."""
-    watchdog.stop()  # joins its thread; rank 0 prints the run's straggler summary
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         with contextlib.suppress(Exception):
             torch.cuda.synchronize()

@@ -13,7 +13,7 @@ from training.environment import DataMissing, status_path, write_failure  # noqa
 from training.export import save_model
 from training.metrics.logger import strict_json
 from training.parallel.process_group import Dist
-from training.resilience import watchdog
+from training.resilience.heartbeat import Heartbeat
 
 
 @dataclass
@@ -24,16 +24,18 @@ class Result:
     model_path: Path | None = None
 
 
-def finish(cfg: TrainConfig, dist: Dist, model, export_config: dict, state: LoopState) -> Result:
-    """Export the model (not when stopped: the run is not done) and write the status file. Collective."""
+def finish(cfg: TrainConfig, dist: Dist, model, export_config: dict, state: LoopState, *,
+           heartbeat: Heartbeat | None = None, stragglers: list[dict] = ()) -> Result:
+    """Export the model (not when stopped: the run is not done; `heartbeat` knows the export as a phase) and write
+    the status file, with the ranks named as persistently slow (`stragglers`). Collective."""
     model_path = None
     if state.status != "stopped":
-        model_path = save_model(model, dist, cfg.model_dir, {**export_config, "step": state.step})
+        model_path = save_model(model, dist, cfg.model_dir, {**export_config, "step": state.step}, heartbeat)
     if dist.is_main:
         path = status_path(cfg)
         path.parent.mkdir(parents=True, exist_ok=True)
         summary = {"status": state.status, "step": state.step, "best_val_loss": state.best_val_loss,
-                   "stragglers": watchdog.straggler_report()}  # the ranks named as persistently slow
+                   "stragglers": list(stragglers)}  # the ranks named as persistently slow
         path.write_text(strict_json(summary) + "\n")
         print(f"[train] {state.status} at step {state.step}", flush=True)
     return Result(state.status, state.step, state.best_val_loss, model_path)

@@ -3,7 +3,8 @@
 In a synchronous job every rank's step takes as long as the slowest rank's: the others wait for it in the
 step's collectives, so comparing the ranks' step times shows nothing. What differs is where each rank spends
 them. Each rank measures, per step, rank-local times that need no GPU synchronization:
-  - its step time (training.resilience.watchdog's beats; steps that held a checkpoint save or an evaluation are left out);
+  - its step time (training.resilience.heartbeat's beats; steps that held a checkpoint save or an evaluation are
+    left out);
   - the time it waited at the step boundary (the loop's one control all-reduce, `Dist.agree`, and this module's
     own exchange): the slow rank arrives last and waits least, so step time minus that wait is its own time;
   - the time it waited for its batch (`training.data.loader.BatchSource`): a slow data pipeline is named even where
@@ -12,7 +13,7 @@ A slow GPU shows up as far as its work lies outside the step's own collectives (
 compute after the last gradient bucket); a slow data pipeline or host shows up fully.
 
 At each log interval the ranks exchange those sums in one small all_gather of floats (collective: every rank
-calls it at the same step, from the watchdog's beat). A rank's delay is how much more its own time and its batch
+calls it at the same step, right after the loop's beat: `StepTiming.stepped`). A rank's delay is how much more its own time and its batch
 wait exceed the median rank's, as a fraction of the median step; above `straggler_margin` for
 `straggler_patience` intervals in a row, it is named.
 """
@@ -20,9 +21,11 @@ wait exceed the median rank's, as a fraction of the median step; above `straggle
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass
 
-from contract.metrics import SLOWEST_RANK_RATIO, STRAGGLER_RANK
+from contract.hyperparameters import TrainConfig
+from contract.metrics import SLOWEST_RANK_RATIO, STEP, STRAGGLER_RANK, format_metrics
 
 
 @dataclass
@@ -126,3 +129,55 @@ class Stragglers:
             return f"[stragglers] end of the run: no rank was persistently slow in {self.intervals} log intervals"
         who = "; ".join(f"rank {s['rank']} on host {s['host']} named in {s['intervals']}" for s in named)
         return f"[stragglers] end of the run: {who} of {self.intervals} log intervals"
+
+
+class StepTiming:
+    """This rank's side of the straggler check: the loop hands it each timed step's seconds (`stepped`), the time
+    it waited at the step boundary (`Dist.agree`'s `waited`) and for its batch (training.data.loader.BatchSource);
+    every `log_interval` steps the ranks exchange them and rank 0 prints what `Stragglers` judged. Collective in
+    `stepped` on those steps (every rank calls it at the same steps)."""
+
+    def __init__(self, cfg: TrainConfig, *, rank: int, world: int, hosts: list[str], gather=None) -> None:
+        self.rank, self.world, self.gather = rank, world, gather
+        self.log_interval = cfg.effective_log_interval
+        self.window = Window()
+        self.stragglers = Stragglers(cfg.straggler_margin, cfg.straggler_patience, hosts)
+        self._boundary_s = self._data_s = 0.0
+
+    def waited_at_boundary(self, seconds: float) -> None:
+        self._boundary_s += seconds
+
+    def waited_for_data(self, seconds: float) -> None:
+        self._data_s += seconds
+
+    def stepped(self, step: int, seconds: float | None) -> None:
+        """`step` completed, in `seconds` when it was a timed step (training.resilience.heartbeat.Heartbeat.beat)."""
+        if seconds is not None:
+            self.window.add(seconds, self._boundary_s, self._data_s)
+        self._boundary_s = self._data_s = 0.0
+        if self.world > 1 and self.gather is not None and step % self.log_interval == 0:
+            self._exchange(step)
+
+    def _exchange(self, step: int) -> None:
+        began = time.perf_counter()
+        rows = self.gather(self.window.values())
+        # Waiting here for a late rank is waiting at the step boundary, like the loop's own all-reduce.
+        self._boundary_s += time.perf_counter() - began
+        self.window = Window()
+        interval = self.stragglers.judge(rows)
+        if interval is None or self.rank != 0:
+            return
+        for line in self.stragglers.lines(interval):
+            print(line, flush=True)
+        print(format_metrics({STEP: step, **self.stragglers.metrics(interval)}), flush=True)
+
+    def report(self) -> list[dict]:
+        """The ranks named during the run (the status file's `stragglers`)."""
+        return self.stragglers.report()
+
+    def close(self) -> None:
+        """The run is over: let go of the control group (teardown reports a group still referenced); rank 0
+        prints the run's summary."""
+        self.gather = None
+        if self.rank == 0 and self.stragglers.intervals:
+            print(self.stragglers.summary(), flush=True)

@@ -1,8 +1,8 @@
-"""The hang watchdog of every rank, and the per-step times the straggler check compares (training.resilience.stragglers).
+"""The hang watchdog of every rank: a thread that watches the loop's progress marks (training.resilience.heartbeat).
 
 A rank that stops progressing (a GPU fault, a dead NCCL/EFA link, a rank that calls a different collective)
 otherwise holds the whole cluster until the process group's timeout, and then fails as the user's error. Here
-each rank's loop beats once per completed step (`beat`); a daemon thread checks the time of the last beat, so
+each rank's loop beats once per completed step (`Heartbeat.beat`); a daemon thread checks the time of the last beat, so
 it needs nothing of the main thread, which is stuck inside a collective when a peer hangs (such waits, like
 CUDA synchronizations and sleeps, release the GIL). When no step completed within
 
@@ -20,15 +20,16 @@ build, restore and compile, and the `phase`s: checkpoint saves, evaluations, the
      reads as a hardware/network fault and retries on a health-checked instance;
   5. ends the process with os._exit(1): the main thread cannot be interrupted inside a collective.
 
-One watchdog per process, started by training.parallel.process_group.setup for a run of several ranks (a single process
-has no peer to hang on) and stopped by its teardown; the module-level functions are no-ops without one.
+One watchdog per run, every rank's and a single process's too (its loader or I/O can hang as well), started and
+stopped by training.loop.train, which hands the heartbeat it watches to what does long work between steps (the
+checkpoint manager, the evaluator, the export). No module global: whoever reports is given the instance. The
+straggler timing is training.resilience.stragglers.StepTiming.
 """
 
 from __future__ import annotations
 
 import contextlib
 import faulthandler
-import functools
 import json
 import os
 import sys
@@ -38,17 +39,10 @@ from pathlib import Path
 
 from contract.failures import FailureCode, failure_line
 from contract.hyperparameters import TrainConfig
-from contract.metrics import STEP, format_metrics
 from training.environment import write_failure
 from training.metrics.logger import strict_json
-from training.resilience import peers
-from training.resilience.stragglers import Stragglers, Window
-
-# Test-only injections (tests/training/resilience/test_watchdog.py), read once at start: "RANK:STEP" makes that rank block
-# forever after completing that step; "RANK:SECONDS" ("*" for every rank) makes it sleep that long after each
-# step. Never set by the platform, nor by a request (no TRAINING_ name is on jobs.request.environment_rules' allow-list).
-ENV_TEST_HANG = "TRAINING_TEST_HANG_AT"
-ENV_TEST_SLOW = "TRAINING_TEST_SLOW_RANK"
+from training.resilience import peers, stragglers
+from training.resilience.heartbeat import Heartbeat
 
 # The process group's collective timeout sits above the watchdog's largest allowance, so that the watchdog (stacks,
 # the rank named) fires first; never below this floor: one collective that waits 10 minutes is a hang by any
@@ -58,7 +52,6 @@ PROCESS_GROUP_TIMEOUT_MARGIN_S = 120.0
 
 _STORE_PREFIX = "trainctl-watchdog"
 _PEERS_PREFIX = "trainctl-peers"  # the peers' alert and answers (training.resilience.peers)
-_ACTIVE: Watchdog | None = None
 
 
 def process_group_timeout(cfg: TrainConfig) -> float:
@@ -72,33 +65,25 @@ def process_group_timeout(cfg: TrainConfig) -> float:
 
 
 class Watchdog:
-    def __init__(self, cfg: TrainConfig, *, rank: int, world: int, hosts: list[str], backend: str = "gloo",
-                 store=None, gather=None, exit=os._exit, clock=time.monotonic) -> None:
+    """This rank's hang watchdog: a daemon thread that reads `heartbeat` (the main thread's progress marks) and,
+    past the allowance, reports the hang and ends the process; it also answers and judges a peers-gone alert."""
+
+    def __init__(self, cfg: TrainConfig, heartbeat: Heartbeat, *, rank: int, world: int, hosts: list[str],
+                 backend: str = "gloo", store=None, exit=os._exit) -> None:
+        self.heartbeat = heartbeat
         self.rank, self.world, self.hosts, self.backend = rank, world, hosts, backend
         self.host = hosts[rank] if rank < len(hosts) else "?"
         self.factor, self.floor = cfg.hang_timeout_factor, cfg.hang_timeout_min_seconds
         self.long = cfg.hang_timeout_startup_seconds
-        self.log_interval, self.output_dir = cfg.effective_log_interval, cfg.output_data_dir
-        self.store, self.gather, self._exit, self.clock = store, gather, exit, clock
+        self.output_dir = cfg.output_data_dir
+        self.store, self._exit = store, exit
         self.enabled = self.floor > 0
-        self.step: int | None = None  # the last completed step
-        self.last = self.last_beat = clock()  # the last sign of progress (a beat, a phase's start or end)
-        self.beats = self.timed_steps = 0
-        self.timed_s = 0.0
-        self.phases: list[str] = []  # open phases (nested: a save inside the end's work)
-        self._phased = True  # a phase (or the startup) fell in the current interval: it is not a timed step
-        self._boundary_s = self._data_s = 0.0
-        self.window = Window()
-        self.stragglers = Stragglers(cfg.straggler_margin, cfg.straggler_patience, hosts)
-        self._hang_at, self._slow_s = _test_injections(rank)
         self._stop = threading.Event()
         self._ending = threading.Lock()  # one of this rank's threads reports the end (a hang, or peers gone)
         self._store_lost = False
         # Often enough to fire within a few percent of the allowance, rarely enough to cost nothing.
         self.poll_s = min(5.0, max(0.2, self.floor / 10))
         self._thread = threading.Thread(target=self._watch, name="training-watchdog", daemon=True)
-
-    # ---- the main thread's side: a few attribute writes per step ----
 
     def start(self) -> Watchdog:
         if self.enabled:
@@ -109,78 +94,27 @@ class Watchdog:
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=self.poll_s + 1.0)
-        # Let go of the process group's store and the control group: teardown ends every group's threads, and
-        # reports any group still referenced (training.parallel.process_group.teardown).
-        self.store = self.gather = None
-
-    def beat(self, step: int) -> None:
-        """A step completed. Every `log_interval` steps the ranks exchange their times (collective)."""
-        if self._slow_s:  # test-only: this rank's work takes longer (before its timestamp, like real work)
-            time.sleep(self._slow_s)
-        now = self.clock()
-        if not self._phased:
-            interval = now - self.last_beat
-            self.timed_steps += 1
-            self.timed_s += interval
-            self.window.add(interval, self._boundary_s, self._data_s)
-        self._phased = bool(self.phases)
-        self._boundary_s = self._data_s = 0.0
-        self.step, self.last, self.last_beat = step, now, now
-        self.beats += 1
-        if self._hang_at == step:  # test-only: this rank stops after completing `step`, as a hung GPU would
-            _say(f"[watchdog] test injection {ENV_TEST_HANG}: rank {self.rank} blocks after step {step}")
-            while True:
-                time.sleep(3600)
-        if self.world > 1 and self.gather is not None and step % self.log_interval == 0:
-            self._exchange(step)
-
-    @contextlib.contextmanager
-    def phase(self, what: str):
-        """Work that is not a training step (a checkpoint save, an evaluation, the export): the long allowance."""
-        self.phases.append(what)
-        self.last = self.clock()
-        self._phased = True
-        try:
-            yield
-        finally:
-            self.phases.pop()
-            self.last = self.clock()
-
-    def waited_at_boundary(self, seconds: float) -> None:
-        self._boundary_s += seconds
-
-    def waited_for_data(self, seconds: float) -> None:
-        self._data_s += seconds
-
-    def _exchange(self, step: int) -> None:
-        began = time.perf_counter()
-        rows = self.gather(self.window.values())
-        # Waiting here for a late rank is waiting at the step boundary, like the loop's own all-reduce.
-        self._boundary_s += time.perf_counter() - began
-        self.window = Window()
-        interval = self.stragglers.judge(rows)
-        if interval is None or self.rank != 0:
-            return
-        for line in self.stragglers.lines(interval):
-            print(line, flush=True)
-        print(format_metrics({STEP: step, **self.stragglers.metrics(interval)}), flush=True)
+        # Let go of the process group's store: teardown ends every group's threads, and reports any group still
+        # referenced (training.parallel.process_group.teardown).
+        self.store = None
 
     # ---- the watchdog thread ----
 
     def allowance(self) -> tuple[float, str]:
         """(seconds, why) a rank may go without progress now."""
-        if self.phases:
-            return self.long, f"hang_timeout_startup_seconds, during {self.phases[-1]}"
-        if self.timed_steps == 0:
+        beats = self.heartbeat
+        if beats.phases:
+            return self.long, f"hang_timeout_startup_seconds, during {beats.phases[-1]}"
+        if beats.timed_steps == 0:
             return self.long, "hang_timeout_startup_seconds, until the first steps are timed"
-        mean = self.timed_s / self.timed_steps
+        mean = beats.timed_s / beats.timed_steps
         if self.factor * mean > self.floor:
             return self.factor * mean, f"hang_timeout_factor {self.factor:g} x the mean step {mean:.2f} s"
         return self.floor, "hang_timeout_min_seconds"
 
     def overdue(self) -> float | None:
         """Seconds without progress, when past the allowance; else None."""
-        waited = self.clock() - self.last
+        waited = self.heartbeat.clock() - self.heartbeat.last
         return waited if waited > self.allowance()[0] else None
 
     def _watch(self) -> None:
@@ -224,7 +158,7 @@ class Watchdog:
                 return None
             while True:
                 time.sleep(3600)
-        mine = {"rank": self.rank, "host": self.host, "step": self.step, "failed": failed, "saw": saw}
+        mine = {"rank": self.rank, "host": self.host, "step": self.heartbeat.step, "failed": failed, "saw": saw}
         store_lost = False
         if failed or saw:
             try:
@@ -239,7 +173,8 @@ class Watchdog:
         """Report the hang (stacks, flight recorder, the rank named) and end the process. Returns the line
         (tests call it with an `exit` that returns)."""
         allowance, why = self.allowance()
-        after = "before the first step" if self.step is None else f"after step {self.step}"
+        step = self.heartbeat.step
+        after = "before the first step" if step is None else f"after step {step}"
         _say(f"[watchdog] rank {self.rank} on host {self.host}: no progress for {waited:.0f} s {after} "
              f"(allowed {allowance:.0f} s: {why}); this rank's threads follow")
         with contextlib.suppress(Exception):
@@ -247,7 +182,7 @@ class Watchdog:
         trace = self._dump_flight_recorder()
         if not self._ending.acquire(blocking=False):  # this rank is already reporting its peers gone
             return ""
-        reports = self._reports({"rank": self.rank, "host": self.host, "step": self.step,
+        reports = self._reports({"rank": self.rank, "host": self.host, "step": step,
                                  "waiting": _main_thread_in_collective(), "where": _main_thread_where()},
                                 _STORE_PREFIX)
         line = failure_line(FailureCode.HANG, hang_message(reports, self.world, self.hosts, waited, allowance, why,
@@ -354,85 +289,14 @@ def stopped_ranks(reports: dict[int, dict], world: int) -> tuple[list[int], str]
     return running, "no rank waits inside a collective: each is stuck in its own work (data loading, I/O, the GPU)"
 
 
-# ---- the process's watchdog ----
-
-def start(cfg: TrainConfig, **kwargs) -> Watchdog:
-    global _ACTIVE
-    stop()
-    _ACTIVE = Watchdog(cfg, **kwargs).start()
-    return _ACTIVE
-
-
-def stop() -> None:
-    """Stop the watchdog (teardown); the end of the run's straggler summary is printed by rank 0."""
-    global _ACTIVE
-    if _ACTIVE is None:
-        return
-    _ACTIVE.stop()
-    if _ACTIVE.rank == 0 and _ACTIVE.stragglers.intervals:
-        print(_ACTIVE.stragglers.summary(), flush=True)
-    _ACTIVE = None
-
-
-def active() -> Watchdog | None:
-    return _ACTIVE
-
-
-def beat(step: int) -> None:
-    """The loop completed `step` (called once per step on every rank, at the same steps)."""
-    if _ACTIVE is not None:
-        _ACTIVE.beat(step)
-
-
-def phase(what: str):
-    """A context: work that is not a training step gets hang_timeout_startup_seconds."""
-    return _ACTIVE.phase(what) if _ACTIVE is not None else contextlib.nullcontext()
-
-
-def phased(what: str):
-    """Decorator form of `phase`, for a method that is such work (a checkpoint save, an evaluation)."""
-    def wrap(fn):
-        @functools.wraps(fn)
-        def run(*args, **kwargs):
-            with phase(what):
-                return fn(*args, **kwargs)
-        return run
-    return wrap
-
-
-def waited_at_boundary(seconds: float) -> None:
-    if _ACTIVE is not None:
-        _ACTIVE.waited_at_boundary(seconds)
-
-
-def waited_for_data(seconds: float) -> None:
-    if _ACTIVE is not None:
-        _ACTIVE.waited_for_data(seconds)
-
-
-def straggler_report() -> list[dict]:
-    return _ACTIVE.stragglers.report() if _ACTIVE is not None else []
-
-
 # ---- helpers ----
-
-def _test_injections(rank: int) -> tuple[int | None, float]:
-    hang_at, slow = None, 0.0
-    spec = os.environ.get(ENV_TEST_HANG, "")
-    if spec.partition(":")[0] == str(rank):
-        hang_at = int(spec.partition(":")[2])
-    spec = os.environ.get(ENV_TEST_SLOW, "")
-    if spec.partition(":")[0] in (str(rank), "*"):
-        slow = float(spec.partition(":")[2])
-    return hang_at, slow
-
 
 def _main_frame():
     return sys._current_frames().get(threading.main_thread().ident)
 
 
 # Where a main thread waits for its peers: torch.distributed (a collective, a barrier, a work's wait), DDP, the
-# package's own collectives (training.parallel.process_group's, this module's straggler exchange), and backward: DDP and FSDP
+# package's own collectives (training.parallel.process_group's, the straggler exchange: StepTiming._exchange), and backward: DDP and FSDP
 # reduce gradients from C++ hooks inside it, so a rank whose backward outlasts the whole allowance waits there for a
 # peer (a rank stuck in its own backward, on a hung GPU, reads as waiting too: the flight recorder names it).
 _COLLECTIVE_PATHS = (os.sep + os.path.join("torch", "distributed") + os.sep,
@@ -446,7 +310,7 @@ def _main_thread_in_collective() -> bool:
     while frame is not None:
         code = frame.f_code
         if any(p in code.co_filename for p in _COLLECTIVE_PATHS) or (
-                code.co_filename == __file__ and code.co_name == "_exchange"):
+                code.co_filename == stragglers.__file__ and code.co_name == "_exchange"):
             return True
         frame = frame.f_back
     return False

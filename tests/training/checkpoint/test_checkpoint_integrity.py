@@ -1,4 +1,4 @@
-"""Checkpoints that never go bad (training.checkpoint.manager): non-finite steps are never saved, checksums catch a
+"""Checkpoints that never go bad (training.checkpoint): non-finite steps are never saved, checksums catch a
 changed byte, a bad step falls back to the previous one, and a folder that cannot take a save fails first."""
 
 from __future__ import annotations
@@ -21,16 +21,9 @@ from contract.failures import FailureCode, parse_failure_line
 from jobs.retry.classify import Category, Response, classify_description
 from tests.training.helpers import config, free_port, max_diff, start_ranks, weights
 from training.checkpoint import state as training_state
-from training.checkpoint.manager import (
-    MARKER,
-    SPACE_EXTRA_BYTES,
-    SPACE_MARGIN,
-    CheckpointManager,
-    _share,
-    file_checksum,
-    read_checkpoint,
-    step_dirs,
-)
+from training.checkpoint.disk import SPACE_EXTRA_BYTES, SPACE_MARGIN
+from training.checkpoint.manager import CheckpointManager
+from training.checkpoint.markers import MARKER, file_checksum, read_checkpoint, share, step_dirs
 from training.loop import train
 from training.metrics.meter import StepMeter
 from training.parallel.process_group import Dist, setup, teardown
@@ -304,7 +297,7 @@ def test_a_folder_that_turns_read_only_mid_run_is_one_line_naming_it(tmp_path, c
 # ---- two ranks -----------------------------------------------------------------------------------------
 def test_verification_shares_every_file_once_largest_first():
     sizes = {"a": 100, "b": 90, "c": 10, "d": 5, ".metadata": 1}
-    shares = [_share(sizes, r, 2) for r in range(2)]
+    shares = [share(sizes, r, 2) for r in range(2)]
     assert sorted(shares[0] + shares[1]) == sorted(sizes) and shares == [["a", "d"], ["b", "c", ".metadata"]]
 
 
@@ -320,7 +313,7 @@ def _write_corrupt_resume(rank: int, world: int, port: int, root: str, corpus: s
         step_4 = Path(root) / "checkpoints" / "step-4"
         if rank == 0:
             sizes = json.loads((step_4 / MARKER).read_text())["files"]
-            flip_byte(step_4 / _share(sizes, 1, world)[0])
+            flip_byte(step_4 / share(sizes, 1, world)[0])
         torch.distributed.barrier()
         cfg = config(Path(root), Path(corpus), strategy="ddp", micro_batch_size=2, max_steps=2, checkpoint_interval=2)
         train(cfg, setup(cfg), StopFlag())

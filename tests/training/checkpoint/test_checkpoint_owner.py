@@ -1,4 +1,4 @@
-"""Checkpoints know whose they are (training.checkpoint.manager): a run refuses another run's checkpoint or another
+"""Checkpoints know whose they are (training.checkpoint.ownership, init_from): a run refuses another run's checkpoint or another
 model's, adopts one whose owner is unknown with a line, and starts from other weights only when told to
 (`init_from`: weights alone, at step 0, with a fresh optimizer), resharding them into any strategy."""
 
@@ -15,7 +15,7 @@ from contract.container import ENV_RUN_ID, METRICS_FILE
 from contract.errors import ConfigError
 from contract.failures import FailureCode, parse_failure_line
 from tests.training.helpers import config, spawn, weights
-from training.checkpoint.manager import MARKER, read_checkpoint
+from training.checkpoint.markers import MARKER, read_checkpoint
 from training.loop import train
 from training.parallel.process_group import setup
 from training.resilience.outcome import TrainingFailure

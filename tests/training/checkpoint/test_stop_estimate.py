@@ -8,7 +8,7 @@ import signal
 import time
 
 from tests.training.helpers import config
-from training.checkpoint.manager import why_invalid
+from training.checkpoint.markers import why_invalid
 from training.loop import train
 from training.parallel.process_group import setup
 from training.resilience.stop import StopFlag

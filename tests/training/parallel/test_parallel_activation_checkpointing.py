@@ -23,7 +23,7 @@ from torch.distributed.checkpoint import FileSystemReader
 
 from tests.training.helpers import ADAMW, config, spawn, weights
 from tests.training.parallel.test_parallel_models import gpt4
-from training.checkpoint.manager import read_checkpoint
+from training.checkpoint.markers import read_checkpoint
 from training.models.speedups import apply_activation_checkpointing
 from training.parallel.pipeline_parallel import split
 

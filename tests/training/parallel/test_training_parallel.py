@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.training.helpers import ADAMW, config, max_diff, weights
-from training.checkpoint.manager import read_checkpoint, why_invalid
+from training.checkpoint.markers import read_checkpoint, why_invalid
 from training.loop import train
 from training.parallel.process_group import setup, teardown
 from training.resilience.stop import StopFlag

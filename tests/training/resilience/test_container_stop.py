@@ -34,7 +34,7 @@ from cli.container_emulator import prepare_layout, run_local
 from contract.container import ENV_HOSTS, ENV_STOP_FILE, STOP_FILE
 from jobs.render.container_entry import IMAGE_START, container_entrypoint
 from tests.training.helpers import LOCAL_HPS, create_request, sigterm_at_step, weights
-from training.checkpoint.manager import ENV_TEST_STOP_SAVE_DELAY
+from training.checkpoint.storage import ENV_TEST_STOP_SAVE_DELAY
 from training.environment import stop_file_path
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ import torch
 from contract.container import fence_claim
 from contract.failures import FailureCode, failure_line, parse_failure_line
 from jobs.retry.classify import Category, Response, classify_description
-from training.checkpoint.manager import _full_message
+from training.checkpoint.disk import full_message
 from training.resilience.peers import peer_gone, verdict
 from training.resilience.watchdog import hang_message
 
@@ -98,7 +98,7 @@ FAULT_LINES = [
     # An older attempt fenced out by a newer one (training.checkpoint.fencing): its execution ends, the newer one carries the run.
     ("superseded", FailureCode.SUPERSEDED, superseded_message(), Category.SUPERSEDED, Response.FAIL),
     ("read-only folder", FailureCode.CHECKPOINT_UNWRITABLE,
-     _full_message("EROFS", Path("/opt/ml/checkpoints"), Path("/opt/ml/checkpoints/step-40")), Category.USER_ERROR,
+     full_message("EROFS", Path("/opt/ml/checkpoints"), Path("/opt/ml/checkpoints/step-40")), Category.USER_ERROR,
      Response.FAIL),
 ]
 

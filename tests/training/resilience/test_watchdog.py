@@ -1,6 +1,6 @@
 """Hangs caught in seconds here (minutes in a job), stragglers named: the watchdog and the straggler check, alone
 and in real 2-rank runs on CPU with gloo, where one rank is made to block or to be slow (test-only injections,
-training.resilience.watchdog.ENV_TEST_HANG / ENV_TEST_SLOW)."""
+training.resilience.heartbeat.ENV_TEST_HANG / ENV_TEST_SLOW)."""
 
 from __future__ import annotations
 
@@ -18,14 +18,9 @@ from contract.hyperparameters import TrainConfig
 from contract.metrics import parse_metric_line
 from tests.training.helpers import config, free_port, start_ranks
 from training.resilience import watchdog
-from training.resilience.stragglers import Stragglers, ratios
-from training.resilience.watchdog import (
-    ENV_TEST_HANG,
-    ENV_TEST_SLOW,
-    Watchdog,
-    process_group_timeout,
-    stopped_ranks,
-)
+from training.resilience.heartbeat import ENV_TEST_HANG, ENV_TEST_SLOW, Heartbeat, during
+from training.resilience.stragglers import StepTiming, Stragglers, ratios
+from training.resilience.watchdog import Watchdog, process_group_timeout, stopped_ranks
 
 # ---- alone --------------------------------------------------------------------------------------------------
 
@@ -69,25 +64,26 @@ def test_the_rank_not_waiting_in_a_collective_or_silent_is_the_one_that_stopped(
 def test_the_allowance_is_long_until_steps_are_timed_then_the_factor_or_the_floor(monkeypatch):
     now = [100.0]
     cfg = TrainConfig(hang_timeout_factor=5, hang_timeout_min_seconds=30, hang_timeout_startup_seconds=600)
-    dog = Watchdog(cfg, rank=0, world=1, hosts=["algo-1"], clock=lambda: now[0])
+    beats = Heartbeat(clock=lambda: now[0])
+    dog = Watchdog(cfg, beats, rank=0, world=1, hosts=["algo-1"])
     assert dog.allowance()[0] == 600  # startup
     now[0] += 500
-    dog.beat(1)  # the first step: compile, restore
-    assert dog.allowance()[0] == 600 and dog.timed_steps == 0
+    assert beats.beat(1) is None  # the first step: compile, restore
+    assert dog.allowance()[0] == 600 and beats.timed_steps == 0
     for step in (2, 3, 4):
         now[0] += 2.0
-        dog.beat(step)
+        assert beats.beat(step) == 2.0
     assert dog.allowance() == (30, "hang_timeout_min_seconds")
     for step in (5, 6):
         now[0] += 20.0
-        dog.beat(step)
+        beats.beat(step)
     assert dog.allowance()[0] == pytest.approx(5 * 46 / 5)  # 5 x the mean of 2, 2, 2, 20, 20
-    with dog.phase("a checkpoint save"):
+    with beats.phase("a checkpoint save"):
         now[0] += 400
         assert dog.overdue() is None and "a checkpoint save" in dog.allowance()[1]
     now[0] += 10
-    dog.beat(7)
-    assert dog.timed_steps == 5  # the step that held the save is not timed
+    assert beats.beat(7) is None
+    assert beats.timed_steps == 5  # the step that held the save is not timed
     now[0] += 47
     assert dog.overdue() == pytest.approx(47)
 
@@ -100,8 +96,9 @@ def test_the_process_group_timeout_sits_above_the_watchdog_with_a_floor():
 def test_fire_dumps_the_stacks_and_writes_one_line(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv("SM_OUTPUT_DATA_DIR", str(tmp_path / "data"))
     exits = []
-    dog = Watchdog(TrainConfig(hang_timeout_min_seconds=3), rank=0, world=1, hosts=["algo-1"], exit=exits.append)
-    dog.beat(1)
+    beats = Heartbeat()
+    dog = Watchdog(TrainConfig(hang_timeout_min_seconds=3), beats, rank=0, world=1, hosts=["algo-1"], exit=exits.append)
+    beats.beat(1)
     line = dog.fire(42.0)
     assert exits == [1]
     code, message = parse_failure_line((tmp_path / "failure").read_text())
@@ -174,7 +171,7 @@ def test_a_rank_that_blocks_is_named_within_the_watchdogs_time(tmp_path, corpus,
     code, message = parse_failure_line(line)
     assert code is FailureCode.HANG, line
     assert message.startswith("rank 1 on host host-1 stopped progressing after step 3 (the other ranks wait for it "
-                              "inside a collective; rank 1 at watchdog.py:"), message
+                              "inside a collective; rank 1 at heartbeat.py:"), message
     assert "Retried on a health-checked instance" in message
     assert "[watchdog] rank 1 on host host-1: no progress for" in out.err
     assert "[watchdog] rank 0 on host host-0: no progress for" in out.err
@@ -220,14 +217,19 @@ def test_a_rank_slowed_on_purpose_is_named_and_an_even_run_names_nobody(tmp_path
         assert "[stragglers] end of the run: no rank was persistently slow" in out
 
 
-def test_the_module_functions_are_no_ops_without_a_watchdog():
-    watchdog.stop()
-    watchdog.beat(3)
-    watchdog.waited_at_boundary(1.0)
-    watchdog.waited_for_data(1.0)
-    with watchdog.phase("nothing"):
+def test_no_module_holds_a_watchdog_and_its_reporters_work_alone():
+    """The watchdog, the heartbeat and the straggler timing are instances handed to what reports to them: no module
+    keeps one (a hidden singleton), and each works without the others (a checkpoint manager or an evaluator used
+    alone has no heartbeat; one process never exchanges its times)."""
+    for name in ("beat", "phase", "phased", "start", "stop", "active", "waited_at_boundary", "straggler_report"):
+        assert not hasattr(watchdog, name), name
+    with during(None, "nothing"):
         pass
-    assert watchdog.active() is None and watchdog.straggler_report() == []
+    timing = StepTiming(TrainConfig(log_interval=1), rank=0, world=1, hosts=["algo-1"])
+    timing.waited_at_boundary(1.0)
+    timing.waited_for_data(0.5)
+    timing.stepped(1, 2.0)
+    assert timing.window.values() == [1.0, 2.0, 1.0, 0.5] and timing.report() == []
 
 
 def test_a_single_process_has_a_watchdog_too(tmp_path):
