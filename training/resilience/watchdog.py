@@ -296,9 +296,10 @@ def _main_frame():
 
 
 # Where a main thread waits for its peers: torch.distributed (a collective, a barrier, a work's wait), DDP, the
-# package's own collectives (training.parallel.process_group's, the straggler exchange: StepTiming._exchange), and backward: DDP and FSDP
-# reduce gradients from C++ hooks inside it, so a rank whose backward outlasts the whole allowance waits there for a
-# peer (a rank stuck in its own backward, on a hung GPU, reads as waiting too: the flight recorder names it).
+# package's own collectives (training.parallel.process_group's, the straggler exchange: StepTiming._exchange), and
+# backward: DDP and FSDP reduce gradients from C++ hooks inside it, so a rank whose backward outlasts the whole
+# allowance waits there for a peer (a rank stuck in its own backward, on a hung GPU, reads as waiting too: the flight
+# recorder names it).
 _COLLECTIVE_PATHS = (os.sep + os.path.join("torch", "distributed") + os.sep,
                      os.sep + os.path.join("torch", "nn", "parallel") + os.sep,
                      os.sep + os.path.join("torch", "autograd") + os.sep,
