@@ -70,7 +70,7 @@ class Layout:
         """Samples one model replica runs per forward pass, as the training package runs them: the ranks of a
         tensor/pipeline batch group pool their micro-batches (training.step.share_batch; with micro_batch_per_group
         they read one), and a pipeline step splits the pooled batch into `microbatches` chunks
-        (training.parallel.pipeline_parallel.Pipeline). Fractional where they do not divide: check_parallelism refuses those, the
+        (training.parallel.pipeline_parallel.PipelineSchedule). Fractional where they do not divide: check_parallelism refuses those, the
         sizing still reads."""
         pooled = micro_batch * (1 if per_group else self.tensor * self.pipeline)
         return pooled / self.microbatches if self.pipeline > 1 else pooled

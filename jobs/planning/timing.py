@@ -147,7 +147,7 @@ def _data_parallel_comm(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Lay
 def step_time(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout) -> StepTime:
     """`n`: the rank's numerics (micro_batch_size per rank). Each of the rank's `accum` micro-batches is one forward
     and backward of the batch group's pooled samples; with a pipeline, one pipeline step of `chunks` forward
-    passes that fills and drains the pipeline (training.parallel.pipeline_parallel.Pipeline.step runs a schedule per micro-batch)."""
+    passes that fills and drains the pipeline (training.parallel.pipeline_parallel.PipelineSchedule.step runs a schedule per micro-batch)."""
     accum, chunks, stages, v = n.accum(n.readers(lay)), lay.chunks(), lay.pipeline, lay.stages_per_rank
     fwd_n = replace(n, micro_batch=lay.forward_batch(n.micro_batch, n.per_group))
     # A pipeline runs at its slowest stage's pace: an even split of the work is the best case.

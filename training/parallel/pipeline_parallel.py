@@ -124,7 +124,7 @@ def isolate_shape_inference(stage: nn.Module, device: torch.device) -> None:
     stage.register_forward_hook(leave)
 
 
-class Pipeline:
+class PipelineSchedule:
     """A schedule over this rank's stages; `step` trains on the loop's micro-batches, `forward_loss` evaluates."""
 
     def __init__(self, stages: dict[int, nn.Module], n_stages: int, schedule: str, n_microbatches: int,

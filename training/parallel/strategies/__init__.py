@@ -38,8 +38,9 @@ class Parallelized:
     # own slice, so the ranks of this group pool theirs (`training.step.share_batch`) and each group trains
     # on the union, which is one data-parallel rank's share. None: every rank trains on its own slice.
     batch_group: torch_dist.ProcessGroup | None = None
-    # A pipeline (training.parallel.pipeline_parallel.Pipeline) runs forward and backward through its schedule instead.
-    pipeline: Any = None
+    # Pipeline parallelism (training.parallel.pipeline_parallel.PipelineSchedule) runs forward and backward through
+    # its schedule instead of the step calling the model.
+    pipeline_schedule: Any = None
     # The global gradient norm when torch's clip_grad_norm_ cannot compute it: parameters that are DTensors
     # on different meshes next to plain tensors (tp), or split over pipeline ranks (pp).
     grad_norm: Callable[[float], Any] | None = None

@@ -3,7 +3,7 @@
 The model is cut into pp_degree x stages-per-rank stages (training.parallel.pipeline_parallel); tensor parallelism, when
 tp_degree > 1, splits each stage's layers over the tensor ranks; FSDP2, when more than one data-parallel
 rank remains, shards each stage over them. The loop sees the rank's model (original names, only its parts)
-and a `Pipeline` that `TrainStep` drives instead of calling the model.
+and a `PipelineSchedule` that `TrainStep` drives instead of calling the model.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from contract.parallel import HYPERPARAMETERS, Degrees, microbatch_problems, sta
 from contract.parallel import microbatches as default_microbatches
 from training.parallel.grad_norm import clip_grad_norm
 from training.parallel.mesh import batch_group, data_index, data_mesh
-from training.parallel.pipeline_parallel import Pipeline, adopt_root_parameters, split
+from training.parallel.pipeline_parallel import PipelineSchedule, adopt_root_parameters, split
 from training.parallel.strategies import Parallelized
 from training.parallel.strategies.fsdp import shard_model
 from training.parallel.strategies.tp import check_heads, tensor_parallelize
@@ -56,7 +56,7 @@ def apply_pp(model: nn.Module, mesh: DeviceMesh, degrees: Degrees, device: torch
             shard_model(stage, data_mesh(mesh, degrees), device, precision, reshard_after_forward=False)
         adopt_root_parameters(model, stages)
     model.pipeline_group = pp_mesh.get_group()  # read by the export (training.parallel.pipeline_parallel.gather_full_state_dict)
-    pipeline = Pipeline(stages, n_stages, cfg.pp_schedule, m, pp_mesh.get_group(), device)
+    schedule = PipelineSchedule(stages, n_stages, cfg.pp_schedule, m, pp_mesh.get_group(), device)
     return Parallelized(model=model, use_autocast=not sharded, batch_group=batch_group(mesh, degrees),
-                        pipeline=pipeline, random_stream=data_index(mesh, degrees),
+                        pipeline_schedule=schedule, random_stream=data_index(mesh, degrees),
                         grad_norm=lambda max_norm: clip_grad_norm(model.parameters(), max_norm, pp_mesh.get_group()))
