@@ -4,7 +4,7 @@ Builds the model like bench/step_overhead.py (preset, meta init, the package's s
 real optimizer step so the AdamW state exists, then in one run writes the same state dict with:
   sync            dcp.save
   async default   dcp.async_save with its default staging (a fresh pageable CPU copy per save)
-  pinned own      training.checkpoint_staging.PinnedStager(backend="own"): reused pinned buffers, side stream
+  pinned own      training.checkpoint.staging.PinnedStager(backend="own"): reused pinned buffers, side stream
   pinned torch    PinnedStager(backend="torch"): torch's DefaultStager, pinned + cached, staging synchronously
   torch bg-stage  DefaultStager with use_async_staging=True: the call returns at once, the copy runs in a thread;
                   the loop must wait for `staging_completion` before the optimizer next writes the parameters
@@ -31,13 +31,13 @@ import torch.distributed.checkpoint as dcp
 import torch.nn.functional as F
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from training.checkpoint_staging import PinnedStager, state_bytes, torch_stager_available
+from training.checkpoint.staging import PinnedStager, state_bytes, torch_stager_available
 from training.config import TrainConfig
-from training.distributed import Dist
 from training.models import build_model, count_params, materialize
 from training.optim import build_optimizer
+from training.parallel.process_group import Dist
+from training.parallel.strategies import apply_strategy
 from training.precision import resolve_precision
-from training.strategies import apply_strategy
 
 
 def sync(device: torch.device) -> None:
@@ -264,8 +264,8 @@ def manager_rows(cfg, dist, model, optimizer, root: Path, device) -> list:
     stall = save() returning to the loop, total = until wait() wrote the completion marker."""
     import dataclasses
 
-    from training.checkpoint import CheckpointManager
-    from training.state import ModelState, OptimizerState
+    from training.checkpoint.manager import CheckpointManager
+    from training.checkpoint.state import ModelState, OptimizerState
 
     mcfg = dataclasses.replace(cfg, checkpoint_dir=str(root / "manager"), async_checkpoint=True, keep_checkpoints=1)
     manager = CheckpointManager(mcfg, dist, {"model": ModelState(model), "optim": OptimizerState(model, optimizer)})

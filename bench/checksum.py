@@ -1,6 +1,6 @@
 """File checksums for checkpoint markers: GiB/s of each candidate, side by side, on one temp file.
 
-Each candidate reads the file the way training.checkpoint would (chunked `readinto` a reused buffer, or
+Each candidate reads the file the way training.checkpoint.markers would (chunked `readinto` a reused buffer, or
 `hashlib.file_digest`) and hashes it; "read only" is the same loop without hashing, the floor every candidate
 pays. The file is written first and read once before timing, so it sits in the page cache, as a checkpoint
 just written does (the save-side cost); pass --cold to drop it from the cache before each candidate
@@ -21,7 +21,7 @@ import time
 import zlib
 from collections.abc import Callable
 
-CHUNK = 8 << 20  # training.checkpoint's read size
+CHUNK = 8 << 20  # training.checkpoint.markers' read size
 
 
 def chunked(update: Callable[[memoryview], None]) -> Callable[[str], None]:

@@ -33,7 +33,7 @@ from training.loss import chunked_cross_entropy, full_cross_entropy
 def peak_bytes(loss_fn, logits: torch.Tensor, y: torch.Tensor) -> int:
     """Peak bytes allocated over the loss's forward and backward beside what was allocated before (the logits). On
     CPU from the allocator's running total as torch.profiler records it (the first event's total less its own bytes
-    is what was there before: tests/training/test_selective_checkpointing.py reads forward memory the same way)."""
+    is what was there before: tests/training/models/test_selective_checkpointing.py reads forward memory the same way)."""
     if logits.device.type == "cuda":
         torch.cuda.synchronize()
         before = torch.cuda.memory_allocated()

@@ -5,10 +5,10 @@ Formats, generated into a temporary folder at realistic per-sample sizes:
   tokens      uint16 token shards, windows of --seq-len + 1 tokens (memory-mapped slices)
   npy images  uint8 .npy arrays at --image-size (memory-mapped, pre-decoded)
   jpeg tar    WebDataset tar shards of JPEGs (--source-size px, quality 90) decoded, crop-augmented and resized
-              to --image-size (training.tar_images), the format teams keep photos in
+              to --image-size (training.data.tar_shards), the format teams keep photos in
 The last row, `planner`, is what the plan's input check reads for these sizes (contract.data_formats: measured
 once, on a stated machine): a fresh run here shows how far this machine, or today, is from it.
-Each cell times `training.loader.BatchSource` (the loop's own path: the sampler, the workers, the batch on the
+Each cell times `training.data.loader.BatchSource` (the loop's own path: the sampler, the workers, the batch on the
 CPU) over --steps micro-batches of --batch after --warmup, so the workers' start is left out. The figure to
 compare with a step: samples/s per rank against the model's samples/s per GPU (a GPU step at 2,000 images/s
 needs a loader above it, or the run is input bound: data_wait_ms in its metrics says by how much).
@@ -30,10 +30,11 @@ import numpy as np
 import torch
 
 from contract.data_formats import GPU_HOST_VCPU_RATIO, IMAGES, TOKENS, WEBDATASET, load_rate
-from training.data import GlobalBatchSampler, ImageDataset, TokenDataset
-from training.loader import BatchSource
-from training.prepare_images import write_shards
-from training.tar_images import TarImageDataset
+from prepare.images import write_shards
+from training.data.datasets import ImageDataset, TokenDataset
+from training.data.loader import BatchSource
+from training.data.sampler import GlobalBatchSampler
+from training.data.tar_shards import TarImageDataset
 
 
 def make_tokens(root: Path, samples: int, seq_len: int) -> TokenDataset:
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                 make_jpeg_tar(root / "jpeg", args.samples, args.image_size, args.source_size),
                 WEBDATASET, args.source_size ** 2),
         }
-        print(f"samples/s delivered by training.loader.BatchSource, micro-batch {args.batch}, {args.steps} timed, "
+        print(f"samples/s delivered by training.data.loader.BatchSource, micro-batch {args.batch}, {args.steps} timed, "
               f"{len(os.sched_getaffinity(0))} CPUs ({cpu_model()}), load average {os.getloadavg()[0]:.2f}; "
               "in brackets: per worker")
         width = max(len(name) for name in formats) + 14

@@ -16,9 +16,9 @@ import torch.nn.functional as F
 
 from bench.step_overhead import build
 from contract.hyperparameters import TrainConfig
-from training.flops import honest_flops_per_sample
 from training.loss import full_cross_entropy as loss_fn
-from training.metrics import peak_flops
+from training.metrics.flops import honest_flops_per_sample
+from training.metrics.logger import peak_flops
 
 
 def main() -> None:

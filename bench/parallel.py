@@ -48,10 +48,11 @@ def _rank(rank: int, world: int, port: int, hps: dict, steps: int, shape: dict, 
     torch.set_num_threads(1)
     SHAPE.update(shape)
     from training.config import from_environment
-    from training.data import GlobalBatchSampler, micro_batches
-    from training.distributed import setup, teardown
+    from training.data.datasets import micro_batches
+    from training.data.sampler import GlobalBatchSampler
     from training.job import build_job
     from training.optim import build_optimizer, build_scheduler
+    from training.parallel.process_group import setup, teardown
     from training.step import TrainStep
 
     with tempfile.TemporaryDirectory() as tmp:

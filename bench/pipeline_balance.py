@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.pipeline_balance [--size 125m] [--stages 2] [--batch 4] [--seq-len 256] [--repeats 3]
 
-For each cut of the gpt preset (training.pipeline.balance), times the forward and backward of every stage on
+For each cut of the gpt preset (training.parallel.pipeline_parallel.balance), times the forward and backward of every stage on
 its own, in one process (the loss on the last), alternating the two cuts so that drift hits both alike. A
 pipeline's steady state runs at the pace of its slowest stage, so the figure to compare is the bottleneck
 (the slowest stage's median). CPU or one GPU: every stage runs on the same device, one after the other.
@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from contract.hyperparameters import TrainConfig
 from contract.pipeline_cut import balance
 from training.models import build_model, materialize
-from training.pipeline import part, stage_weights
+from training.parallel.pipeline_parallel import part, stage_weights
 
 
 def parameter_cut(model, n_stages: int) -> list[range]:

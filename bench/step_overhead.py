@@ -3,7 +3,7 @@
 Same model (same init), same batch, same optimizer settings, timed side by side in one run, step by
 step alternating, so that drift (clocks, other processes) hits both alike. Prints both step times, the package's
 overhead, throughput (tokens/s for the decoder, images/s for the ViT) and honest MFU
-(training.flops.honest_flops_per_sample; GPU peak from training.metrics.PEAK_FLOPS; on a CPU MFU is n/a).
+(training.metrics.flops.honest_flops_per_sample; GPU peak from training.metrics.logger.PEAK_FLOPS; on a CPU MFU is n/a).
 
     # CPU, seconds:
     python -m bench.step_overhead
@@ -24,15 +24,15 @@ import torch.nn.functional as F
 
 from contract.hyperparameters import TrainConfig
 from contract.models import PRESETS
-from training.distributed import Dist
-from training.flops import honest_flops_per_sample
-from training.metrics import peak_flops
+from training.metrics.flops import honest_flops_per_sample
+from training.metrics.logger import peak_flops
 from training.models import build_model, count_params, materialize
+from training.models.speedups import apply_activation_checkpointing, apply_compile
 from training.optim import build_optimizer, build_scheduler
+from training.parallel.process_group import Dist
+from training.parallel.strategies import apply_strategy
 from training.precision import grad_scaler, resolve_precision
-from training.speedups import apply_activation_checkpointing, apply_compile
 from training.step import TrainStep
-from training.strategies import apply_strategy
 
 DEFAULT_SIZE = {"gpt": "small", "vit": "tiny"}
 
@@ -159,7 +159,7 @@ def print_report(args: argparse.Namespace, device: torch.device, model, dtype: t
     images = model.data_kind == "images"
     unit, per_step = ("images/s", args.batch) if images else ("tokens/s", args.batch * model.c.seq_len)
     # Honest: no FLOPs for tables (embeddings, positions), the output projection counted, a ViT's classifier once
-    # per image, attention as torchtitan (training.flops).
+    # per image, attention as torchtitan (training.metrics.flops).
     flops = honest_flops_per_sample(model) * args.batch
     peak = peak_flops(torch.cuda.get_device_name()) if device.type == "cuda" else None
     name = torch.cuda.get_device_name() if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
@@ -178,7 +178,7 @@ def print_report(args: argparse.Namespace, device: torch.device, model, dtype: t
         print(f"{label:<18}{t * 1000:>10.1f}{med * 1000:>11.1f}{per_step / t:>12.1f}  {mfu(t)}")
     if peak is not None:
         model_flops = model.flops_per_sample() * args.batch  # the model's own count: tables as matmuls
-        print(f"MFU convention: honest (training.flops); the model's flops_per_sample would say "
+        print(f"MFU convention: honest (training.metrics.flops); the model's flops_per_sample would say "
               f"{model_flops / t_pkg / peak:.1%} for the package step")
     print(f"package overhead: {(t_pkg / t_plain - 1):+.1%} best-of-{args.steps}, "
           f"{(med_pkg / med_plain - 1):+.1%} median (alternating steps)")

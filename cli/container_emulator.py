@@ -168,7 +168,7 @@ def _link_channels(request: dict, data_dirs: dict[str, Path], data_root: Path) -
     for name, path in channels.items():
         if not path.is_dir():
             raise LocalRunError(f"the '{name}' channel folder {path} does not exist: create it "
-                                "(python -m training.prepare --out DIR) or point the channel elsewhere")
+                                "(python -m prepare.corpus --out DIR) or point the channel elsewhere")
         link = data_root / name
         if link.is_symlink() or link.exists():
             link.unlink()

@@ -33,9 +33,9 @@ ENV_CHECKPOINT_DIR = "TRAINING_CHECKPOINT_DIR"
 ENV_RUN_ID = "TRAINING_RUN_ID"
 # Not a SageMaker variable: the launcher sets it on every attempt's job to the attempt's epoch, a number that grows
 # with each attempt of the run. The training package records it in each checkpoint and claims the checkpoint folder
-# with it; an attempt that finds a newer epoch's claim stops before it writes (training.fencing).
+# with it; an attempt that finds a newer epoch's claim stops before it writes (training.checkpoint.fencing).
 ENV_EPOCH = "TRAINING_EPOCH"
-# In the checkpoint folder: {FENCE_KEY: N}, the newest epoch that claimed it (training.fencing; `trainctl local` counts
+# In the checkpoint folder: {FENCE_KEY: N}, the newest epoch that claimed it (training.checkpoint.fencing; `trainctl local` counts
 # its invocations from it). Each completion marker records its writer's epoch under the same key.
 FENCE_FILE = "EPOCH.json"
 FENCE_KEY = "attempt_epoch"

@@ -1,8 +1,8 @@
 """The training package's data formats, how many loader workers `data_workers: auto` starts, and how fast one CPU
-process loads a sample of each format: defined once for the loader (training.loader), the planner's input check
+process loads a sample of each format: defined once for the loader (training.data.loader), the planner's input check
 (jobs.planning.input_check) and the bench (bench.data prints these figures beside its fresh measurement).
 
-Formats (each channel folder's meta.json says which; training/data.py reads them):
+Formats (each channel folder's meta.json says which; training/data/datasets.py reads them):
   tokens      uint16 token shards; a sample is a window of seq_len + 1 tokens (memory-mapped slice)
   images      uint8 .npy arrays, pre-decoded (memory-mapped slice)
   webdataset  tar shards of encoded images (JPEG) with labels, decoded and augmented per sample

@@ -20,15 +20,15 @@ class FailureCode(enum.StrEnum):
     NON_FINITE = "non_finite"  # loss or gradient norm NaN/Inf for `nonfinite_patience` steps in a row
     CHECKPOINT_UNREADABLE = "checkpoint_unreadable"  # no complete checkpoint verifies and loads into this run
     CHECKPOINT_UNWRITABLE = "checkpoint_unwritable"  # the folder is read-only, lacks room, or filled up (ENOSPC)
-    # No step completed within the watchdog's allowance (training.watchdog): a rank stopped progressing, most often
+    # No step completed within the watchdog's allowance (training.resilience.watchdog): a rank stopped progressing, most often
     # a GPU, NCCL/EFA or host fault; the launcher retries it with the instance health check, unlike the codes above.
     HANG = "hang"
-    # Peers gone without a word (training.peers): every rank of a host at once, the host lost (retried on a
+    # Peers gone without a word (training.resilience.peers): every rank of a host at once, the host lost (retried on a
     # health-checked instance, like a hang); some ranks of a live host, processes killed there (most often the
     # kernel's out-of-memory killer: host memory, the user's to fix).
     HOST_LOST = "host_lost"
     PROCESS_LOST = "process_lost"
-    # A newer attempt of the run claimed the checkpoint folder (training.fencing): this one stopped before writing.
+    # A newer attempt of the run claimed the checkpoint folder (training.checkpoint.fencing): this one stopped before writing.
     # Not retried: the newer attempt carries the run on.
     SUPERSEDED = "superseded"
 

@@ -1,5 +1,5 @@
 """Each GPU's peak dense tensor-core FLOP/s, defined once: the planner divides by it (jobs.catalog.GPUS) and the
-MFU metric divides by it (training.metrics.PEAK_FLOPS). Two copies once disagreed (A10G 125 against 70).
+MFU metric divides by it (training.metrics.logger.PEAK_FLOPS). Two copies once disagreed (A10G 125 against 70).
 
 Dense (not 2:1 sparse) tensor-core bf16 with fp32 accumulation (fp16 on V100 and T4, which have no bf16), per
 GPU, TFLOP/s, from NVIDIA's data sheets (nvidia.com/en-us/data-center/<gpu>/, SXM parts).

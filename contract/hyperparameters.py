@@ -49,7 +49,7 @@ OPTIMIZERS = ("adamw", "sgd")
 DATA_MODES = ("auto", "channels", "synthetic")
 BACKENDS = ("auto", "gloo", "nccl", "smddp")
 LR_SCHEDULES = ("cosine", "constant")
-CHECKPOINTING_POLICIES = ("full", "selective")  # training.speedups says what each keeps
+CHECKPOINTING_POLICIES = ("full", "selective")  # training.models.speedups says what each keeps
 # Tokens per chunk of the package's cross-entropy (training.loss says why this many); 0 computes it whole.
 LOSS_CHUNK_TOKENS = 1024
 
@@ -191,7 +191,7 @@ class TrainConfig:
         "also checkpoint when this many minutes passed since the last one; 0 = steps only; left out of a "
         "request, the launcher sets each attempt's from the planner (Young/Daly, before a training plan's end)",
         min=0))
-    # Hangs and stragglers (training.watchdog, training.stragglers). A hung collective otherwise holds the whole
+    # Hangs and stragglers (training.resilience.watchdog, training.resilience.stragglers). A hung collective otherwise holds the whole
     # cluster until the process group's timeout; a slow rank slows every rank silently.
     hang_timeout_factor: float = field(default=10.0, metadata=_hp(
         "a step may take this many times the run's mean step time before the watchdog ends the run as hung "

@@ -28,7 +28,7 @@ SAMPLES_PER_SEC = "samples_per_sec"
 STEP_TIME_MS = "step_time_ms"
 MFU = "mfu"
 LOSS_SCALE = "loss_scale"
-# The input pipeline (training.loader): the mean time a step waited for its batch over the log interval
+# The input pipeline (training.data.loader): the mean time a step waited for its batch over the log interval
 # (ranks averaged), and that wait's share of the step time (0..1). On the attempt's last line, the run's
 # mean. Above input_bound_share the log names the run input bound with the measured rates.
 DATA_WAIT_MS = "data_wait_ms"
@@ -37,7 +37,7 @@ CHECKPOINT_AGE_S = "checkpoint_age_s"  # seconds since the newest complete check
 # checkpoint_age_s / the seconds expected between checkpoints by the job's cadence (0 when it has none):
 # dimensionless, so one alarm threshold fits every job whatever its cadence.
 CHECKPOINT_OVERDUE = "checkpoint_overdue"
-# Where this attempt's seconds went so far (training.meter.AttemptClock), cumulative, so the last value
+# Where this attempt's seconds went so far (training.metrics.meter.AttemptClock), cumulative, so the last value
 # SageMaker keeps of each (FinalMetricDataList) is the attempt's total: the launcher's run record
 # (jobs.outcome.run_record) reads them to split the attempt's billed time into goodput and its losses.
 STARTUP_S = "startup_s"  # from the training process's start to its first step (imports, model build, restore)
@@ -45,7 +45,7 @@ TRAIN_S = "train_s"  # in training steps
 CHECKPOINT_S = "checkpoint_s"  # the step loop blocked by checkpoint saves (the stall, not an async save's tail)
 CHECKPOINT_SAVES = "checkpoint_saves"  # saves on the cadence (their mean stall: the save time the next attempt plans with)
 EVAL_S = "eval_s"  # in evaluation
-# Stragglers (training.stragglers), each log interval: the rank named as persistently slow (-1: none), and the
+# Stragglers (training.resilience.stragglers), each log interval: the rank named as persistently slow (-1: none), and the
 # slowest rank's own time against the median rank's (1.0: even). The last value is the run's verdict.
 STRAGGLER_RANK = "straggler_rank"
 SLOWEST_RANK_RATIO = "slowest_rank_ratio"

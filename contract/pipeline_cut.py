@@ -1,6 +1,6 @@
 """Where a pipeline cuts a model: contiguous blocks per stage, the heaviest stage as light as possible.
 
-Pure Python, so that the training package (training.pipeline, which weighs blocks by their training FLOPs)
+Pure Python, so that the training package (training.parallel.pipeline_parallel, which weighs blocks by their training FLOPs)
 and the planner (jobs.planning.timing, which weighs them from the model's shape) cut alike.
 """
 

@@ -263,7 +263,7 @@ class LauncherMonitoring(Construct):
             ),
         )
         dashboard.add_widgets(
-            # training.stragglers: each log interval, the slowest rank's own delays against the median rank's.
+            # training.resilience.stragglers: each log interval, the slowest rank's own delays against the median rank's.
             cloudwatch.GraphWidget(
                 title="Slowest rank per job, its time over the median rank's (1 = even)",
                 left=_per_job(SLOWEST_RANK_RATIO),
@@ -276,7 +276,7 @@ class LauncherMonitoring(Construct):
             ),
         )
         dashboard.add_widgets(
-            # training.loader: how long each step waited for its batch; above the share the job logs 'input bound'.
+            # training.data.loader: how long each step waited for its batch; above the share the job logs 'input bound'.
             cloudwatch.GraphWidget(
                 title="Input pipeline: ms each step waited for its batch (ranks' mean)",
                 left=_per_job(DATA_WAIT_MS),

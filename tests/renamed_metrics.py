@@ -56,8 +56,9 @@ def install(source: str) -> types.ModuleType:
 def train_tiny(root: Path) -> str:
     """One process, 6 steps with an evaluation and a checkpoint every 3: the run's stdout."""
     from tests.training.helpers import config, write_corpus
-    from training.distributed import StopFlag, setup
     from training.loop import train
+    from training.parallel.process_group import setup
+    from training.resilience.stop import StopFlag
 
     write_corpus(root / "corpus")
     cfg = config(root / "run", root / "corpus", max_steps=6, eval_interval=3, eval_batches=1, checkpoint_interval=3)

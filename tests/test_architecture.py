@@ -28,15 +28,19 @@ ALLOWED = {
     "app": {"contract", "jobs", "platform_config", "platform_constructs", "stacks"},
     "cli": {"contract", "jobs", "bundles"},
     "tools": {"contract", "jobs", "cli"},
-    "bench": {"contract", "training"},
+    "bench": {"contract", "training", "prepare"},
+    # The data preparers (run on a workstation, never by a job) may use the runtime's formats.
+    "prepare": {"contract", "training"},
 }
 # Third-party packages a room may use; the runtime rooms are the strict ones.
 THIRD_PARTY = {
     "contract": set(),
     "jobs": {"boto3", "botocore"},
     # smdistributed: SMDDP, present only in the SageMaker images that ship it (imported when asked for).
-    # PIL: image decoding in the loader; tokenizers, pyarrow: prepare time only (training.prepare_text).
-    "training": {"torch", "numpy", "safetensors", "smdistributed", "PIL", "tokenizers", "pyarrow"},
+    # PIL: image decoding in the loader.
+    "training": {"torch", "numpy", "safetensors", "smdistributed", "PIL"},
+    # tokenizers, pyarrow: prepare time only (prepare.text), so a job never imports them; PIL checks each image opens.
+    "prepare": {"numpy", "tokenizers", "pyarrow", "PIL"},
 }
 
 
@@ -149,14 +153,16 @@ def test_the_checker_sees_a_wrong_import(tmp_path):
     assert "jobs" not in ALLOWED["training"] and "boto3" not in THIRD_PARTY["training"]
 
 
-def test_every_jobs_and_cli_module_is_named_where_people_look():
-    """docs/ARCHITECTURE.md's "Where is..." table answers "where is X" by folder name: every module of `jobs/`
-    and `cli/` (but the planner's, which its own __init__ lists) is named there by its path."""
+def test_every_jobs_cli_and_training_module_is_named_where_people_look():
+    """docs/ARCHITECTURE.md's "Where is..." table answers "where is X" by folder name: every module of `jobs/`,
+    `cli/`, `training/` and `prepare/` (but the planner's, which its own __init__ lists, and the strategies', which
+    training/README.md's table lists) is named there by its path."""
     text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
     where = text[text.index("## Where is..."):]
     where = where[: where.index("\n## ", 1)]
-    modules = [p for room in ("jobs", "cli") for p in (ROOT / room).rglob("*.py")
-               if p.name not in ("__init__.py", "__main__.py") and "planning" not in p.parts]
+    modules = [p for room in ("jobs", "cli", "training", "prepare") for p in (ROOT / room).rglob("*.py")
+               if p.name not in ("__init__.py", "__main__.py") and "planning" not in p.parts
+               and "strategies" not in p.parts]
     unnamed = []
     for path in modules:
         rel = path.relative_to(ROOT).as_posix()

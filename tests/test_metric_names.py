@@ -22,12 +22,12 @@ ROOT = Path(__file__).resolve().parents[1]
 HOME = ROOT / "contract" / "metrics.py"
 # Words that are also a field of some other record, where that file writes the field, not the metric.
 OTHER_FIELDS = {
-    ("training/watchdog.py", "step"): "a rank's hang report (the step it completed last)",
-    ("training/state.py", "step"): "the loop state a checkpoint holds",
-    ("training/checkpoint.py", "step"): "a checkpoint's completion marker",
-    ("training/outcome.py", "step"): "the status file and the exported model's config",
-    ("training/data.py", "epoch"): "the sampler state a checkpoint holds",
-    ("cli/commands/local.py", "step"): "the status file (training.outcome)",
+    ("training/resilience/watchdog.py", "step"): "a rank's hang report (the step it completed last)",
+    ("training/checkpoint/state.py", "step"): "the loop state a checkpoint holds",
+    ("training/checkpoint/storage.py", "step"): "a checkpoint's completion marker",
+    ("training/resilience/outcome.py", "step"): "the status file and the exported model's config",
+    ("training/data/sampler.py", "epoch"): "the sampler state a checkpoint holds",
+    ("cli/commands/local.py", "step"): "the status file (training.resilience.outcome)",
     ("cli/commands/runs.py", "step"): "the run record's field (jobs.outcome.run_record)",
     ("jobs/outcome/run_record.py", "step"): "the run record's field",
     ("jobs/retry/run_state.py", "step"): "Attempt's field (job_figures)",

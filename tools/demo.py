@@ -5,7 +5,7 @@ Prepares a real corpus (the byte tokens of Python's standard library), runs exam
 same work folder so it resumes from the checkpoint, prints the loss as it falls, and draws both runs'
 loss, validation loss and throughput against steps (`trainctl local --chart`) to .demo/local-fsdp/chart.png.
 Then the image path: JPEGs in an ImageFolder tree (generated: colour classes), converted to WebDataset tar shards
-(`python -m training.prepare_images`), and a ViT trained on them by examples/local-vit-jpeg.json (2 processes,
+(`python -m prepare.images`), and a ViT trained on them by examples/local-vit-jpeg.json (2 processes,
 a loader worker each decoding and augmenting ahead of the step; `data_wait_ms` on its metric lines).
 
 What it prints through its console (stages, the stop and the resume, the table, the summaries) is also its
@@ -104,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
 def demo(console: Console) -> int:
     if not (DATA / "train").is_dir():
         # Not in the transcript (plain print): whether it runs depends on what an earlier demo left.
-        print("prepare: python -m training.prepare", flush=True)
-        subprocess.run([sys.executable, "-m", "training.prepare", "--out", str(DATA)], check=True)
+        print("prepare: python -m prepare.corpus", flush=True)
+        subprocess.run([sys.executable, "-m", "prepare.corpus", "--out", str(DATA)], check=True)
     shutil.rmtree(WORKDIR, ignore_errors=True)
 
     code1, first, t1 = run(console, "run 1", INTERRUPT_AT_STEP)
@@ -153,9 +153,9 @@ def write_jpeg_folder(root: Path, per_class: int = 64, classes: int = 3, side: i
 
 def vit_on_jpegs(console: Console) -> int:
     if not (JPEGS / "shards" / "train").is_dir():
-        print("prepare: python -m training.prepare_images", flush=True)
+        print("prepare: python -m prepare.images", flush=True)
         write_jpeg_folder(JPEGS / "imagefolder")
-        subprocess.run([sys.executable, "-m", "training.prepare_images", "--imagefolder", str(JPEGS / "imagefolder"),
+        subprocess.run([sys.executable, "-m", "prepare.images", "--imagefolder", str(JPEGS / "imagefolder"),
                         "--out", str(JPEGS / "shards"), "--image-size", "32", "--val-fraction", "0.2",
                         "--shard-samples", "64"], check=True)
     shutil.rmtree(VIT_WORKDIR, ignore_errors=True)

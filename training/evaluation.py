@@ -10,20 +10,22 @@ import torch.distributed as torch_dist
 from contract.errors import ConfigError
 from contract.hyperparameters import TrainConfig
 from contract.metrics import STEP, VAL_LOSS
-from training import watchdog
-from training.data import describe, validation_indices
-from training.distributed import Dist
-from training.loader import eval_batches, resolve_workers
-from training.metrics import MetricsLogger
-from training.state import LoopState
+from training.checkpoint.state import LoopState
+from training.data.datasets import describe
+from training.data.loader import eval_batches, resolve_workers
+from training.data.sampler import validation_indices
+from training.metrics.logger import MetricsLogger
+from training.parallel.process_group import Dist
+from training.resilience.heartbeat import Heartbeat, during
 from training.step import TrainStep
 
 
 class Evaluator:
     def __init__(self, step: TrainStep, val_set, cfg: TrainConfig, dist: Dist, global_batch: int,
-                 data: tuple[int, int] | None = None) -> None:
+                 data: tuple[int, int] | None = None, heartbeat: Heartbeat | None = None) -> None:
         """`data`: (rank, ranks) that read their own samples (training.job.Job.data_rank, data_world); None: the
-        world's."""
+        world's. `heartbeat`: the hang watchdog's progress marks (an evaluation is a phase of its own)."""
+        self.heartbeat = heartbeat
         self.step, self.val_set, self.dist, self.global_batch = step, val_set, dist, global_batch
         self.data_rank, self.data_world = data or (dist.rank, dist.world_size)
         self.interval, self.batches, self.micro = cfg.eval_interval, cfg.eval_batches, cfg.micro_batch_size
@@ -43,8 +45,11 @@ class Evaluator:
     def due(self, step: int) -> bool:
         return bool(self.interval and self.batches) and self.val_set is not None and step % self.interval == 0
 
-    @watchdog.phased("an evaluation")  # not a training step: the hang watchdog's long allowance
     def run(self, state: LoopState, logger: MetricsLogger) -> None:
+        with during(self.heartbeat, "an evaluation"):  # not a training step: the hang watchdog's long allowance
+            self._run(state, logger)
+
+    def _run(self, state: LoopState, logger: MetricsLogger) -> None:
         """Evaluate, log val_loss, and stop the run early when it has not improved for `patience` evaluations."""
         val_loss = self.evaluate()
         logger.log({STEP: state.step, VAL_LOSS: val_loss})

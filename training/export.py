@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from training import watchdog
-from training.distributed import Dist
+from training.parallel.process_group import Dist
+from training.resilience.heartbeat import Heartbeat, during
 
 _DTYPES = {
     torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64",
@@ -29,7 +29,7 @@ _DTYPES = {
 def full_state_dict(model, dist: Dist) -> dict[str, torch.Tensor]:
     """Every parameter unsharded, on the CPU, on rank 0 (empty elsewhere). Collective."""
     if getattr(model, "pipeline_group", None) is not None:  # a pipeline rank: only its stages are here
-        from training.pipeline import gather_full_state_dict
+        from training.parallel.pipeline_parallel import gather_full_state_dict
 
         return gather_full_state_dict(model, dist.is_main)
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -37,8 +37,12 @@ def full_state_dict(model, dist: Dist) -> dict[str, torch.Tensor]:
     return {k: v.detach().contiguous() for k, v in state.items()} if dist.is_main else {}
 
 
-@watchdog.phased("the final export")  # rank 0 writes while the others wait: the long allowance
-def save_model(model, dist: Dist, model_dir: str | Path, config: dict) -> Path | None:
+def save_model(model, dist: Dist, model_dir: str | Path, config: dict, heartbeat: Heartbeat | None = None) -> Path | None:
+    with during(heartbeat, "the final export"):  # rank 0 writes while the others wait: the long allowance
+        return _save_model(model, dist, model_dir, config)
+
+
+def _save_model(model, dist: Dist, model_dir: str | Path, config: dict) -> Path | None:
     state = full_state_dict(model, dist)
     if not dist.is_main:
         return None

@@ -10,15 +10,15 @@ import torch
 
 from contract.hyperparameters import TrainConfig, resumed_batch_layout
 from contract.parallel import MODEL_PARALLEL, batch_ranks
-from training.checkpoint import recorded_global_batch
-from training.data import make_datasets, read_meta
-from training.distributed import Dist
+from training.checkpoint.markers import recorded_global_batch
+from training.data.datasets import make_datasets, read_meta
 from training.environment import data_mode
-from training.flops import honest_flops_per_sample
+from training.metrics.flops import honest_flops_per_sample
 from training.models import build_model, count_params, data_kind, materialize, model_seq_len
+from training.models.speedups import apply_activation_checkpointing, apply_compile
+from training.parallel.process_group import Dist
+from training.parallel.strategies import Parallelized, apply_strategy
 from training.precision import Precision, resolve_precision
-from training.speedups import apply_activation_checkpointing, apply_compile
-from training.strategies import Parallelized, apply_strategy
 
 # Above this size FSDP/SMP allocate parameters only after sharding (meta-device init): a 7B model in fp32
 # does not fit one GPU, let alone each rank's copy.
@@ -33,13 +33,13 @@ class Job:
     kind: str  # tokens | images
     seq_len: int
     global_batch: int
-    # The sampler's view (training.data.GlobalBatchSampler): every rank its own slice, or with
+    # The sampler's view (training.data.datasets.GlobalBatchSampler): every rank its own slice, or with
     # micro_batch_per_group one slice per batch group, read by each of its ranks.
     data_rank: int
     data_world: int
     precision: Precision
     n_params: int
-    flops_per_sample: float | None  # training.flops' honest convention where the model allows it
+    flops_per_sample: float | None  # training.metrics.flops' honest convention where the model allows it
     export_config: dict
     fingerprint: dict  # what defines the trained function (`fingerprint`): a checkpoint records it
 
@@ -65,7 +65,7 @@ def build_job(cfg: TrainConfig, dist: Dist) -> Job:
         print(kept, flush=True)
     precision = resolve_precision(cfg.precision, dist.device)
     n_params = count_params(model)
-    # pp and hybrid cut the built model into stages (training.pipeline): they materialize it first.
+    # pp and hybrid cut the built model into stages (training.parallel.pipeline_parallel): they materialize it first.
     late_init = n_params >= META_INIT_MIN_PARAMS and cfg.strategy in ("fsdp", "smp", "hsdp", "tp")
     if not late_init:
         materialize(model, dist.device, cfg.seed)

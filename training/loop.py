@@ -1,14 +1,15 @@
 """The training loop, made of components (torchtitan's shape); it does not know which strategy it runs.
 
 One optimizer step = `grad_accum` micro-batches per rank (`training.step`). Every step boundary the ranks
-agree, in one all-reduce, on the stop flag and the checkpoint time cadence; metrics (`training.meter`),
-evaluation (`training.evaluation`) and checkpoints (`training.checkpoint`, which owns their cadence) each
-decide when they are due. Failures the package knows end the run as `TrainingFailure` (training.outcome):
+agree, in one all-reduce, on the stop flag and the checkpoint time cadence; metrics (`training.metrics.meter`),
+evaluation (`training.evaluation`) and checkpoints (`training.checkpoint`, whose cadence says when) each
+decide when they are due. Failures the package knows end the run as `TrainingFailure` (training.resilience.outcome):
 CUDA out of memory, and a loss or gradient norm non-finite for `nonfinite_patience` steps in a row.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -17,22 +18,27 @@ from contract.errors import ConfigError
 from contract.failures import OUT_OF_MEMORY_ADVICE, FailureCode, failure_line
 from contract.hyperparameters import TrainConfig
 from contract.metrics import CHECKPOINT_AGE_S, CHECKPOINT_OVERDUE, STEP
-from training import watchdog
-from training.checkpoint import CheckpointManager, Owner, current_run_id
-from training.data import GlobalBatchSampler, describe
-from training.distributed import Dist, StopFlag, start_watchdog
+from training.checkpoint.manager import CheckpointManager
+from training.checkpoint.ownership import Owner, current_run_id
+from training.checkpoint.state import LoopState, ModelState, OptimizerState, RngState, ScalerState
+from training.data.datasets import describe
+from training.data.loader import BatchSource, resolve_workers
+from training.data.sampler import GlobalBatchSampler
+from training.environment import container
 from training.evaluation import Evaluator
 from training.job import announce, build_job
-from training.loader import BatchSource, resolve_workers
-from training.meter import AttemptClock, StepMeter, checkpoint_overdue, input_bound_line
-from training.metrics import MetricsLogger
+from training.metrics.logger import MetricsLogger
+from training.metrics.meter import AttemptClock, StepMeter, checkpoint_overdue, input_bound_line
 from training.optim import build_optimizer, build_scheduler
-from training.outcome import Result, TrainingFailure, finish, known_failure
-from training.peers import peer_gone
+from training.parallel.process_group import Dist, default_store
 from training.precision import grad_scaler
-from training.state import LoopState, ModelState, OptimizerState, RngState, ScalerState
+from training.resilience.heartbeat import Heartbeat
+from training.resilience.outcome import Result, TrainingFailure, finish, known_failure
+from training.resilience.peers import peer_gone
+from training.resilience.stop import StopFlag
+from training.resilience.stragglers import StepTiming
+from training.resilience.watchdog import Watchdog
 from training.step import TrainStep
-from training.watchdog import beat
 
 # torch >= 2.5 names it at the top; older ones only as torch.cuda's.
 OutOfMemory = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
@@ -42,12 +48,12 @@ def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = No
     """Run (or resume) the job under this rank's hang watchdog. `stop_at` acts like a stop signal at that step;
     `observe` sees every step's gradients and weights (training.step.TrainStep.observe). Tests use both.
 
-    A run of several ranks that cannot go on ends together (training.peers): a rank that fails tells its peers its
+    A run of several ranks that cannot go on ends together (training.resilience.peers): a rank that fails tells its peers its
     line before it leaves, and a rank whose collective says a peer went away raises `host_lost` or `process_lost`
     naming the ranks and hosts that no longer answer (its peers' watchdogs answer and end theirs with the same)."""
-    dog = start_watchdog(cfg, dist)
+    heartbeat, timing, dog = _watch(cfg, dist)
     try:
-        return _train(cfg, dist, stop, stop_at, observe)
+        return _train(cfg, dist, stop, stop_at, observe, heartbeat, timing)
     except (TrainingFailure, ConfigError) as e:
         if dist.world_size > 1:
             dog.conclude(failed=failure_line(known_failure(e), str(e)))
@@ -57,10 +63,26 @@ def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = No
             raise
         raise TrainingFailure(*dog.conclude(saw=saw)) from None
     finally:
-        watchdog.stop()
+        dog.stop()
+        timing.close()  # rank 0 prints the run's straggler summary
 
 
-def _train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None, observe) -> Result:
+def _watch(cfg: TrainConfig, dist: Dist) -> tuple[Heartbeat, StepTiming, Watchdog]:
+    """This rank's progress marks, its straggler timing, and the hang watchdog over the marks, started: every
+    rank's, and a single process's too, whose loader or I/O can hang as well (it has no peer to wait for or to be
+    slower than). Collective (the ranks' hosts)."""
+    hosts = dist.all_gather_object(container(os.environ).current_host)
+    several = dist.world_size > 1
+    heartbeat = Heartbeat(dist.rank)
+    timing = StepTiming(cfg, rank=dist.rank, world=dist.world_size, hosts=hosts,
+                        gather=dist.gather_floats if several else None)
+    dog = Watchdog(cfg, heartbeat, rank=dist.rank, world=dist.world_size, hosts=hosts, backend=dist.backend,
+                   store=default_store() if several else None)
+    return heartbeat, timing, dog.start()
+
+
+def _train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None, observe, heartbeat: Heartbeat,
+           timing: StepTiming) -> Result:
     clock = AttemptClock()
     job = build_job(cfg, dist)
     optimizer, state = build_optimizer(job.model, cfg), LoopState()
@@ -73,7 +95,7 @@ def _train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None, ob
     checkpoints = CheckpointManager(cfg, dist, {
         "model": ModelState(job.model), "optim": OptimizerState(job.model, optimizer), "scheduler": scheduler,
         "data": sampler, "scaler": ScalerState(scaler), "loop": state, "rng": RngState(dist, state, stream)},
-        owner=Owner(current_run_id(), job.fingerprint), global_batch=job.global_batch)
+        owner=Owner(current_run_id(), job.fingerprint), global_batch=job.global_batch, heartbeat=heartbeat)
     if checkpoints.restore() is None:
         torch.manual_seed(cfg.seed + 1 + stream)
     state.reopen(cfg.max_steps)
@@ -81,14 +103,15 @@ def _train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None, ob
     train_step = TrainStep(job.par, optimizer, scheduler, scaler, job.precision, dist.device, cfg.grad_clip,
                            compile_loss=cfg.compile, observe=observe,
                            loss_chunk_tokens=cfg.loss_chunk_tokens)
-    evaluator = Evaluator(train_step, job.val_set, cfg, dist, job.global_batch, (job.data_rank, job.data_world))
+    evaluator = Evaluator(train_step, job.val_set, cfg, dist, job.global_batch, (job.data_rank, job.data_world),
+                          heartbeat=heartbeat)
     logger = MetricsLogger(cfg.output_data_dir, dist.is_main, cfg.max_steps)
     meter = StepMeter(dist, job.precision, cfg.effective_log_interval, cfg.max_steps, job.global_batch,
                       job.seq_len if job.kind == "tokens" else 1, job.kind, job.flops_per_sample,
                       nonfinite_patience=cfg.nonfinite_patience, count_grad_norm=not scaler.is_enabled())
     workers = resolve_workers(cfg.data_workers, job.train_set)
     # Built after the restore: its workers start from the restored position at the first step.
-    source = BatchSource(job.train_set, sampler, cfg.micro_batch_size, dist.device, workers)
+    source = BatchSource(job.train_set, sampler, cfg.micro_batch_size, dist.device, workers, timing=timing)
     if dist.is_main:
         print(f"[data] {describe(job.train_set)}: {len(job.train_set):,} samples, {workers} loader worker(s) per "
               f"rank{' (data_workers=auto)' if cfg.data_workers is None else ''}", flush=True)
@@ -96,7 +119,7 @@ def _train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None, ob
     clock.training_starts()
     while state.status == "running":
         stopping, time_due = dist.agree(stop.raised or (stop_at is not None and state.step >= stop_at),
-                                        checkpoints.time_due())
+                                        checkpoints.time_due(), waited=timing.waited_at_boundary)
         if stopping:
             state.status = "stopped"
             break
@@ -109,7 +132,8 @@ def _train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None, ob
             raise TrainingFailure(FailureCode.OUT_OF_MEMORY, _oom_message(cfg, job, dist, state.step + 1, e)) from None
         meter.waited(source.data_wait_s)
         state.step += 1
-        beat(state.step)  # the hang watchdog's progress mark; the straggler exchange every log interval (collective)
+        # The hang watchdog's progress mark; the straggler exchange every log interval (collective).
+        timing.stepped(state.step, heartbeat.beat(state.step))
         if meter.due(state.step):
             meter.raise_if_nonfinite(state.step)
             record = meter.record(state.step, sampler, scheduler, scaler)
@@ -137,7 +161,7 @@ def _train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None, ob
     if meter.run_steps or meter.timed_steps:  # this attempt trained: its totals, the stop's save included
         logger.final({STEP: state.step, **_checkpoint_age(checkpoints, meter), **clock.metrics(trained_s),
                       **meter.run_data_wait()})
-    return finish(cfg, dist, job.model, job.export_config, state)
+    return finish(cfg, dist, job.model, job.export_config, state, heartbeat=heartbeat, stragglers=timing.report())
 
 
 def _checkpoint(checkpoints: CheckpointManager, meter: StepMeter, clock: AttemptClock, step: int) -> None:

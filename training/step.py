@@ -23,8 +23,8 @@ from torch.distributed.tensor import DTensor
 
 from contract.hyperparameters import LOSS_CHUNK_TOKENS
 from training.loss import full_cross_entropy, loss_function
+from training.parallel.strategies import Parallelized
 from training.precision import Precision
-from training.strategies import Parallelized
 
 
 def _grad_norm(model, max_norm: float) -> torch.Tensor:
@@ -55,7 +55,7 @@ class TrainStep:
         self.observe = observe
         # The eager loss (what a pipeline's schedule calls); compiled, outside a pipeline, the whole loss (see above).
         self.eager_loss = loss_function(loss_chunk_tokens)
-        compiled = compile_loss and par.pipeline is None
+        compiled = compile_loss and par.pipeline_schedule is None
         self.loss_fn = torch.compile(full_cross_entropy) if compiled else self.eager_loss
         self.optimizer, self.scheduler, self.scaler = optimizer, scheduler, scaler
         self.grad_clip = grad_clip
@@ -71,17 +71,17 @@ class TrainStep:
     def eval_loss(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, int]:
         """(mean loss, samples) of one evaluation micro-batch, pooled over the batch group; no gradients."""
         x, y = share_batch(x, y, self.par.batch_group)
-        if self.par.pipeline is not None:
+        if self.par.pipeline_schedule is not None:
             with self.autocast():
-                return self.par.pipeline.forward_loss(x, y, self.eager_loss), len(x)
+                return self.par.pipeline_schedule.forward_loss(x, y, self.eager_loss), len(x)
         return self.loss(x, y), len(x)
 
     def __call__(self, micro_batches: list) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`micro_batches`: (inputs, targets) pairs on the device. Returns (mean loss, grad norm), unsynced."""
         micro_batches = [share_batch(x, y, self.par.batch_group) for x, y in micro_batches]
-        if self.par.pipeline is not None:
+        if self.par.pipeline_schedule is not None:
             with self.autocast():
-                total = self.par.pipeline.step(micro_batches, self.eager_loss, self.scaler)
+                total = self.par.pipeline_schedule.step(micro_batches, self.eager_loss, self.scaler)
         else:
             total = self._forward_backward(micro_batches)
         grad_norm = None

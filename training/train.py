@@ -2,7 +2,7 @@
 and as the copy `train.py` that the source dir holds at its root next to the `training/` package.
 
 Each process trains (training.loop): one per GPU under torchrun (the toolkit's, or `trainctl local`'s),
-or a single process for `single`. A stop reaches it as the stop file or a signal (training.distributed).
+or a single process for `single`. A stop reaches it as the stop file or a signal (training.parallel.process_group).
 
 Exit codes: 0 when the run completed, stopped early, or was stopped by SIGTERM/SIGINT; 2 for a configuration
 mistake; 1 for the other failures it knows. Every known failure also writes ONE line to the failure file
@@ -33,9 +33,10 @@ if not __package__:
 from contract.errors import ConfigError  # noqa: E402
 from contract.failures import FailureCode, failure_line  # noqa: E402
 from training.config import parse_args  # noqa: E402
-from training.distributed import StopFlag, leave, setup, teardown  # noqa: E402
 from training.environment import write_failure  # noqa: E402
-from training.outcome import TrainingFailure, known_failure  # noqa: E402
+from training.parallel.process_group import leave, setup, teardown  # noqa: E402
+from training.resilience.outcome import TrainingFailure, known_failure  # noqa: E402
+from training.resilience.stop import StopFlag  # noqa: E402
 
 
 def main(argv: list[str] | None = None, *, stop_at: int | None = None) -> int:
@@ -45,14 +46,14 @@ def main(argv: list[str] | None = None, *, stop_at: int | None = None) -> int:
         return _run(sys.argv[1:] if argv is None else argv, stop, stop_at)
     finally:
         # Here, not inside _run: once it returned, neither its frame nor a caught error's traceback holds the
-        # model, whose groups must all go for teardown to end their threads (training.distributed.teardown).
+        # model, whose groups must all go for teardown to end their threads (training.parallel.process_group.teardown).
         teardown()
         stop.uninstall()
 
 
 def entry() -> typing.NoReturn:
     """The entry script's run: once its outcome is written the process ends at once, its exit code that outcome's
-    (training.distributed.leave: tearing the groups down can deadlock, and the process has nothing left to do). An
+    (training.parallel.process_group.leave: tearing the groups down can deadlock, and the process has nothing left to do). An
     error the package does not know is printed with its traceback, as Python would, and ends it with 1."""
     try:
         code = _run(sys.argv[1:], _stop_flag(), None)
@@ -73,7 +74,7 @@ def _run(args: list[str], stop: StopFlag, stop_at: int | None) -> int:
     try:
         cfg = parse_args(args)
         if cfg.strategy == "smp":  # fail before any process group exists, with the image to use
-            from training.strategies.smp import import_smp
+            from training.parallel.strategies.smp import import_smp
 
             import_smp()
         dist = setup(cfg)

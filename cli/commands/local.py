@@ -40,7 +40,7 @@ def data_channels(data: Path | None) -> dict[str, Path] | None:
                         "its train and validation folders)", f"pass the folder that holds it: --data {data.parent}")
     if not data.is_dir():
         raise UserError(f"--data {data}: no such directory",
-                        "create it (python -m training.prepare --out DIR), or pass an existing folder")
+                        "create it (python -m prepare.corpus --out DIR), or pass an existing folder")
     if (data / "train").is_dir():
         channels = {"train": data / "train"}
         if (data / "validation").is_dir():
@@ -110,7 +110,7 @@ def run_request_locally(loaded: LoadedRequest, *, workdir: Path | None, nproc: i
     for name, path in (channels or {}).items():
         if not path.is_dir():
             raise UserError(f"the {name} data folder {path} does not exist",
-                            "create it (python -m training.prepare --out DIR), or pass --data DIR")
+                            "create it (python -m prepare.corpus --out DIR), or pass --data DIR")
     from cli.container_emulator import LocalRunError
 
     if run_local is None:

@@ -96,7 +96,7 @@ def parallel_text(create: dict[str, Any], strategy: str, world: int) -> str:
 
 def mesh_lines(create: dict[str, Any], strategy: str) -> list[str]:
     """The torch-native mesh: its shape, then per host which ranks hold which pipeline stage, replica, shard
-    and tensor slice (jobs.request.parallelism, the layout training.mesh builds)."""
+    and tensor slice (jobs.request.parallelism, the layout training.parallel.mesh builds)."""
     from jobs.catalog import lookup
     from jobs.request.parallelism import describe_layout
 

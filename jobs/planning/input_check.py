@@ -17,7 +17,7 @@ by an assumption written there. With workers, the loader runs beside the step: t
 workers cannot supply (share = 1 - supply / need). With `data_workers=0` each rank loads on its training thread
 between steps: the wait is the whole load time (share = load / (load + compute)), an upper bound (on CUDA the
 thread's load can overlap kernels already queued, where the step does not wait for the GPU). `data_workers:
-auto` is the loader's own rule (contract.data_formats.auto_workers). tests/training/test_loader_ahead.py checks
+auto` is the loader's own rule (contract.data_formats.auto_workers). tests/training/data/test_loader_ahead.py checks
 the workers' formula against the real loader (37.7 ms waited a step, 37.5 predicted).
 """
 
@@ -103,7 +103,7 @@ def data_format(request: Any, m: ModelFacts, dataset_meta: Mapping[str, Any] | s
     if m.kind == "decoder":
         if fmt not in (None, TOKENS):
             raise PlanInputError("sizing.data_format", fmt, "a decoder reads token shards: set it to 'tokens' "
-                                 "(python -m training.prepare_text writes them)")
+                                 "(python -m prepare.text writes them)")
         return TOKENS, source or "a decoder reads token shards"
     if m.kind == "vit" and fmt == TOKENS:
         raise PlanInputError("sizing.data_format", fmt, "a ViT reads images: set it to 'images' (.npy arrays) or "

@@ -77,7 +77,7 @@ class Layout:
         """Samples one model replica runs per forward pass, as the training package runs them: the ranks of a
         tensor/pipeline batch group pool their micro-batches (training.step.share_batch; with micro_batch_per_group
         they read one), and a pipeline step splits the pooled batch into `microbatches` chunks
-        (training.pipeline.Pipeline). Fractional where they do not divide: check_parallelism refuses those, the
+        (training.parallel.pipeline_parallel.PipelineSchedule). Fractional where they do not divide: check_parallelism refuses those, the
         sizing still reads."""
         pooled = micro_batch * (1 if per_group else self.tensor * self.pipeline)
         return pooled / self.microbatches if self.pipeline > 1 else pooled
@@ -138,7 +138,7 @@ class Numerics:
     reshard_after_forward: bool
     compile: bool
     async_checkpoint: bool
-    checkpointing_policy: str = "full"  # what activation_checkpointing recomputes (training.speedups)
+    checkpointing_policy: str = "full"  # what activation_checkpointing recomputes (training.models.speedups)
     per_group: bool = False  # micro_batch_per_group: a tensor/pipeline batch group reads one micro-batch
     loss_chunk_tokens: int = LOSS_CHUNK_TOKENS  # the cross-entropy's chunk (training.loss); 0: computed whole
 

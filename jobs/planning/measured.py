@@ -103,7 +103,7 @@ def _prediction(section: dict[str, Any], hps: Mapping[str, Any]) -> tuple[dict[s
                                                "does not reach the job")
     seconds = step_time(m, n, spec, layout).total
     samples = n.step_samples(layout.gpus)
-    # The MFU metric's own formula (training.meter): FLOPs of the step's samples over the GPUs' peak.
+    # The MFU metric's own formula (training.metrics.meter): FLOPs of the step's samples over the GPUs' peak.
     mfu = m.flops_per_sample * samples / seconds / (spec.gpu.peak_tflops * 1e12 * layout.gpus)
     return {"degrees": layout.degrees(), "predicted_step_time_s": round(seconds, 6),
             "predicted_mfu": round(mfu, 4)}, ""

@@ -11,10 +11,10 @@ residual stream's bytes): the two LayerNorm inputs 2 x r.h; saved matmul inputs 
 a.4h; q, k, v 3a.h and the attention output a.h; the GELU input a.4h: 2r.h + 15a.h. The residual stream is fp32
 under autocast (single, ddp, and tp or hybrid without a data dimension: the token table's output is fp32, r = 4)
 and in the compute dtype where FSDP's MixedPrecisionPolicy casts the parameters instead (fsdp, hsdp, and the
-data dimension of tp and pp: training.strategies, use_autocast=False; r = a). With activation checkpointing a
+data dimension of tp and pp: training.parallel.strategies, use_autocast=False; r = a). With activation checkpointing a
 block keeps only its input (r.h) and one block is live while it is recomputed. A decoder's loss is the package's
 (training.loss, chosen by training.step; `loss_bytes`), over the vocabulary V, the logits gathered whole under
-tensor parallelism (training.strategies.tp), beside the head's input ((r + a).h a token):
+tensor parallelism (training.parallel.strategies.tp), beside the head's input ((r + a).h a token):
   - full (loss_chunk_tokens = 0; the calibration rows'): per token the logits (a), their fp32 copy (4) and its
     log-softmax (4): (a + 8).V. (Measured on CPU with a bf16 head: 12.V, at backward's start the kept log-softmax,
     its gradient and the input's; the H100 calibration rows are fitted with the forward's (a + 8).V.)
@@ -93,7 +93,7 @@ def block_activation_bytes(m: ModelFacts, n: Numerics, layout: Layout) -> float:
 
 
 def selective_block_bytes(m: ModelFacts, n: Numerics, layout: Layout) -> float:
-    """Saved bytes per token of one block under selective checkpointing (training.speedups): its input (r.h),
+    """Saved bytes per token of one block under selective checkpointing (training.models.speedups): its input (r.h),
     the outputs of attention (a.h) and of the 1st and 3rd matmuls, qkv (3a.h) and fc (4a.h). The norms' and
     GELU's outputs and the proj and out matmuls' are recomputed."""
     return residual_bytes(n, layout) * m.hidden + 8 * n.compute_bytes * m.hidden
@@ -171,12 +171,12 @@ def memory_per_gpu(m: ModelFacts, n: Numerics, layout: Layout) -> Memory:
             extra += grads  # the gradients accumulate in .grad: a later micro-step's forward runs beside them
     else:
         if layout.shard > 1 and layout.pipeline > 1:
-            # A pipeline's stages stay gathered from forward to backward (training.strategies.pp:
+            # A pipeline's stages stay gathered from forward to backward (training.parallel.strategies.pp:
             # reshard_after_forward=False, 1F1B interleaves micro-batches), in the compute dtype.
             extra += n.compute_bytes * m.params / (layout.tensor * layout.pipeline)
         elif layout.shard > 1:
             # FSDP2 gathers one block at a time, in the compute dtype (MixedPrecisionPolicy's param_dtype); the
-            # root (token table, head) stays gathered (training.strategies.fsdp: reshard_after_forward=False).
+            # root (token table, head) stays gathered (training.parallel.strategies.fsdp: reshard_after_forward=False).
             extra += n.compute_bytes * m.block_params / layout.tensor
             root = m.params - m.layers * m.block_params
             if root > 0:

@@ -38,7 +38,7 @@ class ModelFacts:
     kind: str  # decoder, vit, other
     params: int
     param_tensors: int  # optimizers keep one `step` scalar per tensor
-    flops_per_sample: float  # training (forward + backward), training.flops' convention (the MFU metric's)
+    flops_per_sample: float  # training (forward + backward), training.metrics.flops' convention (the MFU metric's)
     tokens: int = 1  # per sample: sequence length, or patches + class token
     layers: int = 0
     hidden: int = 0
@@ -56,7 +56,7 @@ class ModelFacts:
 
     def pipeline_bottleneck(self, stages: int) -> float:
         """The slowest of `stages` pipeline stages over an even share of the work, for the cut the training
-        package makes (contract.pipeline_cut): blocks weighed by training FLOPs per token as training.flops
+        package makes (contract.pipeline_cut): blocks weighed by training FLOPs per token as training.metrics.flops
         weighs them (6 per block parameter, plus attention), a decoder's output projection on the last stage,
         its token table weighing nothing, a ViT's patch convolution on the first. 1.0 for a model whose blocks are not known, or for one stage. An
         interleaved schedule's two stages per rank are taken as one."""
@@ -96,7 +96,7 @@ def vit_params(c: ViTConfig) -> tuple[int, int]:
 
 def gpt_facts(c: GPTConfig, label: str) -> ModelFacts:
     params, tensors = gpt_params(c)
-    # training.flops' convention, the one the MFU metric divides: 6 per matmul parameter per token (the token and
+    # training.metrics.flops' convention, the one the MFU metric divides: 6 per matmul parameter per token (the token and
     # position tables do no matmul), plus attention's 12 x width x sequence per layer.
     tables = (c.vocab_size + c.seq_len) * c.d_model
     flops = (6 * (params - tables) + 12 * c.n_layer * c.d_model * c.seq_len) * c.seq_len
@@ -107,7 +107,7 @@ def gpt_facts(c: GPTConfig, label: str) -> ModelFacts:
 def vit_facts(c: ViTConfig, label: str) -> ModelFacts:
     params, tensors = vit_params(c)
     t, h = c.num_patches + 1, c.d_model
-    # training.flops' convention (the MFU metric's): the patch convolution 4 per parameter per token (no pixel
+    # training.metrics.flops' convention (the MFU metric's): the patch convolution 4 per parameter per token (no pixel
     # gradient), the class token and position table nothing, the classifier 6 per parameter per image.
     patch = c.channels * c.patch_size ** 2 * h + h
     tables = h + t * h

@@ -20,7 +20,7 @@ from jobs.planning.layout import Layout, Numerics
 from jobs.planning.memory import activation_bytes, optimizer_bytes
 from jobs.planning.shape import ModelFacts
 
-# Matmul efficiency: the share of the data-sheet peak (contract.gpus) a step's FLOPs (training.flops' count) run
+# Matmul efficiency: the share of the data-sheet peak (contract.gpus) a step's FLOPs (training.metrics.flops' count) run
 # at, per GPU generation, times width / (width + WIDTH_HALF) for the per-GPU matmul width (hidden / tensor degree:
 # tensor parallelism's smaller matmuls run slower). One efficiency for every GPU (0.75) made H100 runs 10-20% too
 # fast (H100:A100 2.9x where MPT measured 2.3x). Fitted by least squares on log(predicted / measured) over
@@ -95,7 +95,7 @@ def micro_compute(m: ModelFacts, n: Numerics, spec: InstanceSpec, layout: Layout
     traffic_s = traffic / (gpu.memory_gbps * 1e9)
     if n.selective:
         # Selective checkpointing recomputes the elementwise passes (all of the traffic) and 5 of a block's 12 h^2
-        # matmul weights (proj and out, training.speedups), not attention: that share of full recomputation's
+        # matmul weights (proj and out, training.models.speedups), not attention: that share of full recomputation's
         # measured cost.
         share = (SELECTIVE_MATMUL_SHARE * matmul_s + traffic_s) / (matmul_s + traffic_s)
         return (matmul_s + traffic_s) * (1 + (RECOMPUTE_FACTOR - 1) * share)
@@ -147,7 +147,7 @@ def _data_parallel_comm(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Lay
 def step_time(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout) -> StepTime:
     """`n`: the rank's numerics (micro_batch_size per rank). Each of the rank's `accum` micro-batches is one forward
     and backward of the batch group's pooled samples; with a pipeline, one pipeline step of `chunks` forward
-    passes that fills and drains the pipeline (training.pipeline.Pipeline.step runs a schedule per micro-batch)."""
+    passes that fills and drains the pipeline (training.parallel.pipeline_parallel.PipelineSchedule.step runs a schedule per micro-batch)."""
     accum, chunks, stages, v = n.accum(n.readers(lay)), lay.chunks(), lay.pipeline, lay.stages_per_rank
     fwd_n = replace(n, micro_batch=lay.forward_batch(n.micro_batch, n.per_group))
     # A pipeline runs at its slowest stage's pace: an even split of the work is the best case.

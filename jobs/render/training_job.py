@@ -138,7 +138,7 @@ def render_create_training_job(
         "CheckpointConfig": {"S3Uri": checkpoint_s3_uri(platform, run_id), "LocalPath": CHECKPOINT_DIR},
         # The run's marker and the attempt's epoch last: a request may set neither (jobs.request.environment_rules
         # refuses them); the marker tells the run's own job from one that took its name, the epoch fences the
-        # checkpoint folder against an older attempt still writing (training.fencing).
+        # checkpoint folder against an older attempt still writing (training.checkpoint.fencing).
         "Environment": {**PLATFORM_ENVIRONMENT, **request.environment, **_secrets(request), ENV_RUN_ID: run_id,
                         ENV_EPOCH: str(attempt if epoch is None else epoch)},
         "ProfilerConfig": _profiler(request, platform, run_id),

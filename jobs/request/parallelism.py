@@ -2,7 +2,7 @@
 
 Standard library only: the launcher's rules call `check_parallelism` before anything starts, the renderer
 calls `request_hyperparameters` (contract.parallel.parallel_hyperparameters), and `trainctl plan` prints `describe_layout`. The training package builds
-the same mesh (`training.mesh`); the rules, the degrees and the rank map are `contract.parallel`'s, which
+the same mesh (`training.parallel.mesh`); the rules, the degrees and the rank map are `contract.parallel`'s, which
 the training package checks too, naming its hyperparameters where these name the request's fields.
 """
 

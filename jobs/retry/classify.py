@@ -36,7 +36,7 @@ class Category(enum.StrEnum):
     USER_ERROR = "user_error"
     MAX_RUNTIME = "max_runtime"
     # Another execution of the run holds it (jobs.registry), or a newer attempt claimed its checkpoints
-    # (training.fencing): this execution must not launch or write, and ends.
+    # (training.checkpoint.fencing): this execution must not launch or write, and ends.
     SUPERSEDED = "superseded"
     # The platform's own setup refused the launch (the launcher may not pass the execution role, create or tag the
     # job): nothing in the request can fix it, and no wait will.
@@ -118,17 +118,17 @@ RULES: tuple[Rule, ...] = (
     Rule(r"/MaxRuntimeExceeded\b", (Source.STATUS,), Category.MAX_RUNTIME,
          "the attempt reached max_runtime_hours: {short}"),
     Rule(r"/Stopped\b", (Source.STATUS,), Category.INTERRUPTION, STOPPED, unless=r"MaxPendingTime"),
-    # The training package's hang watchdog (training.watchdog): a rank stopped progressing; the line names it and
+    # The training package's hang watchdog (training.resilience.watchdog): a rank stopped progressing; the line names it and
     # its host. Like a collective timeout, a fresh, health-checked instance cures the usual causes.
     Rule(head_pattern(FailureCode.HANG), JOB_TEXT, Category.HARDWARE,
          "a rank stopped progressing (hang), retried on a health-checked instance: {short}",
          action=Response.RETRY_CHECKED),
-    # Every rank of a host stopped answering at once (training.peers): the instance was lost. A process killed on a
+    # Every rank of a host stopped answering at once (training.resilience.peers): the instance was lost. A process killed on a
     # live host (`process_lost`, most often the out-of-memory killer) is the user's, with the rule below.
     Rule(head_pattern(FailureCode.HOST_LOST), JOB_TEXT, Category.HARDWARE,
          "an instance was lost mid-run, retried on a health-checked instance: {short}",
          action=Response.RETRY_CHECKED),
-    # A newer attempt of the run claimed its checkpoint folder (training.fencing): whoever runs it, not this run.
+    # A newer attempt of the run claimed its checkpoint folder (training.checkpoint.fencing): whoever runs it, not this run.
     Rule(head_pattern(FailureCode.SUPERSEDED), JOB_TEXT, Category.SUPERSEDED,
          "a newer attempt of the run writes its checkpoints, so this one stopped: {short}", action=Response.FAIL),
     # The training package's own verdict (contract.failures), inside "AlgorithmError: ...": the user's to fix.

@@ -35,7 +35,7 @@ def test_layout_train_py_at_the_root_next_to_the_package(tmp_path):
     names = [m.name for m in members]
     assert names == sorted(names)
     assert "train.py" in names and "training/train.py" in names and "training/config.py" in names
-    assert "training/strategies/fsdp.py" in names and "training/models/gpt.py" in names
+    assert "training/parallel/strategies/fsdp.py" in names and "training/models/gpt.py" in names
     assert "contract/hyperparameters.py" in names and not [n for n in names if n.startswith(("jobs/", "cli/"))]
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     assert "requirements.txt" not in names

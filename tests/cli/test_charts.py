@@ -203,7 +203,7 @@ def test_local_chart_draws_the_work_folders_runs(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_local_chart_of_a_real_run(tmp_path, monkeypatch):
     """The real engine, one process: the chart is drawn from the metrics file the training loop wrote."""
-    from training.prepare import prepare
+    from prepare.corpus import prepare
 
     monkeypatch.chdir(tmp_path)
     prepare(tmp_path / "corpus", val_fraction=0.25, max_bytes=300_000, shard_bytes=200_000)

@@ -110,7 +110,7 @@ def test_a_channel_on_s3_without_local_data_is_a_user_error(tmp_path, monkeypatc
 @pytest.mark.slow
 def test_local_runs_the_request_with_two_processes(corpus_dir, tmp_path):
     """The real engine: torchrun, 2 gloo ranks, FSDP on the tiny GPT, checkpoints and a final model."""
-    from training.prepare import prepare
+    from prepare.corpus import prepare
 
     shutil.rmtree(corpus_dir)
     counts = prepare(corpus_dir, val_fraction=0.25, max_bytes=300_000, shard_bytes=200_000)

@@ -1,7 +1,7 @@
 """Two attempts of one run on one checkpoint folder: two real `trainctl local` processes, the second started while the
 first still trains (a resume the launcher did not know was not needed, a job it lost track of). Each invocation is a
 newer epoch (cli.container_emulator.next_epoch); the newer claims the folder at its start, and the older stops
-before it writes again, naming both epochs (training.fencing), so the newer one's checkpoints stay intact."""
+before it writes again, naming both epochs (training.checkpoint.fencing), so the newer one's checkpoints stay intact."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import pytest
 from contract.container import FENCE_FILE, FENCE_KEY
 from contract.failures import FailureCode, parse_failure_line
 from tests.training.helpers import write_corpus
-from training.checkpoint import MARKER, why_invalid
-from training.watchdog import ENV_TEST_SLOW
+from training.checkpoint.markers import MARKER, why_invalid
+from training.resilience.heartbeat import ENV_TEST_SLOW
 
 pytestmark = pytest.mark.slow
 

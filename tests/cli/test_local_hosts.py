@@ -38,9 +38,10 @@ from tests.training.instances import (
     when,
 )
 from tests.training.test_conformance import TOLERANCES
-from training.checkpoint import MARKER
-from training.distributed import StopFlag, setup
+from training.checkpoint.markers import MARKER
 from training.loop import train
+from training.parallel.process_group import setup
+from training.resilience.stop import StopFlag
 
 pytestmark = pytest.mark.slow
 
@@ -114,7 +115,7 @@ def test_a_two_instance_run_keeps_its_checkpoints_in_s3(straight):
     pruned every step it could not see complete, the new one included, and the sync deleted them from S3)."""
     s3 = straight / S3_CHECKPOINTS
     assert complete_steps(s3) == ["step-38", "step-40"]
-    # The older steps pruned, from S3 too; the run's claim (training.fencing) reached it as well.
+    # The older steps pruned, from S3 too; the run's claim (training.checkpoint.fencing) reached it as well.
     assert sorted(p.name for p in s3.iterdir()) == [FENCE_FILE, "step-38", "step-40"]
     for host, own in (("algo-1", "__0_0.distcp"), ("algo-2", "__1_0.distcp")):
         local = straight / host / "checkpoints" / "step-40"

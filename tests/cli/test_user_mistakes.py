@@ -106,14 +106,14 @@ def _without_train(*args, cwd: Path) -> subprocess.CompletedProcess:
 
 def test_local_without_torch_says_what_to_install_and_its_data_hint_works(tmp_path):
     """A `[cli]` install: the workers' ModuleNotFoundError came as a traceback, and the hint for the missing data
-    folder (python -m training.prepare) failed without numpy."""
+    folder (python -m prepare.corpus) failed without numpy."""
     local = _without_train("cli", "local", DATA / "local-tiny.json", "--workdir", tmp_path / "w", cwd=tmp_path)
     assert local.returncode == 2 and "Traceback" not in local.stderr, local.stderr
     assert "trainctl local runs the training package on this machine, and it needs torch, numpy" in local.stderr
     assert "pip install 'sagemaker-training-platform[train]'" in local.stderr
     assert not (tmp_path / "w").exists()
 
-    prepared = _without_train("training.prepare", "--out", tmp_path / "corpus", "--max-bytes", "20000",
+    prepared = _without_train("prepare.corpus", "--out", tmp_path / "corpus", "--max-bytes", "20000",
                               "--shard-bytes", "10000", cwd=tmp_path)
     assert prepared.returncode == 0, prepared.stderr
     assert json.loads((tmp_path / "corpus" / "train" / "meta.json").read_text())["dtype"] == "uint16"

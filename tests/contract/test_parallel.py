@@ -1,6 +1,6 @@
 """contract.parallel: the degrees' rules once, read by the launcher (request fields) and the training
 package (hyperparameters). The two audiences' own tests are tests/jobs/request/test_parallelism.py and
-tests/training/test_parallel_models.py; these check what they share."""
+tests/training/parallel/test_parallel_models.py; these check what they share."""
 
 from __future__ import annotations
 

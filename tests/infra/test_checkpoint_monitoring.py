@@ -15,9 +15,10 @@ from contract.metrics import METRIC_NAMES, METRIC_NAMESPACE, format_metrics, par
 from platform_constructs.monitoring import LauncherMonitoringProps
 from tests.launcher.conftest import launcher_stack_template
 from tests.training.helpers import SEQ, config, write_tokens
-from training.distributed import StopFlag, setup
 from training.loop import train
-from training.meter import checkpoint_overdue
+from training.metrics.meter import checkpoint_overdue
+from training.parallel.process_group import setup
+from training.resilience.stop import StopFlag
 
 ALARM = "mltrain-training-checkpoint-overdue"
 

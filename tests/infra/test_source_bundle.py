@@ -22,7 +22,7 @@ def test_asset_holds_the_entry_script_and_the_package(cdk_out):
     with tarfile.open(path) as archive:
         names = archive.getnames()
     assert "train.py" in names
-    assert "training/loop.py" in names and "training/strategies/fsdp.py" in names
+    assert "training/loop.py" in names and "training/parallel/strategies/fsdp.py" in names
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
 
 

@@ -35,7 +35,7 @@ def test_a_metric_line_parses():
 
 def test_training_package_lines_parse_back():
     # One source of truth: the training package prints exactly the names contract.metrics defines.
-    from training.metrics import format_metrics
+    from training.metrics.logger import format_metrics
 
     record = {"step": 120, "epoch": 1.25, "train_loss": 2.31415, "val_loss": 2.5, "lr": 0.0003, "grad_norm": 0.875,
               "tokens_per_sec": 12345.6, "samples_per_sec": 48.2, "step_time_ms": 85.2, "mfu": 0.412,

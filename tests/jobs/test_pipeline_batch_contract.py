@@ -2,7 +2,7 @@
 
 One request, two readings: the planner's candidate for the layout the job renders, and what the training package
 makes of the rendered hyperparameters on the same cluster (TrainConfig.batch_layout over the world size, the mesh,
-and training.strategies.pp's micro-batch count). A tensor/pipeline group pools its ranks' micro-batches
+and training.parallel.strategies.pp's micro-batch count). A tensor/pipeline group pools its ranks' micro-batches
 (training.step.share_batch), and a pipeline step splits the pooled batch into pp_microbatches chunks.
 """
 
@@ -18,8 +18,8 @@ from jobs.planning import plan_request
 from jobs.render.training_job import render_create_training_job
 from jobs.request.parse import parse_request
 from jobs.request.platform_rules import validate_for_platform
-from training.mesh import resolve_degrees
-from training.strategies.pp import microbatches
+from training.parallel.mesh import checked_degrees
+from training.parallel.strategies.pp import pipeline_microbatches
 
 from .test_training_contract import toolkit_args
 
@@ -67,8 +67,8 @@ def test_the_planners_step_is_the_training_packages(platform, name):
     # The training package's reading of the rendered job.
     cfg = training_config.parse_args(toolkit_args(create["HyperParameters"]), env={})
     global_batch, accum = cfg.batch_layout(world)
-    degrees = resolve_degrees(cfg, world, per_host)
-    chunks = microbatches(cfg, degrees) if degrees.pp > 1 else 1
+    degrees = checked_degrees(cfg, world, per_host)
+    chunks = pipeline_microbatches(cfg, degrees) if degrees.pp > 1 else 1
     pooled = cfg.micro_batch_size * degrees.pp * degrees.tp  # one micro-batch of the batch group
     # The planner's.
     cand = planned(req, values)

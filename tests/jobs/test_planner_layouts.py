@@ -21,7 +21,7 @@ from jobs.render.training_job import render_create_training_job
 from jobs.request.parallelism import check_parallelism
 from jobs.request.parse import parse_request
 from jobs.request.platform_rules import validate_for_platform
-from training.mesh import resolve_degrees
+from training.parallel.mesh import checked_degrees
 
 from .test_training_contract import toolkit_args
 
@@ -115,7 +115,7 @@ def test_every_layout_the_plan_shows_renders_to_a_request_the_rules_accept(platf
         if c.layout.strategy in ("ddp", "fsdp", "single"):
             continue
         cfg = training_config.parse_args(toolkit_args(create["HyperParameters"]), env={})
-        mesh = resolve_degrees(cfg, count * per_host, per_host)
+        mesh = checked_degrees(cfg, count * per_host, per_host)
         assert (mesh.pp, mesh.replicate, mesh.shard, mesh.tp) == (
             c.layout.pipeline, c.layout.replicate, c.layout.shard, c.layout.tensor), fields
         assert cfg.pp_schedule == c.layout.schedule or c.layout.pipeline == 1
@@ -131,8 +131,8 @@ def test_a_shown_layout_the_package_refuses_says_so_through_the_same_rule():
 
 
 def test_selective_checkpointing_costs_between_none_and_full():
-    # Memory: the blocks keep r.h + 8a.h per token (training.speedups keeps attention's and the 1st and 3rd
-    # matmuls' outputs; tests/training/test_selective_checkpointing.py measures it), against 2r.h + 15a.h without
+    # Memory: the blocks keep r.h + 8a.h per token (training.models.speedups keeps attention's and the 1st and 3rd
+    # matmuls' outputs; tests/training/models/test_selective_checkpointing.py measures it), against 2r.h + 15a.h without
     # checkpointing and r.h with full. Time: the elementwise passes and 5/12 of the matmuls again, not the whole
     # forward.
     spec = catalog.lookup("ml.p4de.24xlarge")

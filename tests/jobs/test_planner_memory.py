@@ -107,15 +107,15 @@ def test_sharding_divides_state_and_checkpointing_cuts_activations():
 
 @pytest.mark.parametrize(("model", "size"), [("gpt", "tiny"), ("gpt", "small"), ("vit", "tiny")])
 def test_the_planner_counts_flops_as_the_mfu_metric_does(model, size):
-    # One convention (training.flops): the planner's time and the metric's MFU divide the same FLOPs.
-    from training.flops import honest_flops_per_sample
+    # One convention (training.metrics.flops): the planner's time and the metric's MFU divide the same FLOPs.
+    from training.metrics.flops import honest_flops_per_sample
     net = build_model(TrainConfig(model=model, model_size=size), {})
     assert model_facts(model, size).flops_per_sample == honest_flops_per_sample(net)
 
 
 def test_one_peak_per_gpu_for_the_planner_and_the_mfu_metric():
     from jobs.catalog import GPUS
-    from training.metrics import peak_flops
+    from training.metrics.logger import peak_flops
     for key, gpu in GPUS.items():
         assert peak_flops(f"NVIDIA {key.split('-')[0]} 80GB") == gpu.peak_tflops * 1e12, key
     assert peak_flops("NVIDIA A10G") == 70e12  # not the A10's 125 (contract.gpus says why)

@@ -43,7 +43,7 @@ def test_the_section_holds_the_layout_the_measurement_and_the_planners_figure():
     assert section["step_time_s"] == 0.4 and section["mfu"] == 0.31
     assert section["predicted_step_time_s"] == pytest.approx(predicted.total, rel=1e-5)
     assert section["measured_over_predicted"] == pytest.approx(0.4 / predicted.total, abs=1e-4)
-    # The MFU metric's formula (training.meter) at the predicted time: 512 samples' FLOPs over 16 GPUs' peak.
+    # The MFU metric's formula (training.metrics.meter) at the predicted time: 512 samples' FLOPs over 16 GPUs' peak.
     flops = model_facts("gpt", "1b", None, n.seq_len).flops_per_sample * 512
     assert section["predicted_mfu"] == pytest.approx(flops / predicted.total / (lookup(P5).gpu.peak_tflops * 1e12 * 16),
                                                      abs=1e-4)

@@ -266,7 +266,7 @@ def test_dashboard_shows_executions_and_gpu_utilization(launcher_template):
         "ExecutionsFailed",
         "GPUUtilization",
         "tokens_per_sec",
-        "slowest_rank_ratio",  # stragglers (training.stragglers)
+        "slowest_rank_ratio",  # stragglers (training.resilience.stragglers)
         "startup_s", "train_s", "checkpoint_s", "eval_s",  # where each attempt's time went (jobs.outcome.run_record)
     ):
         assert expected in body, expected

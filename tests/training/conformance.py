@@ -29,7 +29,7 @@ STEPS, SAVED_AT = 4, 2
 CLIP = 0.05
 BASE = dict(optimizer="sgd", lr=0.5, weight_decay=0.0, grad_clip=CLIP, lr_schedule="constant", warmup_steps=0,
             max_steps=STEPS, checkpoint_interval=SAVED_AT, keep_checkpoints=2, log_interval=1, eval_interval=0,
-            precision="fp32", model="tests.training.test_parallel_models:gpt4",
+            precision="fp32", model="tests.training.parallel.test_parallel_models:gpt4",
             # The package's chunked loss, in chunks that split every rank's micro-batch (16 tokens a sample) at
             # other places than one process's pooled batch: each cell checks its sum against one process too.
             loss_chunk_tokens=5)
@@ -40,7 +40,7 @@ LAYOUTS: dict[str, tuple[int, dict]] = {
     "ddp": (2, {"strategy": "ddp"}),
     "fsdp": (2, {"strategy": "fsdp"}),
     "tp_sp": (2, {"strategy": "tp", "tp_degree": 2}),  # sequence parallel: the probe passes at 16 tokens / 2
-    "tp": (2, {"strategy": "tp", "tp_degree": 2, "model": "tests.training.test_parallel_models:gpt4_no_sp"}),
+    "tp": (2, {"strategy": "tp", "tp_degree": 2, "model": "tests.training.parallel.test_parallel_models:gpt4_no_sp"}),
     "pp_1f1b": (2, {"strategy": "pp", "pp_degree": 2, **PP}),
     "pp_interleaved": (2, {"strategy": "pp", "pp_degree": 2, "pp_schedule": "interleaved_1f1b", **PP}),
     "pp_gpipe": (2, {"strategy": "pp", "pp_degree": 2, "pp_schedule": "gpipe", **PP}),
@@ -148,8 +148,9 @@ class Observer:
 def run_cell(root: Path, cfg, resume_from: Path | None) -> None:
     """Train one run of a cell; rank 0 writes what it observed to root/observed.pt. A resumed run is not
     observed: its losses and exported weights are compared with the uninterrupted run's."""
-    from training.distributed import StopFlag, setup
     from training.loop import train
+    from training.parallel.process_group import setup
+    from training.resilience.stop import StopFlag
 
     dist = setup(cfg)
     if resume_from is not None:
@@ -181,7 +182,7 @@ def worker(rank: int, world: int, port: int, runs: list) -> None:
     import os
 
     from training.config import from_environment
-    from training.distributed import teardown
+    from training.parallel.process_group import teardown
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
@@ -199,7 +200,7 @@ def spawn_cells(world: int, root: Path, corpus: Path) -> None:
 
 def run_references(root: Path, corpus: Path) -> None:
     """The one process of every matched feature, with the global batch of 2 and of 4 ranks."""
-    from training.distributed import teardown
+    from training.parallel.process_group import teardown
 
     for world in sorted({w for w, _ in LAYOUTS.values()}):
         for feature in FEATURES:

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from tests.training.helpers import LOCAL_HPS, create_request
-from training.checkpoint import why_invalid
+from training.checkpoint.markers import why_invalid
 
 HPS = {**LOCAL_HPS, "max_steps": 8, "checkpoint_interval": 2, "keep_checkpoints": 2, "eval_interval": 0}
 

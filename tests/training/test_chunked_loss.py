@@ -2,7 +2,7 @@
 saves, measured on CPU.
 
 Memory is the loss's peak over forward and backward beside its input logits: torch.profiler's allocator events carry
-the running total (as tests/training/test_selective_checkpointing.py reads them); the peak less the total before the
+the running total (as tests/training/models/test_selective_checkpointing.py reads them); the peak less the total before the
 first event. Measured (torch 2.13 and 2.8.0 alike, CPU, 8192 tokens x a 50,368 vocabulary, bf16 logits, chunks of
 1024 tokens; `python -m pytest -n 0 -q -s tests/training/test_chunked_loss.py` prints them, `python -m
 bench.chunked_loss` adds fp32 and torch.compile):
@@ -142,11 +142,11 @@ def test_with_compile_the_step_compiles_the_whole_loss_and_trains_alike():
     otherwise."""
     from bench.step_overhead import build, fixed_batch
     from contract.hyperparameters import TrainConfig
-    from training.distributed import Dist
     from training.optim import build_optimizer, build_scheduler
+    from training.parallel.process_group import Dist
+    from training.parallel.strategies import apply_strategy
     from training.precision import grad_scaler, resolve_precision
     from training.step import TrainStep
-    from training.strategies import apply_strategy
 
     device, results = torch.device("cpu"), {}
     for compiled in (False, True):

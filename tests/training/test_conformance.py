@@ -39,8 +39,9 @@ from tests.training.conformance import (
     spawn_cells,
 )
 from tests.training.helpers import max_diff, weights
-from training.distributed import StopFlag, setup, teardown
 from training.loop import train
+from training.parallel.process_group import setup, teardown
+from training.resilience.stop import StopFlag
 
 pytestmark = pytest.mark.slow
 
@@ -144,7 +145,7 @@ def test_a_layouts_checkpoint_resumes_on_one_process(matrix, corpus, tmp_path, m
     shutil.copytree(run / "checkpoints" / f"step-{SAVED_AT}", tmp_path / "checkpoints" / f"step-{SAVED_AT}")
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(var, raising=False)
-    # The layout's own model: a checkpoint records the model it was written by (training.checkpoint's owner).
+    # The layout's own model: a checkpoint records the model it was written by (training.checkpoint.ownership).
     model = LAYOUTS[layout][1].get("model")
     cfg = cell_config(tmp_path, corpus, None, "accumulation_checkpointing", world, model)
     try:

@@ -13,10 +13,11 @@ import torch
 from safetensors.torch import load_file
 
 from tests.training.helpers import config, max_diff, weights
-from training.checkpoint import MARKER
-from training.distributed import StopFlag, setup
+from training.checkpoint.markers import MARKER
 from training.export import _write_safetensors
 from training.loop import train
+from training.parallel.process_group import setup
+from training.resilience.stop import StopFlag
 
 
 def run(cfg, stop_at=None):
@@ -162,7 +163,7 @@ def _strict(text: str):
 def test_every_json_file_a_run_writes_is_strict_json(tmp_path, corpus):
     """A run without evaluations wrote its best validation loss as a bare `Infinity` into training_status.json,
     and a NaN metric as `NaN` into metrics.jsonl: JSON has no such words, and strict readers refuse the file."""
-    from training.metrics import strict_json
+    from training.metrics.logger import strict_json
 
     run(config(tmp_path, corpus, eval_interval=0, checkpoint_interval=2, max_steps=4))
     status = _strict((tmp_path / "output" / "training_status.json").read_text())

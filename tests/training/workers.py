@@ -8,9 +8,10 @@ import torch
 
 from training import job
 from training.config import from_environment, parse_args
-from training.distributed import StopFlag, setup, teardown
 from training.job import META_INIT_MIN_PARAMS
 from training.loop import train
+from training.parallel.process_group import setup, teardown
+from training.resilience.stop import StopFlag
 
 
 def run_scenarios(rank: int, world: int, port: int, runs: list[tuple[dict, int | None]]) -> None:

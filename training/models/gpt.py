@@ -31,7 +31,7 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
-    # Tensor parallelism (training.strategies.tp): Megatron's split, one all-reduce per attention and per MLP.
+    # Tensor parallelism (training.parallel.strategies.tp): Megatron's split, one all-reduce per attention and per MLP.
     tp_plan = {"attn.qkv": "colwise", "attn.proj": "rowwise", "fc": "colwise", "out": "rowwise"}
     # With sequence parallelism: the norms on sequence shards, the attention gathering the whole sequence
     # first (it reads its length), the row-parallel outputs reduce-scattered back onto the sequence.
@@ -57,7 +57,7 @@ class Block(nn.Module):
 
 class GPT(nn.Module):
     data_kind = "tokens"
-    # What a pipeline's first stage keeps before `blocks`, and its last stage after them (training.pipeline).
+    # What a pipeline's first stage keeps before `blocks`, and its last stage after them (training.parallel.pipeline_parallel).
     pipeline_edges = (("tok", "pos", "drop"), ("ln_f", "head"))
     # Outside the blocks: the vocabulary-sized tables, split by vocabulary (the logits gathered whole).
     tp_plan = {"tok": "embedding", "head": "colwise_gather"}

@@ -39,9 +39,9 @@ class EncoderBlock(nn.Module):
 class ViT(nn.Module):
     data_kind = "images"
     pipeline_edges = (("patch", "cls", "pos"), ("ln_f", "head"))  # see gpt.GPT
-    table_params = ("cls", "pos")  # added to the patches, never multiplied: no FLOPs (training.flops)
-    per_sample_modules = ("head",)  # reads the class token alone: its FLOPs are per image (training.flops)
-    input_modules = ("patch",)  # reads the pixels, which need no gradient (training.flops)
+    table_params = ("cls", "pos")  # added to the patches, never multiplied: no FLOPs (training.metrics.flops)
+    per_sample_modules = ("head",)  # reads the class token alone: its FLOPs are per image (training.metrics.flops)
+    input_modules = ("patch",)  # reads the pixels, which need no gradient (training.metrics.flops)
 
     def __init__(self, c: ViTConfig) -> None:
         super().__init__()

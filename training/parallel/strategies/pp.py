@@ -1,0 +1,62 @@
+"""Pipeline parallelism (`pp`), and with tensor parallelism inside each stage the 3-D `hybrid`.
+
+The model is cut into pp_degree x stages-per-rank stages (training.parallel.pipeline_parallel); tensor parallelism, when
+tp_degree > 1, splits each stage's layers over the tensor ranks; FSDP2, when more than one data-parallel
+rank remains, shards each stage over them. The loop sees the rank's model (original names, only its parts)
+and a `PipelineSchedule` that `TrainStep` drives instead of calling the model.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+
+from contract.errors import ConfigError
+from contract.hyperparameters import TrainConfig
+from contract.parallel import HYPERPARAMETERS, Degrees, microbatch_problems, stages_per_rank
+from contract.parallel import microbatches as default_microbatches
+from training.parallel.grad_norm import clip_grad_norm
+from training.parallel.mesh import batch_group, data_index, data_mesh
+from training.parallel.pipeline_parallel import PipelineSchedule, adopt_root_parameters, split
+from training.parallel.strategies import Parallelized
+from training.parallel.strategies.fsdp import shard_model
+from training.parallel.strategies.tp import check_heads, tensor_parallelize
+from training.precision import Precision
+
+
+def pipeline_microbatches(cfg: TrainConfig, degrees: Degrees) -> int:
+    """How many micro-batches a pipeline-parallel step splits its batch into: pp_microbatches (or its default,
+    contract.parallel.microbatches), checked by contract.parallel's rule, naming the hyperparameter."""
+    problems = microbatch_problems(cfg.pp_microbatches, degrees.pp, degrees.tp, cfg.micro_batch_size, HYPERPARAMETERS,
+                                   cfg.pp_schedule, cfg.micro_batch_per_group)
+    if problems:
+        raise ConfigError(problems[0].message)
+    return default_microbatches(cfg.pp_microbatches, degrees.pp)
+
+
+def apply_pp(model: nn.Module, mesh: DeviceMesh, degrees: Degrees, device: torch.device, precision: Precision,
+             cfg: TrainConfig) -> Parallelized:
+    if any(p.is_meta for p in model.parameters()):
+        raise ConfigError("pp and hybrid build the whole model before cutting it: this model is too large for "
+                          "that path today; use fsdp, hsdp or tp")
+    m = pipeline_microbatches(cfg, degrees)
+    n_stages = degrees.pp * stages_per_rank(cfg.pp_schedule)
+    pp_mesh = mesh["pp"]
+    model, stages = split(model.to(device), n_stages, pp_mesh.get_local_rank(), degrees.pp)
+    if degrees.tp > 1:
+        check_heads(model, degrees.tp)
+        # Each stage runs its own blocks back to back: the sequence is split and gathered per stage, so what
+        # travels between pipeline ranks is whole.
+        tensor_parallelize(model, mesh["tp"], [list(stage.blocks) for stage in stages.values()])
+    sharded = degrees.data > 1
+    if sharded:
+        for stage in stages.values():
+            # Gathered parameters stay for the stage's backward: 1F1B interleaves them micro-batch by micro-batch.
+            shard_model(stage, data_mesh(mesh, degrees), device, precision, reshard_after_forward=False)
+        adopt_root_parameters(model, stages)
+    model.pipeline_group = pp_mesh.get_group()  # read by the export (training.parallel.pipeline_parallel.gather_full_state_dict)
+    schedule = PipelineSchedule(stages, n_stages, cfg.pp_schedule, m, pp_mesh.get_group(), device)
+    return Parallelized(model=model, use_autocast=not sharded, batch_group=batch_group(mesh, degrees),
+                        pipeline_schedule=schedule, random_stream=data_index(mesh, degrees),
+                        grad_norm=lambda max_norm: clip_grad_norm(model.parameters(), max_norm, pp_mesh.get_group()))
