@@ -8,6 +8,7 @@ module, must have no cycle.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -153,14 +154,20 @@ def test_the_checker_sees_a_wrong_import(tmp_path):
     assert "jobs" not in ALLOWED["training"] and "boto3" not in THIRD_PARTY["training"]
 
 
-def test_every_jobs_cli_and_training_module_is_named_where_people_look():
-    """docs/ARCHITECTURE.md's "Where is..." table answers "where is X" by folder name: every module of `jobs/`,
-    `cli/`, `training/` and `prepare/` (but the planner's, which its own __init__ lists, and the strategies', which
-    training/README.md's table lists) is named there by its path."""
+# Every room of code: docs/ARCHITECTURE.md's "Where is..." names each of their modules.
+WHERE_IS_ROOMS = ("jobs", "cli", "training", "prepare", "contract", "platform_config", "platform_constructs",
+                  "stacks", "bundles", "tools", "bench")
+
+
+def test_every_module_of_every_room_is_named_where_people_look():
+    """docs/ARCHITECTURE.md's "Where is..." table answers "where is X" by folder name: every module of every room
+    (but the planner's, which its own __init__ lists, and the strategies', which training/README.md's table lists)
+    is named there by its path, or by its file name in its folder's row; `tests/` answers by mirroring them."""
     text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
     where = text[text.index("## Where is..."):]
     where = where[: where.index("\n## ", 1)]
-    modules = [p for room in ("jobs", "cli", "training", "prepare") for p in (ROOT / room).rglob("*.py")
+    assert "`tests/`" in where
+    modules = [p for room in WHERE_IS_ROOMS for p in (ROOT / room).rglob("*.py")
                if p.name not in ("__init__.py", "__main__.py") and "planning" not in p.parts
                and "strategies" not in p.parts]
     unnamed = []
@@ -240,3 +247,22 @@ def test_the_layer_check_sees_an_upward_edge_and_a_cycle():
     assert layer_violations({"jobs.newfolder.x": set()}) == ["jobs.newfolder.x: 'newfolder' is in no layer of JOBS_LAYERS"]
     # Sideways is refused too: two units of one layer stay independent.
     assert layer_violations({"jobs.render.a": {"jobs.retry.b"}}) == ["jobs.render.a -> jobs.retry.b (render is not above retry)"]
+
+
+def test_each_of_the_newcomers_twenty_questions_is_answered_by_a_path_and_a_name_there():
+    """docs/ARCHITECTURE.md's twenty questions: each answer's module exists and defines the name it gives (a
+    function, a class or a constant at the top of the module), so a move or a rename fails here until the docs
+    follow."""
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    table = text[text.index("## A newcomer's twenty questions"):]
+    table = table[: table.index("\n## ", 1)]
+    answers = re.findall(r"^\| [^|]+\? \| `([^`]+)` `([^`]+)` \|$", table, flags=re.M)
+    assert len(answers) == 20, answers
+    missing = []
+    for path, name in answers:
+        source = ROOT / path
+        defined = source.is_file() and re.search(rf"^(?:def|class) {name}\b|^{name}\b\s*[:=]", source.read_text(),
+                                                 flags=re.M)
+        if not defined:
+            missing.append(f"{path} {name}")
+    assert not missing, f"answers that no longer hold: {missing}"
