@@ -17,8 +17,8 @@ by an assumption written there. With workers, the loader runs beside the step: t
 workers cannot supply (share = 1 - supply / need). With `data_workers=0` each rank loads on its training thread
 between steps: the wait is the whole load time (share = load / (load + compute)), an upper bound (on CUDA the
 thread's load can overlap kernels already queued, where the step does not wait for the GPU). `data_workers:
-auto` is the loader's own rule (contract.data_formats.auto_workers). tests/training/data/test_loader_ahead.py checks
-the workers' formula against the real loader (37.7 ms waited a step, 37.5 predicted).
+auto` is the loader's own rule (contract.data_formats.auto_workers). `python -m bench.data` prints the
+workers' formula beside the real loader's wait (37.7 ms waited a step, 37.5 predicted, on a quiet 2-vCPU machine).
 """
 
 from __future__ import annotations

@@ -21,3 +21,6 @@ def test_the_bench_prints_every_format_side_by_side_per_worker_count(capsys):
     assert len(planner) == 3 * 3 and planner[1::3] == ["|"] * 3
     assert float(planner[0].replace(",", "")) == round(load_rate(TOKENS, 32, worker=False))
     assert "CPUs (" in out[0] and "load average" in out[0]
+    # Then the wait per step the plan's input check predicts beside the loader's, per worker count above 0.
+    (wait,) = [line.split() for line in out if line.startswith("  1 workers")]
+    assert wait[2:] == ["105.00", "ms", "|", wait[5], "ms"] and float(wait[5]) > 0

@@ -125,40 +125,6 @@ def test_the_validation_loss_is_the_same_with_and_without_workers(jpeg_shards, t
     assert used == [0, 0, 2, 2]
 
 
-class SlowDecode(Traced):
-    """Each sample takes `seconds` to read, as a decode would (a sleep: the figure does not depend on free CPUs)."""
-
-    def __init__(self, n: int, seconds: float) -> None:
-        super().__init__(n)
-        self.seconds = seconds
-
-    def batch(self, indices: list[int], epoch: int = 0):
-        time.sleep(self.seconds * len(indices))
-        return super().batch(indices, epoch)
-
-
-@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")  # 4 workers on 2 CPUs: they sleep
-@pytest.mark.parametrize("workers", [2, 4])
-def test_the_wait_per_step_is_what_the_plans_input_check_predicts(workers):
-    """The plan's model (jobs.planning.input_check): with workers the step waits only for what they cannot supply,
-    (decode time per step / workers) - step time. 9 samples x 15 ms a step, a 30 ms step: 2 workers 37.5 ms,
-    4 workers 3.75 ms. Measured here (steps 10-29): 37.4-37.7 and 3.8 ms; the tolerance, 12 ms, leaves room for
-    a loaded 2-vCPU machine."""
-    decode, step, micro = 0.015, 0.030, 9
-    source = BatchSource(SlowDecode(10_000, decode), GlobalBatchSampler(10_000, micro, 0, 1, seed=0), micro,
-                         torch.device("cpu"), workers)
-    waits = []
-    try:
-        for _ in range(30):
-            source.next()
-            waits.append(source.data_wait_s)
-            time.sleep(step)  # the step's compute
-    finally:
-        source.close()
-    predicted = max(0.0, micro * decode / workers - step)
-    assert np.mean(waits[10:]) == pytest.approx(predicted, abs=0.012)
-
-
 class Stuck:
     """Every read hangs (a stalled network mount, a decoder in a loop)."""
 
