@@ -10,6 +10,8 @@ import json
 
 import aws_cdk as cdk
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import app as cdk_app
 from contract.errors import RequestInvalid
@@ -415,3 +417,52 @@ def test_every_job_of_the_team_carries_the_tag_and_no_request_can_take_it():
         with pytest.raises(RequestInvalid) as refused:
             validate_for_platform(parse_request({**request.to_dict(), "tags": {spelling: "b"}}), settings)
         assert [p.path for p in refused.value.problems] == [f"tags.{spelling}"], spelling
+
+
+# ---- any request a team's launcher accepts, it may launch: the rendered CreateTrainingJob against its IAM --------
+
+_TAG_TEXT = st.text(st.sampled_from("abcXYZ019 _.:/=+-@"), min_size=1, max_size=12)
+_REQUESTS = st.fixed_dictionaries({
+    "name": st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True),
+    "tags": st.dictionaries(_TAG_TEXT, _TAG_TEXT, max_size=4),
+    "spot": st.booleans(),
+    "count": st.integers(1, 4),
+    "type": st.sampled_from(["ml.p5.48xlarge", "ml.p4d.24xlarge", "ml.g5.12xlarge", "ml.g6e.12xlarge"]),
+})
+
+
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(drawn=st.lists(_REQUESTS, min_size=20, max_size=20))
+def test_every_request_a_team_accepts_its_launcher_may_create_tag_and_pass_the_role_for(teams_synth, drawn):
+    """Random requests on team a's platform: each one Prepare's rules refuse names a field; each one they accept,
+    rendered, is a CreateTrainingJob (with its tags) and a PassRole that team a's state machine role may make, in
+    the evaluator, with the condition keys the request carries (the run-id tag, the subnets, the security
+    group, the cost tag, the request's own tags)."""
+    t = teams_synth
+    a = Team(t, "Teama", "mltrain--a", "datasets/a/")
+    settings_a = PlatformSettings.from_dict(a.settings(t))
+    machine = dict(principal=a.machine_arn, policies=a.machine_policies)
+    m = Matrix()
+    for i, fields in enumerate(drawn):
+        document = {"name": fields["name"], "tags": fields["tags"], "spot": fields["spot"],
+                    "dataset": f"s3://{settings_a.dataset_bucket}/{settings_a.dataset_prefix}c4/",
+                    "instance": {"type": fields["type"], "count": fields["count"]}}
+        try:
+            request = parse_request(document)
+            validate_for_platform(request, settings_a)
+        except RequestInvalid as refused:
+            assert refused.problems and all(p.path for p in refused.problems), (document, refused.problems)
+            continue
+        create = render_create_training_job(request, settings_a, run_id=f"{fields['name']}-{'0' * 16}", attempt=1)
+        tags = {tag["Key"]: tag["Value"] for tag in create["Tags"]}
+        context = {"sagemaker:VpcSubnets": create["VpcConfig"]["Subnets"],
+                   "sagemaker:VpcSecurityGroupIds": create["VpcConfig"]["SecurityGroupIds"],
+                   "aws:TagKeys": list(tags), **{f"aws:RequestTag/{k}": v for k, v in tags.items()}}
+        job = f"{SAGEMAKER}:training-job/{create['TrainingJobName']}"
+        for action in ("sagemaker:CreateTrainingJob", "sagemaker:AddTags"):
+            m.add(f"{i} {action}", **machine, action=action, resource=job, context=context, expect="Allowed")
+        m.add(f"{i} iam:PassRole", **machine, action="iam:PassRole", resource=create["RoleArn"],
+              context={"iam:PassedToService": "sagemaker.amazonaws.com"}, expect="Allowed")
+    assert m.requests, "every drawn request was refused: the generator no longer makes valid ones"
+    results = m.evaluate()
+    assert {name: results[name] for name in m.expected if results[name] != "Allowed"} == {}, drawn

@@ -88,7 +88,14 @@ def test_state_machine_role_is_least_privilege(launcher_template):
     # mltrain-dev has jobs named mltrain-dev-..., matched by mltrain-*, but tags them mltrain-dev:run-id).
     create, follow, tag = by_sid["CreateOwnTaggedJobs"], by_sid["FollowOwnTaggedJobs"], by_sid["TagOwnJobs"]
     assert actions(create) == ["sagemaker:CreateTrainingJob"]
-    assert create["Condition"] == {"Null": {"aws:RequestTag/mltrain:run-id": "false"}}
+    # ... and only in the training subnets with the platform's security group (both required: a job without a
+    # VpcConfig would run outside the VPC); the default platform has no cost tag to pin.
+    assert create["Condition"]["Null"] == {"aws:RequestTag/mltrain:run-id": "false", "sagemaker:VpcSubnets": "false",
+                                           "sagemaker:VpcSecurityGroupIds": "false"}
+    pinned = create["Condition"]["ForAllValues:StringEquals"]
+    assert sorted(pinned) == ["sagemaker:VpcSecurityGroupIds", "sagemaker:VpcSubnets"]
+    assert "TrainingSecurityGroup" in json.dumps(pinned["sagemaker:VpcSecurityGroupIds"])
+    assert sorted(create["Condition"]) == ["ForAllValues:StringEquals", "Null"]
     assert sorted(actions(follow)) == ["sagemaker:DescribeTrainingJob", "sagemaker:StopTrainingJob"]
     assert follow["Condition"] == {"Null": {"aws:ResourceTag/mltrain:run-id": "false"}}
     assert sorted(actions(tag)) == ["sagemaker:AddTags", "sagemaker:ListTags"]
