@@ -23,7 +23,7 @@ setup: $(VENV)/.installed node_modules/.installed
 demo: setup
 	$(BIN)/python -m tools.demo
 
-# The whole suite on the pinned torch, then the training and `trainctl local` tests again on every torch version
+# The whole suite on the pinned torch, then the training package's tests again on every torch version
 # in the tested set (platform_config/tested_torch.json; a venv each, made once). The config loader refuses a
 # cdk.json pytorch_versions entry outside that set, so every framework image the platform offers is tested here.
 # --durations: each phase ends with its slowest tests (where the 15 minutes go).

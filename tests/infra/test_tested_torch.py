@@ -81,7 +81,9 @@ def test_image_torch_runs_the_tests_on_every_version_of_the_set(tmp_path, monkey
     monkeypatch.setattr(image_torch.subprocess, "run", run)
     assert image_torch.main(["--", "-n", "2"]) == 1  # one version failing fails the run...
     assert [v for v, _ in ran] == ["2.8.0", "2.7.1"]  # ...after every version ran
-    assert all(cmd == ["pytest", *image_torch.TESTS, "-n", "2"] for _, cmd in ran)
+    assert all(cmd == ["pytest", *image_torch.TESTS, *image_torch.SELECTION, "-n", "2"] for _, cmd in ran)
+    # Its -m replaces pyproject's (which keeps the soak loops out): it must keep them out too.
+    assert image_torch.SELECTION[0] == "-m" and "not soak" in image_torch.SELECTION[1]
     assert "tests failed on torch 2.8.0" in capsys.readouterr().err
     assert image_torch.main(["--list"]) == 0
     assert capsys.readouterr().out.strip() == "2.8.0 2.7.1"

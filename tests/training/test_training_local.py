@@ -14,7 +14,7 @@ import torch
 from cli.container_emulator import run_local
 from tests.training.helpers import LOCAL_HPS, SEQ, create_request, sigterm_at_step, weights
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.trainctl_local]
 
 
 def test_interrupted_local_run_resumes_to_the_uninterrupted_weights(tmp_path, corpus, two_rank_runs, capfd):

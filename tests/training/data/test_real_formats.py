@@ -68,6 +68,7 @@ def test_jsonl_tokenized_by_a_real_tokenizer_is_the_token_format_the_gpt_reads(t
     assert len(TokenDataset(text_corpus / "tokens" / "train", 16)) > 50
 
 
+@pytest.mark.trainctl_local
 def test_a_tiny_gpt_trains_on_jsonl_text_through_trainctl_local(text_corpus, tmp_path, capfd):
     hps = {"strategy": "single", "model": "gpt", "model_size": "tiny", "max_steps": 12, "micro_batch_size": 8,
            "seq_len": 16, "log_interval": 1, "lr": 0.01, "warmup_steps": 0, "eval_interval": 12, "seed": 3}
@@ -184,6 +185,7 @@ def test_broken_shards_and_image_folders_are_named_with_the_fix(jpeg_shards, tmp
         prepare_images(tmp_path / "nope", tmp_path / "out", 16)
 
 
+@pytest.mark.trainctl_local
 def test_a_tiny_vit_trains_on_jpeg_tar_shards_through_trainctl_local(jpeg_shards, tmp_path, capfd):
     hps = {"strategy": "single", "model": "vit", "model_size": "tiny", "max_steps": 10, "micro_batch_size": 9,
            "log_interval": 1, "lr": 0.003, "warmup_steps": 0, "eval_interval": 10, "eval_batches": 1, "seed": 3}

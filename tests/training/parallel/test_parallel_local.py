@@ -19,7 +19,7 @@ from contract.models import GPTConfig
 from tests.training.helpers import SEQ, weights
 from training.models.gpt import GPT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.trainctl_local]
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 STEPS = 6
