@@ -43,8 +43,9 @@ class LaunchTrainingJob(sfn.CustomState):
     The CDK's SageMakerCreateTrainingJob task cannot send CheckpointConfig, Spot, RetryStrategy,
     InstanceGroups, TrainingPlanArn, FSx channels...: the integration is stated directly, so the CDK does
     not know its permissions either. `grant_launch(role)` adds them: create, describe, stop and tag only jobs
-    named `training_job_arn_pattern`, pass only `execution_role` and only to SageMaker, the `.sync` events
-    rule, and grants on `encryption_key` for the job's encrypted volumes.
+    named `training_job_arn_pattern` (create only in `subnet_ids`, with `security_group_ids` and `job_tags`'
+    values), pass only `execution_role` and only to SageMaker, the `.sync` events rule, and grants on
+    `encryption_key` for the job's encrypted volumes.
     """
 
     def __init__(self, scope: Construct, id: str, props: LaunchTrainingJobProps) -> None:
@@ -55,11 +56,11 @@ class LaunchTrainingJob(sfn.CustomState):
             "ResultSelector": {"job.$": "$"},
             "ResultPath": "$.launch",
         })
+        self.props = props
         self.training_job_arn_pattern = props.training_job_arn_pattern
         self.run_id_tag_key = props.run_id_tag_key
         self.execution_role = props.execution_role
         self.encryption_key = props.encryption_key
-        self.props = props
 
     def policy_statements(self) -> list[iam.PolicyStatement]:
         events_rule = Stack.of(self).format_arn(service="events", resource="rule", resource_name=SYNC_EVENTS_RULE)
