@@ -21,12 +21,20 @@ import shlex
 import unicodedata
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from contract.errors import RequestInvalid
 from contract.schema import reference_rows
 from jobs import handler
 from jobs.platform import PlatformSettings
-from jobs.request.environment_rules import REFUSED
+from jobs.request.environment_rules import (
+    ALLOWED_PATTERNS,
+    REFUSED,
+    check_environment,
+    environment_problems,
+    refused_reason,
+)
 from jobs.request.hyperparameter_rules import PLATFORM_OWNED
 from jobs.request.parse import JobRequest
 from tests.jobs.conftest import EXAMPLES
@@ -413,3 +421,32 @@ def test_the_renderer_refuses_a_value_that_slipped_past_the_rules():
     with pytest.raises(RequestInvalid) as info:
         render_create_training_job(slipped, PLATFORM, run_id="gpt-125m-ddp-aaaaaaaaaaaaaaaa", attempt=1)
     assert [p.path for p in info.value.problems] == ["hyperparameters.model_size"]
+
+
+# ---- the allow-list by meaning, over names no list spells out ----------------------------------------------------
+
+_PREFIXES = [p.rstrip("*") for p in ALLOWED_PATTERNS if p.endswith("*")]
+_MIDDLES = st.text(st.sampled_from("ABCXYZ019_"), max_size=8)
+_LOADS = ["_PLUGIN", "_PLUGIN_PATH", "_PROVIDER_PATH", "_EXTENSIONS_DIR", "_EXECUTABLE", "_ENDPOINT", "_BASE_URL",
+          "_TRUST_REMOTE_CODE"]
+_KNOBS = ["_DEBUG", "_LEVEL", "_THREADS", "_TIMEOUT", "_DISABLE", "_BUFFSIZE", "_ALGO"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(prefix=st.sampled_from(_PREFIXES), middle=_MIDDLES, suffix=st.sampled_from(_LOADS))
+def test_any_allowed_prefix_with_a_code_loading_meaning_is_refused(prefix, middle, suffix):
+    """A name the allow-list's prefixes take, ending like a knob that loads code (a plugin, a provider path, an
+    extensions folder, a program, a server, remote code), is refused whatever else it says."""
+    name = f"{prefix}{middle}{suffix}"
+    found = dict(check_environment({name: "1"}))
+    assert "may not set it" in found.get(name, ""), (name, found)
+
+
+@settings(max_examples=200, deadline=None)
+@given(prefix=st.sampled_from(_PREFIXES), middle=_MIDDLES, suffix=st.sampled_from(_KNOBS))
+def test_a_tuning_knob_under_an_allowed_prefix_passes_unless_a_refused_name_matches(prefix, middle, suffix):
+    """The refusals by meaning do not swallow ordinary knobs: a tuning name under an allowed prefix passes both
+    rules, unless it is one of the refused names (which then says whose it is)."""
+    name = f"{prefix}{middle}{suffix}"
+    problems = dict(check_environment({name: "1"})) | dict(environment_problems({name: "1"}, ()))
+    assert not problems or refused_reason(name) is not None, (name, problems)
