@@ -38,7 +38,7 @@ def render_for_platform(loaded: LoadedRequest, platform: Any, *, attempt: int, r
     except RequestInvalid as exc:
         raise UserError(f"cannot render {loaded.path}:\n  " + str(exc).replace("\n", "\n  ")) from None
     except ValueError as exc:  # a --run-id that cannot make a SageMaker job name
-        raise UserError(str(exc), "use letters, digits and dashes in --run-id, e.g. my-run-0123abcd") from None
+        raise UserError(str(exc), f"use letters, digits and dashes in --run-id, e.g. {plan_run_id('my-run')}") from None
 
 
 def check_instance_override(request: Any, platform: Any, instance_type: str) -> None:
