@@ -33,8 +33,11 @@ JOB_NAME_MAX = 63
 SAGEMAKER_NAME = rf"{_LETTER_OR_DIGIT}(-*{_LETTER_OR_DIGIT}){{0,{JOB_NAME_MAX - 1}}}"
 JOB_NAME = re.compile(SAGEMAKER_NAME)
 
+# A team's prefix is `<platform prefix>--<team>` (team_prefix): a platform's own prefix may not contain the
+# separator, so no team's names start with another's (platform_config).
+TEAM_SEPARATOR = "--"
 # The longest name prefix a launcher takes (platform_constructs.launcher), a team's included (`<platform>--<team>`,
-# platform_constructs.teams): job names keep the run id's random characters and the attempt's nonce whole.
+# team_prefix): job names keep the run id's random characters and the attempt's nonce whole.
 MAX_NAME_PREFIX = 20
 # What may start a launcher's job names (a platform's name_prefix, or a team prefix), fullmatch. A platform's own
 # name_prefix is narrower still (platform_config: lowercase, a letter first, no team separator).
@@ -83,6 +86,16 @@ PLATFORM_TAGS = (RUN_ID_TAG, ATTEMPT_TAG, REQUEST_TAG, STRATEGY_TAG)
 # whole platform. The platform settings may add this many tags to every job of a launcher (`job_tags`).
 TEAM_TAG = "team"
 MAX_JOB_TAGS = 1
+
+
+def team_prefix(platform_prefix: str, team: str | None) -> str:
+    """The prefix of every name of `team`; the platform's own prefix for the default team (None)."""
+    return platform_prefix if team is None else f"{platform_prefix}{TEAM_SEPARATOR}{team}"
+
+
+def platform_prefix(name_prefix: str) -> str:
+    """The platform's own prefix of a launcher's `name_prefix` (a team's `<platform>--<team>`, or the platform's)."""
+    return name_prefix.split(TEAM_SEPARATOR, 1)[0]
 
 
 def random_token(nbytes: int) -> str:

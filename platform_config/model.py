@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contract.schema import meta
-from jobs.naming import MAX_NAME_PREFIX, NAME_PREFIX, SAGEMAKER_NAME
+from jobs.naming import MAX_NAME_PREFIX, NAME_PREFIX, SAGEMAKER_NAME, TEAM_SEPARATOR, team_prefix
 from jobs.platform import ENV_PATTERN, TrainingPlan, image_repositories_problem
 from platform_config.tested_torch import TESTED_TORCH_FILE, TESTED_TORCH_VERSIONS
 from platform_constructs.dataset_fs import (
@@ -27,13 +27,7 @@ from platform_constructs.dataset_fs import (
 )
 from platform_constructs.network import EGRESS_MODES, MAX_AZ_COUNT, MIN_AZ_COUNT, training_subnet_mask
 from platform_constructs.retention import RETENTION_PERIODS as LOG_RETENTION_DAYS
-from platform_constructs.teams import (
-    TEAM_SEPARATOR,
-    Team,
-    TeamSpec,
-    team_prefix,
-    team_tags,
-)
+from platform_constructs.teams import Team, TeamSpec, team_tags
 
 # The dataset file system's own facts (platform_constructs.dataset_fs): its deployment types by name.
 FSX_DEPLOYMENT_TYPES = tuple(t.name for t in DEPLOYMENT_TYPES)

@@ -28,13 +28,7 @@ from jobs.naming import TEAM_TAG, tag_key
 from jobs.platform import image_repositories_problem
 
 TEAM_NAME = re.compile(r"^[a-z0-9]{1,12}$")
-TEAM_SEPARATOR = "--"
 ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
-
-
-def team_prefix(platform_prefix: str, team: str | None) -> str:
-    """The prefix of every name of `team`; the platform's own prefix for the default team (None)."""
-    return platform_prefix if team is None else f"{platform_prefix}{TEAM_SEPARATOR}{team}"
 
 
 def team_tags(platform_prefix: str, team: str | None) -> dict[str, str]:

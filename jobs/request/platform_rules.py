@@ -19,7 +19,7 @@ from contract.hyperparameters import (
 )
 from contract.parallel import LAYER_SPLITTING, MODEL_PARALLEL, batch_ranks
 from jobs import catalog
-from jobs.naming import PLATFORM_TAGS, tag_key
+from jobs.naming import PLATFORM_TAGS, TEAM_SEPARATOR, platform_prefix, tag_key
 from jobs.planning.auto_strategy import plan_for_request
 from jobs.platform import LocalPlatformSettings, PlatformSettings
 from jobs.request.environment_rules import environment_problems, secret_scope_problem
@@ -124,11 +124,17 @@ def _tag_problems(request: JobRequest, platform: PlatformSettings) -> list[Probl
     a full-width `ｍltrain:team`), so no spelling passes for the platform's in a cost report or a console."""
     own = tag_fold(tag_key(platform.name_prefix, ""))
     team = {tag_fold(key): key for key in platform.job_tags}
+    # The whole platform's namespace: its own keys, and every team's (`<platform>--<team>:...`).
+    root = tag_fold(platform_prefix(platform.name_prefix))
+    namespace = (tag_fold(tag_key(root, "")), f"{root}{TEAM_SEPARATOR}")
     found = []
     for key in request.tags:
         if tag_fold(key).startswith(own):
             found.append(Problem(f"tags.{key}", f"keys starting with {own!r} are the platform's own (it writes "
                                                 f"{', '.join(own + t for t in PLATFORM_TAGS)}); rename the tag"))
+        elif tag_fold(key) not in team and tag_fold(key).startswith(namespace):
+            found.append(Problem(f"tags.{key}", f"keys starting with {namespace[0]!r} or {namespace[1]!r} are the "
+                                                "platform's and its teams' (their run ids, cost tags); rename the tag"))
         elif (theirs := team.get(tag_fold(key))) is not None:
             found.append(Problem(f"tags.{key}", f"{key!r} is the platform's {theirs!r}: it tags every job of this team "
                                                 f"with its cost allocation tag ({theirs}={platform.job_tags[theirs]}); "

@@ -413,7 +413,7 @@ def test_every_job_of_the_team_carries_the_tag_and_no_request_can_take_it():
             validate_for_platform(parse_request({**request.to_dict(), "tags": {spelling: "b"}}), settings)
         assert [(p.path, "'mltrain:team'" in p.message) for p in refused.value.problems] == [
             (f"tags.{spelling}", True)], spelling
-    for spelling in ("MLTRAIN--A:run-id", "ｍltrain--a:attempt"):
+    for spelling in ("MLTRAIN--A:run-id", "ｍltrain--a:attempt", "mltrain--b:run-id", "MLTRAIN:cost-center"):
         with pytest.raises(RequestInvalid) as refused:
             validate_for_platform(parse_request({**request.to_dict(), "tags": {spelling: "b"}}), settings)
         assert [p.path for p in refused.value.problems] == [f"tags.{spelling}"], spelling
