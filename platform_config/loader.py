@@ -17,6 +17,7 @@ from typing import Any
 from contract.errors import Problem
 from contract.schema import coerce_text, parse_value
 from jobs.naming import MAX_NAME_PREFIX
+from jobs.request.image_rules import source_covers
 from platform_config.model import AZ_NAME, PlatformConfig
 from platform_constructs.network import IPS_PER_EFA_INSTANCE, addresses_needed
 
@@ -180,14 +181,13 @@ def team_problems(c: PlatformConfig) -> list[str]:
 
 
 def _repository_overlaps(where: str, team, teams) -> list[str]:
-    """A team's own repositories that cover another team's (the same one, or a whole registry over it): the other
-    team's images would then run as this team's role, with its data. Shared repositories belong in the platform's
-    allowed_image_repositories, which every team may use."""
-    def covers(mine: str, theirs: str) -> bool:
-        return mine == theirs or (mine.endswith("/") and theirs.startswith(mine))
+    """A team's own repositories that cover another team's (the same one, a repository path or a whole registry over
+    it, as jobs.request.image_rules.source_covers reads a request's image): the other team's images would then run
+    as this team's role, with its data. Shared repositories belong in the platform's allowed_image_repositories,
+    which every team may use."""
     return [f"{where}: allowed_image_repositories entry {mine!r} covers team {other.name!r}'s {theirs!r}, so either "
             "team's image could run as the other's role; give each team repositories of its own, or move a shared "
             "one to the platform's allowed_image_repositories"
             for other in teams if other.name != team.name
             for mine in team.allowed_image_repositories for theirs in other.allowed_image_repositories
-            if covers(mine, theirs)]
+            if source_covers(mine, theirs)]

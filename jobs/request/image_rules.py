@@ -77,6 +77,13 @@ def allowed_image_sources(platform: PlatformSettings) -> list[str]:
     return sorted(registries) + [r for r in platform.allowed_image_repositories if r not in registries]
 
 
+def source_covers(source: str, repository: str) -> bool:
+    """Whether an allowed source takes `repository` (`<registry>/<repo>`, or another source): `<registry>/` holds
+    every repository of the registry, `<registry>/<repo>` that repository and those under it."""
+    repository = repository.rstrip("/")
+    return repository == source.rstrip("/") or repository.startswith(source if source.endswith("/") else source + "/")
+
+
 def image_source_problem(image: str, platform: PlatformSettings) -> str | None:
     """Why `image` is not from a repository the platform allows; None when it is."""
     parts = image_parts(image)
@@ -84,10 +91,8 @@ def image_source_problem(image: str, platform: PlatformSettings) -> str | None:
         return None
     reference = f"{parts[0]}/{parts[1]}"
     sources = allowed_image_sources(platform)
-    for source in sources:
-        # `<registry>/` holds every repository; `<registry>/<repo>` that repository and those under it.
-        if reference == source.rstrip("/") or reference.startswith(source if source.endswith("/") else source + "/"):
-            return None
+    if any(source_covers(source, reference) for source in sources):
+        return None
     return (f"{image!r} is not from a repository this platform allows ({', '.join(sources) or 'none'}); use one of "
             "them, or leave image out for the platform's own, or ask the platform team to add the repository "
             "(platform config `allowed_image_repositories`)")

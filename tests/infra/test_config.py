@@ -112,6 +112,11 @@ def test_one_problem_per_bad_key_even_for_several_bad_entries():
         {"name": "b", "allowed_image_repositories": ["123456789012.dkr.ecr.us-east-1.amazonaws.com/b/train"]}]},
      "'teams' entry 'a': allowed_image_repositories entry '123456789012.dkr.ecr.us-east-1.amazonaws.com/' covers "
      "team 'b''s '123456789012.dkr.ecr.us-east-1.amazonaws.com/b/train'"),
+    ({"fsx_enabled": False, "teams": [  # a repository path holds the repositories under it, as a request's image reads
+        {"name": "a", "allowed_image_repositories": ["123456789012.dkr.ecr.us-east-1.amazonaws.com/b"]},
+        {"name": "b", "allowed_image_repositories": ["123456789012.dkr.ecr.us-east-1.amazonaws.com/b/train"]}]},
+     "'teams' entry 'a': allowed_image_repositories entry '123456789012.dkr.ecr.us-east-1.amazonaws.com/b' covers "
+     "team 'b''s"),
     ({"fsx_enabled": False, "teams": [
         {"name": "a", "allowed_image_repositories": ["123456789012.dkr.ecr.us-east-1.amazonaws.com/shared"]},
         {"name": "b", "allowed_image_repositories": ["123456789012.dkr.ecr.us-east-1.amazonaws.com/shared"]}]},
