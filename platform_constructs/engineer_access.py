@@ -28,6 +28,7 @@ from constructs import Node
 
 from contract.container import LOG_GROUP
 from platform_constructs.nag import acknowledge, nag_form
+from platform_constructs.roles import own_log_streams
 from platform_constructs.run_registry import RunRegistry
 
 
@@ -74,8 +75,8 @@ def _grant_jobs(launcher: JobLauncher, grantee: iam.IGrantable, *actions: str) -
 
 
 def log_streams_arn(launcher: JobLauncher) -> str:
-    """The log streams of the launcher's jobs: `<job name>/algo-N-...`, job names starting `<prefix>-`."""
-    return f"{_training_logs(launcher).log_group_arn.removesuffix(':*')}:log-stream:{launcher.name_prefix}-*"
+    """The log streams of the launcher's jobs (what its execution role writes: roles.own_log_streams)."""
+    return own_log_streams(launcher.name_prefix)
 
 
 def _grant_parameters(launcher: JobLauncher, grantee: iam.IGrantable) -> iam.Grant:

@@ -183,7 +183,8 @@ class ExecutionRole(Construct):
 
 
 def own_log_streams(name_prefix: str) -> str:
-    """The training log streams of the jobs `<name_prefix>-*` (SageMaker names each `<job name>/algo-N-<time>`)."""
+    """The training log streams of the jobs `<name_prefix>-*` (SageMaker names each `<job name>/algo-N-<time>`): what
+    a team's jobs write and its engineers read (engineer_access)."""
     return (f"arn:{cdk.Aws.PARTITION}:logs:{cdk.Aws.REGION}:{cdk.Aws.ACCOUNT_ID}:log-group:{LOG_GROUP}"
             f":log-stream:{name_prefix}-*")
 
