@@ -43,6 +43,11 @@ FENCE_KEY = "attempt_epoch"
 # travel through the execution and the job; the container entry (jobs.render.container_entry) reads each secret with
 # the execution role and exports it as ENV_NAME before the training command starts.
 ENV_SECRET_ARNS = "TRAINING_SECRET_ARNS"
+# Not a SageMaker variable: the launcher sets it to the CloudWatch namespace of the platform (or team) that runs the
+# job (jobs.naming.metrics_namespace), the only one besides SageMaker's its role may write. The training package
+# sends its metrics there too (training.metrics.cloudwatch), so the team's alarms and dashboard read what no other
+# team's job can write; unset (a local run), it sends nothing.
+ENV_METRICS_NAMESPACE = "TRAINING_METRICS_NAMESPACE"
 
 # ---- input channels ----
 TRAIN_CHANNEL = "train"

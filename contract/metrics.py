@@ -67,6 +67,15 @@ LINE_PREFIX = "[metrics]"
 # It happens to be spelled like the job's log group (contract.container.LOG_GROUP); they are two facts.
 METRIC_NAMESPACE = "/aws/sagemaker/TrainingJobs"
 
+# What a job sends to its own platform's (team's) namespace (contract.container.ENV_METRICS_NAMESPACE) besides the
+# line's metrics: each host's GPUs, sampled by the host's first rank, as the mean over its GPUs in percent (so one
+# threshold fits hosts of any GPU count). Dimensions: the run (every attempt of a run draws one line), and the host.
+GPU_UTILIZATION = "gpu_utilization"
+GPU_MEMORY_UTILIZATION = "gpu_memory_utilization"
+HOST_METRICS = (GPU_UTILIZATION, GPU_MEMORY_UTILIZATION)
+RUN_DIMENSION = "RunId"
+HOST_DIMENSION = "Host"
+
 # CreateTrainingJob accepts at most 40 definitions, each regex at most 500 characters.
 MAX_METRIC_DEFINITIONS = 40
 MAX_REGEX_LENGTH = 500

@@ -1,5 +1,12 @@
-"""The torch-native parallel layouts' facts, once: which strategies split layers, the degrees and the mesh
-shape they make, the rank map, and the pipeline's rules. Standard library only.
+"""The parallel layouts' facts, once: the degrees a layout is (`ParallelDims`), the strategy they derive, the
+mesh they make, the rank map, and the rules the degrees obey. Standard library only.
+
+Degrees are the fact and the strategy is derived from them (torchtitan's `ParallelDims` shape): a request's or a
+hyperparameter's `strategy` names degrees (`ParallelDims.resolve`: `ddp` is every rank a replica, `fsdp` every rank
+a shard, `hsdp` shards within a host and replicates across, `tp`/`pp`/`hybrid` split layers), and what runs,
+what the planner prices and what a plan prints read the degrees back (`ParallelDims.strategy`). So a layout
+that degenerates runs as what it is: `hsdp` on one host is `fsdp`, on hosts of one GPU `ddp`; anything on one
+rank is `single`.
 
 Two audiences read the same rules: the launcher checks a request (`parallel.tensor_parallel_degree`, "GPUs",
 "instances") and the training package checks its hyperparameters (`tp_degree`, "processes", "hosts").
@@ -25,11 +32,49 @@ DEFAULT_MICROBATCHES_PER_STAGE = 2  # pp_microbatches' default: twice the pipeli
 
 
 @dataclass(frozen=True)
-class Degrees:
+class ParallelDims:
+    """A layout: its degrees over the mesh's dimensions (DIMS, outermost first). The strategy, the mesh and
+    whether layers are split are read from them, never stated beside them."""
+
     pp: int = 1
     replicate: int = 1
     shard: int = 1
     tp: int = 1
+
+    @classmethod
+    def resolve(cls, strategy: str, world: int, per_host: int, tensor: int = 1, pipeline: int = 1,
+                shard: int = 0) -> ParallelDims:
+        """The degrees a strategy name and its `parallel` degrees make on `world` ranks of `per_host` each
+        (assumes `layout_problems` found none). `shard` 0 is the default: hsdp shards within a host, the others
+        over every data rank."""
+        if strategy == "single":
+            return cls()
+        if strategy == "ddp":
+            return cls(replicate=world)
+        data = max(1, world // (tensor * pipeline))
+        if not shard:
+            shard = min(data, max(1, per_host // tensor)) if strategy == "hsdp" else data
+        return cls(pp=pipeline, replicate=max(1, data // shard), shard=shard, tp=tensor)
+
+    @property
+    def strategy(self) -> str:
+        """The strategy these degrees run: layer splitting first (tp, pp, hybrid, each with FSDP2 over its data
+        ranks), then how the data ranks hold the model (hsdp, fsdp, ddp), else one rank (single)."""
+        if self.splits_layers:
+            return degrees_strategy(self.tp, self.pp)
+        if self.shard > 1:
+            return "hsdp" if self.replicate > 1 else "fsdp"
+        return "ddp" if self.replicate > 1 else "single"
+
+    @property
+    def splits_layers(self) -> bool:
+        """Tensor or pipeline parallel: a batch group of several ranks trains one model on one batch."""
+        return self.tp > 1 or self.pp > 1
+
+    @property
+    def builds_mesh(self) -> bool:
+        """Runs on the 4-D mesh (MODEL_PARALLEL); ddp and fsdp use one dimension of every rank."""
+        return self.strategy in MODEL_PARALLEL
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -43,6 +88,13 @@ class Degrees:
     @property
     def world(self) -> int:
         return self.pp * self.data * self.tp
+
+    def coordinates(self, rank: int) -> dict[str, int]:
+        """A global rank's place in the mesh: pipeline stage, replica, shard, tensor rank (row-major over DIMS)."""
+        rest, tp = divmod(rank, self.tp)
+        rest, shard = divmod(rest, self.shard)
+        pp, replica = divmod(rest, self.replicate)
+        return {"pipeline": pp, "replica": replica, "shard": shard, "tensor": tp}
 
 
 @dataclass(frozen=True)
@@ -132,16 +184,6 @@ def _auto_degree_problems(tensor: int, pipeline: int, a: Audience) -> list[Probl
                            f"ignore it: set strategy '{named}' to run these degrees yourself, or leave "
                            f"{a.name(field)} at 1 for auto to choose")
             for field, value in ((a.tensor, tensor), (a.pipeline, pipeline)) if value > 1]
-
-
-def resolve_degrees(strategy: str, world: int, per_host: int, tensor: int = 1, pipeline: int = 1,
-                    shard: int = 0) -> Degrees:
-    """The mesh shape for these degrees (assumes `layout_problems` found none). hsdp shards within a host by
-    default; the other strategies shard over every data rank."""
-    data = max(1, world // (tensor * pipeline))
-    if not shard:
-        shard = min(data, max(1, per_host // tensor)) if strategy == "hsdp" else data
-    return Degrees(pp=pipeline, replicate=max(1, data // shard), shard=shard, tp=tensor)
 
 
 def layout_problems(strategy: str, *, hosts: int, per_host: int, tensor: int = 1, pipeline: int = 1,
@@ -235,11 +277,3 @@ def parallel_hyperparameters(strategy: str, tensor: int = 1, pipeline: int = 1, 
     if microbatches is not None:
         hps["pp_microbatches"] = microbatches
     return hps
-
-
-def rank_coordinates(rank: int, d: Degrees) -> dict[str, int]:
-    """A global rank's place in the mesh: pipeline stage, replica, shard, tensor rank (row-major over DIMS)."""
-    rest, tp = divmod(rank, d.tp)
-    rest, shard = divmod(rest, d.shard)
-    pp, replica = divmod(rest, d.replicate)
-    return {"pipeline": pp, "replica": replica, "shard": shard, "tensor": tp}

@@ -32,7 +32,15 @@ from typing import Any
 
 from contract.container import ENV_RUN_ID
 from contract.errors import Problem, RequestInvalid
-from jobs.naming import EXECUTION_NAME_MAX, job_name, new_name_nonce, new_run_id, random_token, run_token
+from jobs.naming import (
+    EXECUTION_NAME_MAX,
+    job_name,
+    job_name_head,
+    new_name_nonce,
+    new_run_id,
+    random_token,
+    run_token,
+)
 from jobs.outcome.run_record import cluster_types, measured_save_seconds
 from jobs.outcome.summary import describe_in_words, summary
 from jobs.platform import PlatformSettings
@@ -219,7 +227,7 @@ def _listed_jobs(client, run: RunState, platform: PlatformSettings, *, status: s
     resume of another team's run is refused as "not found here", naming the field."""
     found = []
     filters = {"StatusEquals": status} if status else {}
-    own = f"{platform.name_prefix}-"
+    own = job_name_head(platform.name_prefix)
     for page in client.get_paginator("list_training_jobs").paginate(NameContains=run_token(run.run_id), **filters):
         for listed in (j for j in page["TrainingJobSummaries"]
                        if j["TrainingJobName"] not in skip and j["TrainingJobName"].startswith(own)):

@@ -126,13 +126,32 @@ def run_token(run_id: str) -> str:
     return run_id.rpartition("-")[2]
 
 
+def job_name_head(name_prefix: str) -> str:
+    """How every job name of a platform (or team) begins: the launcher may create, and a job role's logs and
+    trust are scoped to, names that begin so (`jobs_named`)."""
+    return f"{name_prefix}-"
+
+
+def jobs_named(name_prefix: str) -> str:
+    """The wildcard of every job name (and log stream, `<job name>/algo-N-...`) of `name_prefix`: an IAM
+    resource's last part."""
+    return f"{job_name_head(name_prefix)}*"
+
+
+def metrics_namespace(name_prefix: str) -> str:
+    """The CloudWatch namespace a platform's (a team's) jobs send their metrics to and its alarms and dashboard
+    read: its job role may write no other but SageMaker's (platform_constructs.roles), so no other team's job
+    can move them. Never `AWS/...` (reserved), whatever the prefix."""
+    return f"TrainingPlatform/{name_prefix}"
+
+
 def job_name(name_prefix: str, run_id: str, attempt: int, nonce: str) -> str:
     """`<name_prefix>-<run_id>-<nonce>-a<N>`, shortened in the middle of the run name to fit 63 characters.
 
     It starts with the name prefix because the launcher role may only create jobs named `<prefix>-*`; the run
     id's random part and the nonce are kept whole, only the request name's slug gives way.
     """
-    head, tail = f"{name_prefix}-", f"-{nonce}{ATTEMPT_SUFFIX}{attempt}"
+    head, tail = job_name_head(name_prefix), f"-{nonce}{ATTEMPT_SUFFIX}{attempt}"
     slug, _, token = run_id.rpartition("-")
     room = JOB_NAME_MAX - len(head) - len(tail) - len(token) - 1
     slug = slug[:max(room, 0)].rstrip("-")

@@ -27,6 +27,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Node
 
 from contract.container import LOG_GROUP
+from jobs.naming import jobs_named
 from platform_constructs.nag import acknowledge, nag_form
 from platform_constructs.roles import own_log_streams
 from platform_constructs.run_registry import RunRegistry
@@ -127,7 +128,7 @@ def engineers_policy(launcher: JobLauncher, id: str, name: str) -> iam.ManagedPo
         executions_arn(launcher): "execution names are chosen per run (trainctl submit), so every execution of "
                                   "the launcher's own state machine is named by <state machine>:*",
         launcher.training_job_arn_pattern: f"training job names are generated per attempt; the platform's prefix "
-                                           f"({launcher.name_prefix}-*) is the narrowest resource",
+                                           f"({jobs_named(launcher.name_prefix)}) is the narrowest resource",
         _training_logs(launcher).log_group_arn: "DescribeLogStreams on the training jobs' log group (SageMaker "
                                                 "creates it; the action has no stream-level resource)",
         log_streams_arn(launcher): "GetLogEvents on the log streams of the launcher's own jobs: one stream per job "

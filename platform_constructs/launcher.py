@@ -26,7 +26,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from jobs.handler import ENDED_EXECUTION
-from jobs.naming import MAX_NAME_PREFIX, NAME_PREFIX, run_id_tag_key
+from jobs.naming import MAX_NAME_PREFIX, NAME_PREFIX, jobs_named, run_id_tag_key
 from jobs.platform import PlatformSettings
 from platform_constructs import engineer_access
 from platform_constructs.launch_task import LaunchTrainingJob, LaunchTrainingJobProps
@@ -93,7 +93,7 @@ class JobLauncher(Construct):
         self.state_machine_name = f"{name_prefix}-job-launcher"
         self.key = key
         self.training_job_arn_pattern = stack.format_arn(
-            service="sagemaker", resource="training-job", resource_name=f"{name_prefix}-*"
+            service="sagemaker", resource="training-job", resource_name=jobs_named(name_prefix)
         )
         # The tag key only this launcher writes on its jobs: `<prefix>-*` also matches the jobs of a platform named
         # `<prefix>-dev`; the tag does not (platform_constructs.teams).
@@ -236,7 +236,7 @@ class JobLauncher(Construct):
             role,
             f"AwsSolutions-IAM5[Resource::{nag_form(self, self.training_job_arn_pattern)}]",
             "Create/Describe/Stop/AddTags/ListTags are scoped to the platform's own jobs "
-            f"({self.name_prefix}-*): every attempt gets a fresh generated name, so a name prefix is the "
+            f"({jobs_named(self.name_prefix)}): every attempt gets a fresh generated name, so a name prefix is the "
             "narrowest resource.",
         )
         acknowledge(

@@ -13,6 +13,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from jobs.naming import jobs_named
 from platform_constructs.nag import acknowledge, nag_form
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -107,7 +108,7 @@ class LauncherFunctions(Construct):
                 self.functions[name].role,
                 f"AwsSolutions-IAM5[Resource::{nag_form(self, training_job_arn_pattern)}]",
                 f"{' and '.join(a.split(':')[1] for a in actions)} scoped to the platform's own jobs "
-                f"({name_prefix}-*): job names are generated per attempt, so a name prefix is the narrowest "
+                f"({jobs_named(name_prefix)}): job names are generated per attempt, so a name prefix is the narrowest "
                 "resource that fits.",
             )
         for name in LISTING:

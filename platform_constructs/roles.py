@@ -16,6 +16,7 @@ from constructs import Construct
 
 from contract.container import LOG_GROUP
 from contract.metrics import METRIC_NAMESPACE
+from jobs.naming import jobs_named, metrics_namespace
 from jobs.render.images import PYTORCH_FRAMEWORK, SMP_FRAMEWORK
 from platform_constructs.nag import acknowledge, logical_id, nag_form
 
@@ -67,7 +68,7 @@ class ExecutionRole(Construct):
         partition, region, account = cdk.Aws.PARTITION, cdk.Aws.REGION, cdk.Aws.ACCOUNT_ID
         # SageMaker assumes the role for this platform's (or team's) own jobs only: a job of another prefix, or of
         # another account, that names this role cannot use it (the confused-deputy conditions).
-        jobs = f"arn:{partition}:sagemaker:{region}:{account}:training-job/{name_prefix}-*"
+        jobs = f"arn:{partition}:sagemaker:{region}:{account}:training-job/{jobs_named(name_prefix)}"
         role = iam.Role(
             self, "Role", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com").with_conditions(
                 {"StringEquals": {"aws:SourceAccount": account}, "ArnLike": {"aws:SourceArn": jobs}}),
@@ -101,10 +102,13 @@ class ExecutionRole(Construct):
         role.add_to_policy(iam.PolicyStatement(
             sid="OwnTrainingLogStreams", actions=["logs:CreateLogStream", "logs:PutLogEvents"],
             resources=[own_log_streams(name_prefix)]))
-        # PutMetricData has no resource to scope to: the namespace condition is the scope.
+        # PutMetricData has no resource to scope to: the namespace condition is the scope. SageMaker's namespace (its
+        # instance metrics and the MetricDefinitions, which SageMaker publishes with this role) is every team's, and
+        # IAM cannot scope a data point's dimensions, so the team's alarms and dashboard read only its own namespace,
+        # which no other team's role may write (contract.container.ENV_METRICS_NAMESPACE).
         role.add_to_policy(iam.PolicyStatement(
             sid="TrainingMetrics", actions=["cloudwatch:PutMetricData"], resources=["*"],
-            conditions={"StringEquals": {"cloudwatch:namespace": METRIC_NAMESPACE}}))
+            conditions={"StringEquals": {"cloudwatch:namespace": [METRIC_NAMESPACE, metrics_namespace(name_prefix)]}}))
 
         # SageMaker creates the job's network interfaces in the training subnets with the training groups.
         subnet_arns = [f"arn:{partition}:ec2:{region}:{account}:subnet/{s.subnet_id}" for s in props.subnets]
@@ -186,7 +190,7 @@ def own_log_streams(name_prefix: str) -> str:
     """The training log streams of the jobs `<name_prefix>-*` (SageMaker names each `<job name>/algo-N-<time>`): what
     a team's jobs write and its engineers read (engineer_access)."""
     return (f"arn:{cdk.Aws.PARTITION}:logs:{cdk.Aws.REGION}:{cdk.Aws.ACCOUNT_ID}:log-group:{LOG_GROUP}"
-            f":log-stream:{name_prefix}-*")
+            f":log-stream:{jobs_named(name_prefix)}")
 
 
 def grant_prefix_read(role: iam.IRole, bucket: s3.IBucket, prefix: str, sid: str) -> None:

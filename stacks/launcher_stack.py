@@ -1,4 +1,5 @@
-"""The launcher stack: the job launcher state machine, its notifications, dashboard, alarms and engineers' policy."""
+"""The launcher stack: per team the job launcher state machine, its notifications, dashboard, alarms and engineers'
+policy; and the platform team's dashboard of every team's jobs."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from jobs.naming import platform_prefix
 from platform_constructs.budget import TeamBudget, TeamBudgetProps
 from platform_constructs.launcher import JobLauncher, JobLauncherProps
-from platform_constructs.monitoring import LauncherMonitoring, LauncherMonitoringProps
+from platform_constructs.monitoring import AllJobsDashboard, LauncherMonitoring, LauncherMonitoringProps
 from stacks.resources import PlatformResources, TeamResources
 
 
@@ -32,6 +34,11 @@ class LauncherStack(Stack):
             self.launchers[team.spec.name] = self._team(scope_, team, resources, notification_email, log_retention,
                                                         removal_policy)
         self.launcher = next(iter(self.launchers.values()))
+        # The platform team's view of every team's jobs (SageMaker's shared namespace); each team's own dashboard and
+        # alarms read only the team's namespace (platform_constructs.monitoring).
+        every = AllJobsDashboard(self, "AllJobs", name_prefix=platform_prefix(self.launcher.name_prefix))
+        CfnOutput(self, "AllJobsDashboardName", value=every.dashboard.dashboard_name,
+                  description="Every team's training jobs, for the platform team")
 
     def _team(self, scope: Construct, team: TeamResources, resources: PlatformResources,
               notification_email: str | None, log_retention: logs.RetentionDays,
@@ -52,7 +59,6 @@ class LauncherStack(Stack):
             name_prefix=prefix,
             state_machine=launcher.state_machine,
             topic=launcher.topic,
-            instance_types=settings.allowed_instance_types,
         ))
         if team.spec.monthly_budget_usd:
             TeamBudget(scope, "Budget", TeamBudgetProps(name_prefix=prefix, monthly_usd=team.spec.monthly_budget_usd,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from contract.metrics import METRIC_NAMES
+from contract.metrics import HOST_METRICS, METRIC_NAMES
 from tests.conftest import offline_env
 from tests.test_architecture import MODULES
 
@@ -103,7 +103,8 @@ def test_the_scan_finds_a_metric_name_written_as_a_string(tmp_path):
 # What one fp32 decoder process on a CPU cannot print: throughput in samples (it counts tokens), MFU (no GPU peak),
 # the loss scale (fp16 only) and the straggler metrics (one rank).
 NOT_PRINTED_HERE = {"samples_per_sec", "mfu", "loss_scale", "straggler_rank", "slowest_rank_ratio"}
-INSTANCE_METRICS = {"GPUUtilization", "GPUMemoryUtilization"}  # SageMaker's own names, not ours
+# SageMaker's own names, and the hosts' GPU metrics a job sends to its team's namespace (not a line's metrics).
+INSTANCE_METRICS = {"GPUUtilization", "GPUMemoryUtilization", *HOST_METRICS}
 
 
 @pytest.fixture(scope="module")

@@ -74,6 +74,9 @@ FACTS = (
     # SageMaker's name characters (job names, run ids, name prefixes), the run token's alphabet, the attempt suffix.
     Fact("the job-name and run-id formats", "jobs/naming.py",
          strings_matching(r"\(-\*\[(?:a-zA-Z0-9|A-Za-z0-9)\]\)|\[a-z2-7\]|-a\(\\d\+\)")),
+    # The wildcard of a platform's (a team's) job names, `<name_prefix>-*`: the launcher's, the job role's and the
+    # engineers' IAM resources and the listing of a team's own jobs.
+    Fact("the job names' wildcard", "jobs/naming.py", strings_matching(r"^-\*")),
     Fact("the failure line's regex", "contract/failures.py", strings_matching(r"\\\[training:")),
     Fact("the out-of-memory advice", "contract/failures.py", strings_matching(re.escape(OUT_OF_MEMORY_ADVICE[:40]))),
     Fact("how a timestamp is read", "jobs/timestamps.py", calls_to("fromisoformat", "strptime")),
@@ -122,6 +125,7 @@ ADVICE = "lower hyperparameters.micro_batch_size (keep global_batch_size: grad_a
 WHEN = datetime.strptime("2026-01-01", "%Y-%m-%d")
 HOURS_PER_MONTH = 24 * 365 / 12
 ATTEMPT = re.compile(r"-a(\\d+)$")
+JOBS = f"arn:aws:sagemaker:us-east-1:1:training-job/{prefix}-*"
 ''')
     found = {fact.name: second_homes(fact, [bad]) for fact in FACTS}
     assert found == {
@@ -131,6 +135,7 @@ ATTEMPT = re.compile(r"-a(\\d+)$")
         "the out-of-memory advice": ["bad.py:7"],
         "how a timestamp is read": ["bad.py:8"],
         "the hours in a month": ["bad.py:9"],
+        "the job names' wildcard": ["bad.py:11"],
     }
     good = tmp_path / "good.py"
     good.write_text('"""Reads `<prefix>:run-id` and `[training:<code>]` lines."""\n'

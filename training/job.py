@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from contract.hyperparameters import TrainConfig, resumed_batch_layout
-from contract.parallel import MODEL_PARALLEL, batch_ranks
+from contract.parallel import batch_ranks
 from training.checkpoint.markers import recorded_global_batch
 from training.data.datasets import make_datasets, read_meta
 from training.environment import data_mode
@@ -17,7 +17,7 @@ from training.metrics.flops import honest_flops_per_sample
 from training.models import build_model, count_params, data_kind, materialize, model_seq_len
 from training.models.speedups import apply_activation_checkpointing, apply_compile
 from training.parallel.process_group import Dist
-from training.parallel.strategies import Parallelized, apply_strategy
+from training.parallel.strategies import Parallelized, apply_strategy, job_dims
 from training.precision import Precision, resolve_precision
 
 # Above this size FSDP/SMP allocate parameters only after sharding (meta-device init): a 7B model in fp32
@@ -42,6 +42,7 @@ class Job:
     flops_per_sample: float | None  # training.metrics.flops' honest convention where the model allows it
     export_config: dict
     fingerprint: dict  # what defines the trained function (`fingerprint`): a checkpoint records it
+    runs_as: str  # the strategy the job's degrees run (contract.parallel.ParallelDims.strategy; smp: smp)
 
     @property
     def model(self) -> torch.nn.Module:
@@ -54,8 +55,9 @@ def build_job(cfg: TrainConfig, dist: Dist) -> Job:
     model = build_model(cfg, meta)
     kind, seq_len = data_kind(model), model_seq_len(model, cfg)
     train_set, val_set = make_datasets(cfg, kind, model, seq_len)
-    split = cfg.strategy in MODEL_PARALLEL
-    data_world = batch_ranks(dist.world_size, cfg.tp_degree if split else 1, cfg.pp_degree if split else 1,
+    dims = job_dims(cfg, dist)  # None for smp
+    split = dims is not None and dims.splits_layers
+    data_world = batch_ranks(dist.world_size, dims.tp if split else 1, dims.pp if split else 1,
                              split and cfg.micro_batch_per_group)
     # A resume keeps the global batch its checkpoints were trained with (contract.hyperparameters.resumed_batch_layout).
     recorded = dist.broadcast_object(recorded_global_batch(Path(cfg.checkpoint_dir)) if dist.is_main else None)
@@ -66,7 +68,7 @@ def build_job(cfg: TrainConfig, dist: Dist) -> Job:
     precision = resolve_precision(cfg.precision, dist.device)
     n_params = count_params(model)
     # pp and hybrid cut the built model into stages (training.parallel.pipeline_parallel): they materialize it first.
-    late_init = n_params >= META_INIT_MIN_PARAMS and cfg.strategy in ("fsdp", "smp", "hsdp", "tp")
+    late_init = n_params >= META_INIT_MIN_PARAMS and (dims is None or dims.strategy in ("fsdp", "hsdp", "tp"))
     if not late_init:
         materialize(model, dist.device, cfg.seed)
     # Counted on the whole model, before a pipeline cuts it into stages or a wrapper hides its config.
@@ -85,7 +87,7 @@ def build_job(cfg: TrainConfig, dist: Dist) -> Job:
     grouped = data_world < dist.world_size and par.random_stream is not None
     data_rank = par.random_stream if grouped else dist.rank
     return Job(par, train_set, val_set, kind, seq_len, global_batch, data_rank, data_world, precision, n_params, flops,
-               export_config, identity)
+               export_config, identity, cfg.strategy if dims is None else dims.strategy)
 
 
 # Settings of a model's config that change how it trains, not the function its weights define.
@@ -108,10 +110,15 @@ def fingerprint(cfg: TrainConfig, model: torch.nn.Module, meta: dict) -> dict:
     return json.loads(json.dumps(found, default=str))
 
 
+def _strategy(cfg: TrainConfig, job: Job) -> str:
+    """The strategy that runs, and the name asked for where the degrees made it another (hsdp on one host)."""
+    return job.runs_as if job.runs_as == cfg.strategy else f"{job.runs_as} (asked: {cfg.strategy})"
+
+
 def announce(cfg: TrainConfig, job: Job, dist: Dist) -> None:
     if dist.is_main:
         accum = job.global_batch // (cfg.micro_batch_size * job.data_world)
-        print(f"[train] {cfg.model}/{cfg.model_size} {job.n_params / 1e6:.2f}M params, strategy={cfg.strategy}, "
+        print(f"[train] {cfg.model}/{cfg.model_size} {job.n_params / 1e6:.2f}M params, strategy={_strategy(cfg, job)}, "
               f"world={dist.world_size}, global_batch={job.global_batch} (micro {cfg.micro_batch_size} x accum "
               f"{accum}), precision={str(job.precision.param).removeprefix('torch.')}, data={data_mode(cfg)}",
               flush=True)

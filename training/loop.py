@@ -27,6 +27,7 @@ from training.data.sampler import GlobalBatchSampler
 from training.environment import container
 from training.evaluation import Evaluator
 from training.job import announce, build_job
+from training.metrics.cloudwatch import CloudWatchMetrics
 from training.metrics.logger import MetricsLogger
 from training.metrics.meter import AttemptClock, StepMeter, checkpoint_overdue, input_bound_line
 from training.optim import build_optimizer, build_scheduler
@@ -106,6 +107,8 @@ def _train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None, ob
     evaluator = Evaluator(train_step, job.val_set, cfg, dist, job.global_batch, (job.data_rank, job.data_world),
                           heartbeat=heartbeat)
     logger = MetricsLogger(cfg.output_data_dir, dist.is_main, cfg.max_steps)
+    cloud = CloudWatchMetrics.from_environment(os.environ, current_run_id(), is_main=dist.is_main,
+                                               local_rank=dist.local_rank)
     meter = StepMeter(dist, job.precision, cfg.effective_log_interval, cfg.max_steps, job.global_batch,
                       job.seq_len if job.kind == "tokens" else 1, job.kind, job.flops_per_sample,
                       nonfinite_patience=cfg.nonfinite_patience, count_grad_norm=not scaler.is_enabled())
@@ -137,7 +140,9 @@ def _train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None, ob
         if meter.due(state.step):
             meter.raise_if_nonfinite(state.step)
             record = meter.record(state.step, sampler, scheduler, scaler)
-            logger.log({**record, **_checkpoint_age(checkpoints, meter), **clock.metrics(meter.trained_s)})
+            line = {**record, **_checkpoint_age(checkpoints, meter), **clock.metrics(meter.trained_s)}
+            logger.log(line)
+            _send(cloud, dist, line)
             bound = input_bound_line(record, cfg.input_bound_share, job.global_batch, workers)
             if bound and dist.is_main:
                 print(bound, flush=True)
@@ -159,8 +164,12 @@ def _train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None, ob
         else:  # finished or early-stopped: a rerun resumes or sees it done
             checkpoints.save_final(state.step, nonfinite)
     if meter.run_steps or meter.timed_steps:  # this attempt trained: its totals, the stop's save included
-        logger.final({STEP: state.step, **_checkpoint_age(checkpoints, meter), **clock.metrics(trained_s),
-                      **meter.run_data_wait()})
+        last = {STEP: state.step, **_checkpoint_age(checkpoints, meter), **clock.metrics(trained_s),
+                **meter.run_data_wait()}
+        logger.final(last)
+        _send(cloud, dist, last)
+    if cloud:
+        cloud.close()
     return finish(cfg, dist, job.model, job.export_config, state, heartbeat=heartbeat, stragglers=timing.report())
 
 
@@ -170,6 +179,16 @@ def _checkpoint(checkpoints: CheckpointManager, meter: StepMeter, clock: Attempt
     if checkpoints.save(step, nonfinite=meter.raise_if_nonfinite(step)) is not None:
         clock.saved(time.perf_counter() - began)
         meter.restart()  # the save's stall is not training time
+
+
+def _send(cloud: CloudWatchMetrics | None, dist: Dist, line: dict) -> None:
+    """To the team's own namespace (training.metrics.cloudwatch): the line from the main rank, each host's GPUs from
+    its first rank."""
+    if cloud is None:
+        return
+    cloud.send_gpus()
+    if dist.is_main:
+        cloud.send_values(line)
 
 
 def _checkpoint_age(checkpoints: CheckpointManager, meter: StepMeter) -> dict:

@@ -293,7 +293,7 @@ def sizing_table(result: Any) -> Table:
     for c in rows:
         d = c.to_dict()
         mark = "*" if c is rec else ""
-        strategy = d["strategy"] + ("" if d["runnable"] else " (not in package)")
+        strategy = d["strategy"]
         degrees = "/".join(str(v) for v in d["degrees"].values()) + (
             " interleaved" if d["pipeline_schedule"] == "interleaved_1f1b" else "")
         fit = f"{d['memory_per_gpu_gib']:.1f}" + ("" if d["fits"] else " (no fit)")

@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from contract.models import REFERENCE_MODELS
-from contract.parallel import LAYER_SPLITTING, MODEL_PARALLEL
 from jobs.planning.candidates import Candidate, best
 from jobs.planning.layout import Numerics
 from jobs.planning.shape import ModelFacts
@@ -32,12 +31,10 @@ class AutoScope:
     def refusal(self, c: Candidate) -> str | None:
         """Why `strategy: auto` may not run `c` (a phrase after "it"), or None when it may."""
         lay = c.layout
-        if not lay.auto_ok:
-            return "is not in the training package yet" if not lay.runnable else "is not one auto picks"
-        if lay.strategy in MODEL_PARALLEL and not self.native:
+        if lay.dims.builds_mesh and not self.native:
             return ("needs its mesh over the job's whole cluster of one instance type (sizing.max_gpus or "
                     "instance_groups size another shape)")
-        if lay.strategy in LAYER_SPLITTING and not self.split_layers:
+        if lay.dims.splits_layers and not self.split_layers:
             return ("splits layers, which auto does only for the reference models (set strategy and `parallel` "
                     "for a model of your own that has a tp_plan and pipeline_edges)")
         if c.per_group and not self.per_group:

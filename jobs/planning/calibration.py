@@ -51,24 +51,24 @@ def mpt_shape(layers: int, hidden: int, heads: int) -> dict[str, Any]:
 
 A100, H100 = "ml.p4de.24xlarge", "ml.p5.48xlarge"  # A100 80GB and H100 80GB, 8 per node, NVLink, EFA
 ROWS: tuple[Row, ...] = (
-    Row("MPT-7B, 8 x A100 80GB, FSDP", LLM_FOUNDRY, mpt_shape(32, 4096, 32), A100, Layout("fsdp", 1, 8, shard=8),
+    Row("MPT-7B, 8 x A100 80GB, FSDP", LLM_FOUNDRY, mpt_shape(32, 4096, 32), A100, Layout(1, 8, shard=8),
         {"micro_batch_size": 6, "grad_accum": 1}, 4641, "tokens/s/GPU"),
-    Row("MPT-30B, 8 x A100 80GB, FSDP, AC", LLM_FOUNDRY, mpt_shape(48, 7168, 56), A100, Layout("fsdp", 1, 8, shard=8),
+    Row("MPT-30B, 8 x A100 80GB, FSDP, AC", LLM_FOUNDRY, mpt_shape(48, 7168, 56), A100, Layout(1, 8, shard=8),
         {"micro_batch_size": 3, "grad_accum": 1, "activation_checkpointing": True}, 916, "tokens/s/GPU"),
-    Row("MPT-1B, 8 x H100 80GB, FSDP", LLM_FOUNDRY, mpt_shape(24, 2048, 16), H100, Layout("fsdp", 1, 8, shard=8),
+    Row("MPT-1B, 8 x H100 80GB, FSDP", LLM_FOUNDRY, mpt_shape(24, 2048, 16), H100, Layout(1, 8, shard=8),
         {"micro_batch_size": 14, "grad_accum": 1}, 45455, "tokens/s/GPU"),
-    Row("MPT-7B, 8 x H100 80GB, FSDP", LLM_FOUNDRY, mpt_shape(32, 4096, 32), H100, Layout("fsdp", 1, 8, shard=8),
+    Row("MPT-7B, 8 x H100 80GB, FSDP", LLM_FOUNDRY, mpt_shape(32, 4096, 32), H100, Layout(1, 8, shard=8),
         {"micro_batch_size": 6, "grad_accum": 1}, 10643, "tokens/s/GPU"),
     Row("Llama 3 8B, 64 x A100 80GB, FSDP2, selective AC", TORCHTITAN,
         {"layers": 32, "hidden": 4096, "heads": 32, "vocab_size": 128256, "seq_len": 8192, "params": 8_030_000_000},
-        A100, Layout("fsdp", 8, 8, shard=64), {"micro_batch_size": 1, "grad_accum": 1,
+        A100, Layout(8, 8, shard=64), {"micro_batch_size": 1, "grad_accum": 1,
                                                 "activation_checkpointing": True,
                                                 "activation_checkpointing_policy": "selective"}, 2904, "tokens/s/GPU",
         expressed="the gated MLP and grouped-query attention as a GPT block with Llama's 8.03B parameters (its "
                   "selective AC is the package's, torchtitan's op-level policy)"),
     Row("GPT 175B, 64 x A100 80GB, TP 8 x PP 8", KORTHIKANTI,
         {"layers": 96, "hidden": 12288, "heads": 96, "vocab_size": 51200, "seq_len": 2048}, A100,
-        Layout("hybrid", 8, 8, tensor=8, pipeline=8, microbatches=64, schedule="interleaved_1f1b"),
+        Layout(8, 8, tensor=8, pipeline=8, microbatches=64, schedule="interleaved_1f1b"),
         {"micro_batch_size": 1, "global_batch_size": 64}, 13.75, "s/iteration",
         expressed="no recomputation for selective AC (it recomputes only attention's softmax core, ~3% of the "
                   "FLOPs), sequence parallelism as the planner's tensor parallelism"),

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from contract.hyperparameters import PIPELINE_SCHEDULES
-from contract.parallel import LAYER_SPLITTING, microbatches, stages_per_rank
+from contract.hyperparameters import PIPELINE_SCHEDULES, TRAINING_STRATEGIES
+from contract.parallel import ParallelDims, microbatches, stages_per_rank
 from jobs.catalog import SPOT_SAVINGS, InstanceSpec, lookup
 from jobs.planning.cadence import Cadence, cadence, state_bytes
 from jobs.planning.layout import Layout, Numerics
@@ -55,7 +55,7 @@ class Candidate:
         from jobs.planning.calibration import calibration_of
         band, rows = calibration_of(lookup(self.instance_type).gpu)
         return {
-            "strategy": lay.strategy, "degrees": lay.degrees(), "runnable": lay.runnable,
+            "strategy": lay.strategy, "degrees": lay.degrees(),
             # the request's strategy and `parallel` section that run it (and the hyperparameter a grouped batch needs)
             "request": {**lay.request_fields(),
                         **({"hyperparameters": {"micro_batch_per_group": True}} if self.per_group else {})},
@@ -95,12 +95,12 @@ def layouts(m: ModelFacts, nodes: int, per_node: int, pp_microbatches: int | Non
     the 1F1B and the interleaved schedule, and `schedule` (the request's)."""
     world = nodes * per_node
     if world == 1:
-        return [Layout("single", 1, 1)]
-    out = [Layout("ddp", nodes, per_node, replicate=world), Layout("fsdp", nodes, per_node, shard=world)]
+        return [Layout(1, 1)]
+    out = [Layout(nodes, per_node, replicate=world), Layout(nodes, per_node, shard=world)]
     if nodes > 1 and per_node > 1:
-        out.append(Layout("hsdp", nodes, per_node, replicate=nodes, shard=per_node))
+        out.append(Layout(nodes, per_node, replicate=nodes, shard=per_node))
     tensors = [t for t in range(2, per_node + 1) if per_node % t == 0 and m.heads and m.heads % t == 0]
-    out += [Layout("tp", nodes, per_node, shard=world // t, tensor=t) for t in tensors]
+    out += [Layout(nodes, per_node, shard=world // t, tensor=t) for t in tensors]
     schedules = tuple(dict.fromkeys((*PLANNED_SCHEDULES, schedule)))
     pipelines = [_pipelines(m, nodes, per_node, t, pp_microbatches, schedules) for t in (1, *tensors)]
     return out + [lay for group in pipelines for lay in group]
@@ -118,7 +118,7 @@ def _pipelines(m: ModelFacts, nodes: int, per_node: int, tensor: int, given: int
         for schedule in schedules:
             if m.layers < p * stages_per_rank(schedule):
                 continue
-            out.append(Layout("hybrid" if tensor > 1 else "pp", nodes, per_node, shard=stage // tensor, tensor=tensor,
+            out.append(Layout(nodes, per_node, shard=stage // tensor, tensor=tensor,
                               pipeline=p, microbatches=microbatches(given, p), schedule=schedule))
     return out
 
@@ -138,15 +138,16 @@ def shown(cands: list[Candidate], keep: tuple[Candidate | None, ...] = ()) -> li
 
 
 def requested_layouts(cands: list[Candidate], request: Any) -> list[Candidate]:
-    """The candidates that are the layout a request names: its strategy, and for tp, pp and hybrid its tensor and
-    pipeline degrees and schedule."""
-    p = request.parallel
-    strategy = request.strategy.value
-    if strategy not in LAYER_SPLITTING or p is None:
-        return [c for c in cands if c.layout.strategy == strategy]
-    wanted = (strategy, p.tensor_parallel_degree, p.pipeline_parallel_degree)
-    return [c for c in cands if (c.layout.strategy, c.layout.tensor, c.layout.pipeline) == wanted
-            and (c.layout.pipeline == 1 or c.layout.schedule == p.pipeline_schedule)]
+    """The candidates that are the layout a request names: the degrees its strategy and `parallel` section resolve
+    to on each candidate's GPUs (contract.parallel.ParallelDims.resolve: hsdp on one node is fsdp there), and a
+    pipeline's schedule. None for auto and smp, which name no degrees."""
+    strategy, p = request.strategy.value, request.parallel
+    if strategy not in TRAINING_STRATEGIES or strategy == "smp":
+        return []
+    degrees = (p.tensor_parallel_degree, p.pipeline_parallel_degree, p.hybrid_shard_degree) if p else (1, 1, 0)
+    return [c for c in cands
+            if c.layout.dims == ParallelDims.resolve(strategy, c.layout.gpus, c.layout.gpus_per_node, *degrees)
+            and (c.layout.pipeline == 1 or p is None or c.layout.schedule == p.pipeline_schedule)]
 
 
 def sized_numerics(n: Numerics, lay: Layout) -> Numerics | None:
@@ -154,7 +155,7 @@ def sized_numerics(n: Numerics, lay: Layout) -> Numerics | None:
     read micro-batches (Numerics.fitted). A tensor/pipeline layout with more ranks than the global batch has
     samples reads one micro-batch per batch group (micro_batch_per_group) where that splits; None when neither."""
     fitted = n.fitted(n.readers(lay))
-    if fitted is None and lay.strategy in LAYER_SPLITTING and not n.per_group:
+    if fitted is None and lay.dims.splits_layers and not n.per_group:
         grouped = dataclasses.replace(n, per_group=True)
         fitted = grouped.fitted(grouped.readers(lay))
     return fitted
@@ -177,7 +178,7 @@ def evaluate(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, sizing
     st = step_time(m, n, spec, lay)
     step_samples = n.step_samples(n.readers(lay))  # what the training package trains on per optimizer step
     samples_s = step_samples / st.total
-    ideal = n.micro_batch / micro_compute(m, n, spec, Layout("single", 1, 1))  # one GPU, no communication
+    ideal = n.micro_batch / micro_compute(m, n, spec, Layout(1, 1))  # one GPU, no communication
     tokens = m.kind == "decoder"
     cad = cadence(state_bytes(m, n), lay.nodes, spot, n.async_checkpoint)
     train_h = total_samples(m, n, sizing, step_samples) / samples_s / 3600
@@ -190,7 +191,7 @@ def evaluate(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, sizing
         throughput=samples_s * (m.tokens if tokens else 1), throughput_unit="tokens/s" if tokens else "samples/s",
         scaling_efficiency=samples_s / (ideal * lay.gpus), hours=hours, cost_usd=cost, cost_on_demand_usd=on_demand,
         spot=spot, cadence=cad, bubble=st.bubble, step_samples=step_samples, micro_batch=n.micro_batch,
-        per_group=n.per_group and lay.strategy in LAYER_SPLITTING)
+        per_group=n.per_group and lay.dims.splits_layers)
 
 
 def best(cands: list[Candidate], allowed: Callable[[Candidate], bool] | None = None) -> Candidate | None:

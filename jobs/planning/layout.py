@@ -17,12 +17,10 @@ from contract.hyperparameters import (
     canonical_hyperparameters,
 )
 from contract.parallel import (
-    LAYER_SPLITTING,
-    MODEL_PARALLEL,
+    ParallelDims,
     batch_ranks,
     layout_problems,
     parallel_hyperparameters,
-    resolve_degrees,
     stages_per_rank,
 )
 from jobs.planning.shape import PlanInputError
@@ -38,9 +36,9 @@ AUTO_STRATEGIES = tuple(s for s in TRAINING_STRATEGIES if s != "smp")
 
 @dataclass(frozen=True)
 class Layout:
-    """`strategy` over `nodes` instances of `gpus_per_node` GPUs; replicate x shard x tensor x pipeline = GPUs."""
+    """Degrees over `nodes` instances of `gpus_per_node` GPUs; replicate x shard x tensor x pipeline = GPUs. The
+    strategy is what the degrees derive (contract.parallel.ParallelDims), as the training package reads them."""
 
-    strategy: str
     nodes: int
     gpus_per_node: int
     replicate: int = 1
@@ -65,13 +63,19 @@ class Layout:
         return self.shard * self.tensor * self.pipeline
 
     @property
-    def runnable(self) -> bool:
-        """Does the training package run this strategy today (contract.hyperparameters.TRAINING_STRATEGIES)?"""
-        return self.strategy in TRAINING_STRATEGIES
+    def dims(self) -> ParallelDims:
+        return ParallelDims(pp=self.pipeline, replicate=self.replicate, shard=self.shard, tp=self.tensor)
 
     @property
-    def auto_ok(self) -> bool:
-        return self.strategy in AUTO_STRATEGIES
+    def strategy(self) -> str:
+        """The strategy these degrees run (and the request's `strategy` that runs them)."""
+        return self.dims.strategy
+
+    @classmethod
+    def of(cls, dims: ParallelDims, nodes: int, gpus_per_node: int, microbatches: int = 1,
+           schedule: str = "1f1b") -> Layout:
+        return cls(nodes, gpus_per_node, replicate=dims.replicate, shard=dims.shard, tensor=dims.tp,
+                   pipeline=dims.pp, microbatches=microbatches, schedule=schedule)
 
     def forward_batch(self, micro_batch: float, per_group: bool = False) -> float:
         """Samples one model replica runs per forward pass, as the training package runs them: the ranks of a
@@ -100,19 +104,20 @@ class Layout:
         divide."""
         return layout_problems(
             self.strategy, hosts=self.nodes, per_host=self.gpus_per_node, tensor=self.tensor,
-            pipeline=self.pipeline, shard=self.shard if self.strategy in MODEL_PARALLEL else 0,
+            pipeline=self.pipeline, shard=self.shard if self.dims.builds_mesh else 0,
             microbatches=self.microbatches if self.pipeline > 1 else None, schedule=self.schedule,
             n_layer=layers or None, n_head=heads or None, micro_batch_size=micro_batch_size, per_group=per_group)
 
     def request_fields(self) -> dict[str, Any]:
         """The job request's `strategy` and `parallel` section that run this layout (what `trainctl plan --json`
         shows as a candidate's `request`): degrees other than 1, the shard degree where it is not the default
-        (contract.parallel.resolve_degrees), a pipeline's micro-batches and schedule."""
-        if self.strategy not in MODEL_PARALLEL:
+        (contract.parallel.ParallelDims.resolve), a pipeline's micro-batches and schedule."""
+        if not self.dims.builds_mesh:
             return {"strategy": self.strategy}
         parallel = {name: value for name, value in (("tensor_parallel_degree", self.tensor),
                                                     ("pipeline_parallel_degree", self.pipeline)) if value > 1}
-        if self.shard != resolve_degrees(self.strategy, self.gpus, self.gpus_per_node, self.tensor, self.pipeline).shard:
+        default = ParallelDims.resolve(self.strategy, self.gpus, self.gpus_per_node, self.tensor, self.pipeline)
+        if self.shard != default.shard:
             parallel["hybrid_shard_degree"] = self.shard
         if self.pipeline > 1:
             parallel |= {"pipeline_microbatches": self.microbatches, "pipeline_schedule": self.schedule}
@@ -121,7 +126,7 @@ class Layout:
     def hyperparameters(self) -> dict[str, Any]:
         """What the launcher sends for this layout (contract.parallel.parallel_hyperparameters); {} for data-only."""
         return parallel_hyperparameters(self.strategy, self.tensor, self.pipeline,
-                                        self.shard if self.strategy in MODEL_PARALLEL else 0,
+                                        self.shard if self.dims.builds_mesh else 0,
                                         self.microbatches if self.pipeline > 1 else None, self.schedule)
 
 
@@ -145,8 +150,7 @@ class Numerics:
     def readers(self, layout: Layout) -> int:
         """The ranks that read their own micro-batches on `layout` (contract.parallel.batch_ranks): the world size
         TrainConfig.batch_layout divides by."""
-        split = layout.strategy in LAYER_SPLITTING
-        return batch_ranks(layout.gpus, layout.tensor, layout.pipeline, split and self.per_group)
+        return batch_ranks(layout.gpus, layout.tensor, layout.pipeline, layout.dims.splits_layers and self.per_group)
 
     @property
     def selective(self) -> bool:

@@ -24,9 +24,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from contract.hyperparameters import TrainConfig, canonical_hyperparameters, decode_hyperparameters
+from contract.hyperparameters import (
+    TRAINING_STRATEGIES,
+    TrainConfig,
+    canonical_hyperparameters,
+    decode_hyperparameters,
+)
 from contract.metrics import MFU, STEP_TIME_MS
-from contract.parallel import DATA_ONLY, MODEL_PARALLEL, microbatches, resolve_degrees
+from contract.parallel import ParallelDims, microbatches
 from jobs import catalog
 from jobs.planning.candidates import STARTUP_HOURS, Candidate
 from jobs.planning.layout import Layout, numerics
@@ -39,20 +44,15 @@ REQUIRED = ("instance_type", "model", "strategy", "step_time_s", "predicted_step
 
 
 def job_layout(strategy: str, nodes: int, per_node: int, hps: Mapping[str, Any]) -> Layout | None:
-    """The planner's Layout of what the job ran (the training package's own degree rules); None for smp (SMP's
-    degrees are not the planner's) or a strategy it does not know."""
-    world = nodes * per_node
-    if strategy == "single" or world == 1:
-        return Layout("single", 1, 1)
-    if strategy in DATA_ONLY:
-        return Layout(strategy, nodes, per_node, **({"replicate": world} if strategy == "ddp" else {"shard": world}))
-    if strategy not in MODEL_PARALLEL:
+    """The planner's Layout of what the job ran (the training package's own degree rules,
+    contract.parallel.ParallelDims.resolve); None for smp (SMP's degrees are not the planner's) or a strategy it
+    does not know."""
+    if strategy not in TRAINING_STRATEGIES or strategy == "smp":
         return None
-    d = resolve_degrees(strategy, world, per_node, int(hps.get("tp_degree") or 1), int(hps.get("pp_degree") or 1),
-                        int(hps.get("dp_shard") or 0))
-    return Layout(strategy, nodes, per_node, replicate=d.replicate, shard=d.shard, tensor=d.tp, pipeline=d.pp,
-                  microbatches=microbatches(hps.get("pp_microbatches"), d.pp),
-                  schedule=str(hps.get("pp_schedule") or TrainConfig.pp_schedule))
+    d = ParallelDims.resolve(strategy, nodes * per_node, per_node, int(hps.get("tp_degree") or 1),
+                             int(hps.get("pp_degree") or 1), int(hps.get("dp_shard") or 0))
+    return Layout.of(d, nodes, per_node, microbatches=microbatches(hps.get("pp_microbatches"), d.pp),
+                     schedule=str(hps.get("pp_schedule") or TrainConfig.pp_schedule))
 
 
 def measured_section(job: Mapping[str, Any] | None, run_id: str = "") -> dict[str, Any] | None:

@@ -88,7 +88,7 @@ def micro_compute(m: ModelFacts, n: Numerics, spec: InstanceSpec, layout: Layout
     flops = m.flops_per_sample * n.micro_batch / split
     # The traffic proxy the constants were fitted with: the full loss's bytes, whichever form the run computes
     # (jobs.planning.memory: the chunked and the compiled loss run the same passes over the logits).
-    saved = activation_bytes(m, replace(n, activation_checkpointing=False), Layout("single", 1, 1), loss="full") / split
+    saved = activation_bytes(m, replace(n, activation_checkpointing=False), Layout(1, 1), loss="full") / split
     traffic = saved * TRAFFIC * (COMPILED_TRAFFIC if n.compile else 1.0)
     efficiency = matmul_efficiency(gpu, m.hidden / layout.tensor)
     matmul_s = flops / (gpu.peak_tflops * 1e12 * efficiency)

@@ -26,6 +26,7 @@ from contract.container import (
     CHECKPOINT_DIR,
     CODE_CHANNEL,
     ENV_EPOCH,
+    ENV_METRICS_NAMESPACE,
     ENV_RUN_ID,
     ENV_SECRET_ARNS,
     INIT_CHANNEL,
@@ -37,7 +38,7 @@ from contract.errors import Problem, RequestInvalid
 from contract.hyperparameters import Strategy, canonical_name, encode_hyperparameters
 from contract.metrics import metric_definitions
 from jobs import catalog
-from jobs.naming import job_name, new_name_nonce, platform_tags
+from jobs.naming import job_name, metrics_namespace, new_name_nonce, platform_tags
 from jobs.planning.auto_strategy import attempt_cadence, plan_for_request
 from jobs.planning.cadence import before_plan_end, reclaim_epoch
 from jobs.platform import PlatformSettings, TrainingPlan
@@ -138,9 +139,11 @@ def render_create_training_job(
         "CheckpointConfig": {"S3Uri": checkpoint_s3_uri(platform, run_id), "LocalPath": CHECKPOINT_DIR},
         # The run's marker and the attempt's epoch last: a request may set neither (jobs.request.environment_rules
         # refuses them); the marker tells the run's own job from one that took its name, the epoch fences the
-        # checkpoint folder against an older attempt still writing (training.checkpoint.fencing).
+        # checkpoint folder against an older attempt still writing (training.checkpoint.fencing); the namespace is
+        # the one the team's role may write (its alarms read it).
         "Environment": {**PLATFORM_ENVIRONMENT, **request.environment, **_secrets(request), ENV_RUN_ID: run_id,
-                        ENV_EPOCH: str(attempt if epoch is None else epoch)},
+                        ENV_EPOCH: str(attempt if epoch is None else epoch),
+                        ENV_METRICS_NAMESPACE: metrics_namespace(platform.name_prefix)},
         "ProfilerConfig": _profiler(request, platform, run_id),
         "InfraCheckConfig": {"EnableInfraCheck": request.infra_check if infra_check is None else infra_check},
         "Tags": _tags(request, platform, run_id, attempt, strategy_and_degrees(request, primary)[0]),

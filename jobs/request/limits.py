@@ -8,7 +8,13 @@ to HyperParameters.
 
 from __future__ import annotations
 
-from contract.container import ENV_EPOCH, ENV_RUN_ID, ENV_SECRET_ARNS, TORCHRUN_SHUTDOWN_SECONDS
+from contract.container import (
+    ENV_EPOCH,
+    ENV_METRICS_NAMESPACE,
+    ENV_RUN_ID,
+    ENV_SECRET_ARNS,
+    TORCHRUN_SHUTDOWN_SECONDS,
+)
 
 MAX_HYPERPARAMETERS = 100
 MAX_HYPERPARAMETER_JSON = 2500  # characters of one JSON-encoded value
@@ -41,8 +47,9 @@ PLATFORM_ENVIRONMENT = {
     "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(TORCHRUN_SHUTDOWN_SECONDS),
 }
 # Variables the renderer sets per run, not to a fixed value: the run's id, the marker by which the launcher
-# knows its own jobs (jobs.retry.run_state.is_ours), so a request may never set it.
-RUN_ENVIRONMENT = (ENV_RUN_ID, ENV_EPOCH)
+# knows its own jobs (jobs.retry.run_state.is_ours), so a request may never set it; the attempt's epoch; the
+# platform's (team's) own metrics namespace.
+RUN_ENVIRONMENT = (ENV_RUN_ID, ENV_EPOCH, ENV_METRICS_NAMESPACE)
 # The variable that carries a request's `secrets` (their ARNs, as JSON; jobs.render.container_entry reads them).
 SECRETS_ENVIRONMENT = (ENV_SECRET_ARNS,)
 MAX_ENVIRONMENT = (MAX_ENVIRONMENT_VARIABLES - len(PLATFORM_ENVIRONMENT) - len(RUN_ENVIRONMENT)

@@ -13,10 +13,9 @@ from contract.hyperparameters import TrainConfig, canonical_hyperparameters
 from contract.models import PRESETS
 from contract.parallel import (
     REQUEST,
+    ParallelDims,
     layout_problems,
     parallel_hyperparameters,
-    rank_coordinates,
-    resolve_degrees,
 )
 
 
@@ -68,15 +67,15 @@ def request_hyperparameters(request) -> dict:
 def mesh_layout(strategy: str, hosts: list[str], per_host: int, tensor: int = 1, pipeline: int = 1,
                 shard: int = 0) -> list[dict]:
     """One entry per rank: its host, local rank, and coordinates (pipeline stage, replica, shard, tensor)."""
-    d = resolve_degrees(strategy, len(hosts) * per_host, per_host, tensor, pipeline, shard)
-    return [{"rank": rank, "host": hosts[rank // per_host], "local_rank": rank % per_host, **rank_coordinates(rank, d)}
+    d = ParallelDims.resolve(strategy, len(hosts) * per_host, per_host, tensor, pipeline, shard)
+    return [{"rank": rank, "host": hosts[rank // per_host], "local_rank": rank % per_host, **d.coordinates(rank)}
             for rank in range(len(hosts) * per_host)]
 
 
 def describe_layout(strategy: str, hosts: list[str], per_host: int, tensor: int = 1, pipeline: int = 1,
                     shard: int = 0) -> list[str]:
     """`trainctl plan`'s lines: the degrees, then per host which ranks do what."""
-    d = resolve_degrees(strategy, len(hosts) * per_host, per_host, tensor, pipeline, shard)
+    d = ParallelDims.resolve(strategy, len(hosts) * per_host, per_host, tensor, pipeline, shard)
     lines = [f"mesh (pipeline x replicate x shard x tensor) = {d.pp} x {d.replicate} x {d.shard} x {d.tp}"]
     for host in hosts:
         ranks = [r for r in mesh_layout(strategy, hosts, per_host, tensor, pipeline, shard) if r["host"] == host]

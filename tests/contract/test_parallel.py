@@ -8,18 +8,18 @@ import pytest
 
 from contract.parallel import (
     HYPERPARAMETERS,
+    LAYER_SPLITTING,
+    MODEL_PARALLEL,
     REQUEST,
-    Degrees,
+    ParallelDims,
     layout_problems,
     microbatch_problems,
-    rank_coordinates,
-    resolve_degrees,
     stages_per_rank,
 )
 
 
 def test_hsdp_shards_within_a_host_by_default():
-    d = resolve_degrees("hsdp", world=32, per_host=8)
+    d = ParallelDims.resolve("hsdp", world=32, per_host=8)
     assert (d.replicate, d.shard, d.world) == (4, 8, 32)
 
 
@@ -58,8 +58,8 @@ def test_micro_batches_default_to_twice_the_stages_and_split_the_pooled_batch():
 
 
 def test_ranks_fill_the_mesh_tensor_innermost():
-    d = Degrees(pp=2, replicate=1, shard=2, tp=2)
-    coords = [rank_coordinates(r, d) for r in range(d.world)]
+    d = ParallelDims(pp=2, replicate=1, shard=2, tp=2)
+    coords = [d.coordinates(r) for r in range(d.world)]
     assert [c["tensor"] for c in coords[:4]] == [0, 1, 0, 1] and coords[4]["pipeline"] == 1
     assert {tuple(c.values()) for c in coords} == {(p, 0, s, t) for p in range(2) for s in range(2) for t in range(2)}
 
@@ -83,3 +83,38 @@ def test_a_grouped_batch_is_read_once_per_batch_group():
     assert microbatch_problems(4, 2, 2, 4, per_group=True) == []
     [p] = microbatch_problems(8, 2, 2, 4, per_group=True)
     assert "does not divide the 4 samples a pipeline step gets (micro_batch_size 4 per batch group)" in p.message
+
+
+# Every strategy name a request may give, over worlds of one to several hosts, with the degrees each needs.
+NAMED = [("single", {}), ("ddp", {}), ("fsdp", {}), ("hsdp", {}), ("tp", {"tensor": 2}), ("pp", {"pipeline": 2}),
+         ("hybrid", {"tensor": 2, "pipeline": 2})]
+
+
+@pytest.mark.parametrize("strategy,degrees", NAMED)
+@pytest.mark.parametrize("hosts,per_host", [(1, 1), (1, 4), (2, 1), (2, 4), (4, 8)])
+def test_the_degrees_a_strategy_names_derive_it_back(strategy, degrees, hosts, per_host):
+    # The strategy is read from the degrees (ParallelDims.strategy), never stated beside them: a name resolves to
+    # degrees that derive the same name, except where the layout degenerates into a simpler one, and then into
+    # exactly that one (hsdp on one host shards over it all: fsdp; on hosts of one GPU it shards nothing: ddp;
+    # every strategy on one rank is single).
+    world = hosts * per_host
+    if layout_problems(strategy, hosts=hosts, per_host=per_host, **degrees) or (strategy == "single" and world > 1):
+        return
+    dims = ParallelDims.resolve(strategy, world, per_host, **degrees)
+    assert dims.world == (1 if strategy == "single" else world)
+    expected = {("hsdp", True, False): "fsdp", ("hsdp", False, True): "ddp"}.get(
+        (strategy, hosts == 1, per_host == 1), strategy)
+    assert dims.strategy == ("single" if world == 1 else expected)
+    assert dims.splits_layers == (dims.strategy in LAYER_SPLITTING)
+    assert dims.builds_mesh == (dims.strategy in MODEL_PARALLEL)
+
+
+@pytest.mark.parametrize("shape", [(pp, r, s, t) for pp in (1, 2) for r in (1, 3) for s in (1, 2) for t in (1, 4)])
+def test_every_shape_derives_one_strategy_whose_name_resolves_to_it(shape):
+    # Round trip the other way: any degrees have a strategy, and that name with the degrees a request can give
+    # (tensor, pipeline, the shard degree) resolves to the same shape on its world (hosts of tp x shard GPUs).
+    dims = ParallelDims(*shape)
+    per_host = dims.tp * dims.shard
+    again = ParallelDims.resolve(dims.strategy, dims.world, per_host, tensor=dims.tp, pipeline=dims.pp,
+                                 shard=dims.shard if dims.builds_mesh else 0)
+    assert again == dims

@@ -1,5 +1,6 @@
-"""The checkpoint-age alarm end to end: the job prints `checkpoint_overdue` (its checkpoint age in cadences),
-the synthesized dashboard plots it and the alarm fires when the most overdue job stays above twice its cadence."""
+"""The checkpoint-age alarm end to end: the job prints `checkpoint_overdue` (its checkpoint age in cadences) and
+sends it to its platform's own namespace, the synthesized dashboard plots it and the alarm fires when the most
+overdue run stays above twice its cadence."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
 
 from contract.metrics import METRIC_NAMES, METRIC_NAMESPACE, format_metrics, parse_metric_line
+from jobs.naming import metrics_namespace
 from platform_constructs.monitoring import LauncherMonitoringProps
 from tests.launcher.conftest import launcher_stack_template
 from tests.training.helpers import SEQ, config, write_tokens
@@ -21,6 +23,7 @@ from training.parallel.process_group import setup
 from training.resilience.stop import StopFlag
 
 ALARM = "mltrain-training-checkpoint-overdue"
+OWN_NAMESPACE = metrics_namespace("mltrain")
 
 
 def _alarms(templates: dict[str, dict]) -> dict[str, dict]:
@@ -29,12 +32,12 @@ def _alarms(templates: dict[str, dict]) -> dict[str, dict]:
             for r in launcher["Resources"].values() if r["Type"] == "AWS::CloudWatch::Alarm"}
 
 
-def test_the_alarm_takes_the_most_overdue_job_above_twice_its_cadence(templates):
+def test_the_alarm_takes_the_most_overdue_run_above_twice_its_cadence(templates):
     alarms = _alarms(templates)
     alarm = alarms[ALARM]
     (query,) = alarm["Metrics"]
-    assert query["Expression"] == (
-        f'SELECT MAX(checkpoint_overdue) FROM SCHEMA("{METRIC_NAMESPACE}", TrainingJobName)')
+    # The platform's own namespace (what its jobs send, training.metrics.cloudwatch), never SageMaker's shared one.
+    assert query["Expression"] == f'SELECT MAX(checkpoint_overdue) FROM SCHEMA("{OWN_NAMESPACE}", RunId)'
     assert query["ReturnData"] is True and query["Period"] == 300
     assert alarm["Threshold"] == 2 and alarm["ComparisonOperator"] == "GreaterThanThreshold"
     # "Stays above": every datapoint of 10 minutes, not one stale sample.
@@ -45,13 +48,22 @@ def test_the_alarm_takes_the_most_overdue_job_above_twice_its_cadence(templates)
     assert alarm["AlarmActions"] == gpu["AlarmActions"] and alarm["OKActions"] == gpu["OKActions"]
 
 
+def dashboards(templates) -> dict[str, str]:
+    """Each dashboard of the launcher stack by name, its body as the template writes it."""
+    launcher = launcher_stack_template(templates)
+    return {r["Properties"]["DashboardName"]: json.dumps(r["Properties"]["DashboardBody"])
+            for r in launcher["Resources"].values() if r["Type"] == "AWS::CloudWatch::Dashboard"}
+
+
+def search(namespace: str, dimensions: str, metric: str) -> str:
+    return f"SEARCH('{{{namespace},{dimensions}}} MetricName=\\\\\\\"{metric}\\\\\\\"', 'Maximum', 300)"
+
+
 def test_the_dashboard_plots_the_age_and_the_alarm(templates):
     launcher = launcher_stack_template(templates)
-    (dashboard,) = [r for r in launcher["Resources"].values() if r["Type"] == "AWS::CloudWatch::Dashboard"]
-    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    body = dashboards(templates)["mltrain-training"]
     for metric in ("checkpoint_age_s", "checkpoint_overdue"):
-        search = f"SEARCH('{{{METRIC_NAMESPACE},TrainingJobName}} MetricName=\\\\\\\"{metric}\\\\\\\"', 'Maximum', 300)"
-        assert search in body, metric
+        assert search(OWN_NAMESPACE, "RunId", metric) in body, metric
     assert "alarm above 2" in body and '\\"value\\":2,\\"label\\":\\"alarm threshold\\"' in body
     assert body.count(ALARM) == 0  # the alarm status widget refers to it by ARN (a Fn::GetAtt), not by name
     alarm_id = next(k for k, r in launcher["Resources"].items()
@@ -60,14 +72,22 @@ def test_the_dashboard_plots_the_age_and_the_alarm(templates):
 
 
 def test_the_dashboard_plots_the_wait_for_data_and_the_input_bound_share(templates):
-    launcher = launcher_stack_template(templates)
-    (dashboard,) = [r for r in launcher["Resources"].values() if r["Type"] == "AWS::CloudWatch::Dashboard"]
-    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    body = dashboards(templates)["mltrain-training"]
     for metric in ("data_wait_ms", "data_wait_share"):
-        search = f"SEARCH('{{{METRIC_NAMESPACE},TrainingJobName}} MetricName=\\\\\\\"{metric}\\\\\\\"', 'Maximum', 300)"
-        assert search in body, metric
+        assert search(OWN_NAMESPACE, "RunId", metric) in body, metric
     assert "input bound above 0.1, the default input_bound_share" in body
     assert '\\"value\\":0.1,\\"label\\":\\"input bound\\"' in body
+
+
+def test_the_platform_teams_dashboard_sees_every_job_and_the_teams_see_their_own(templates):
+    # SageMaker's namespace holds every team's jobs (and any team's role may write it): only the platform team's
+    # all-jobs dashboard reads it; the launcher's own dashboard reads only its own namespace.
+    found = dashboards(templates)
+    assert set(found) == {"mltrain-training", "mltrain-training-all-jobs"}
+    assert METRIC_NAMESPACE not in found["mltrain-training"]
+    assert OWN_NAMESPACE not in found["mltrain-training-all-jobs"]
+    for metric in ("checkpoint_overdue", "data_wait_ms"):
+        assert search(METRIC_NAMESPACE, "TrainingJobName", metric) in found["mltrain-training-all-jobs"], metric
 
 
 def test_monitoring_checks_the_overdue_props():

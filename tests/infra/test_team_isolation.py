@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import app as cdk_app
 from contract.errors import RequestInvalid
+from jobs.naming import metrics_namespace
 from jobs.platform import PlatformSettings
 from jobs.registry import table_name
 from jobs.render.training_job import render_create_training_job
@@ -126,6 +127,9 @@ def add_cells(m: Matrix, t: Templates, own: Team, other: Team, who: str) -> None
         stream = f"{LOGS}:log-stream:{target.prefix}-run-abc-a1/algo-1-1764300000"
         for action in ("logs:CreateLogStream", "logs:PutLogEvents"):
             m.add(f"{who} job {action} {side}", **role, action=action, resource=stream, expect=expect)
+        # A job sends metrics only to its own team's namespace, the one its team's alarms and dashboard read.
+        m.add(f"{who} job puts metrics in the {side} team's namespace", **role, action="cloudwatch:PutMetricData",
+              resource="*", context={"cloudwatch:namespace": metrics_namespace(target.prefix)}, expect=expect)
         m.add(f"{who} job read dataset {side}", **role, action="s3:GetObject",
               resource=f"arn:aws:s3:::{datasets}/{target.dataset_prefix}train/part-0.parquet", expect=expect)
         m.add(f"{who} job list dataset {side}", **role, action="s3:ListBucket", resource=f"arn:aws:s3:::{datasets}",
@@ -197,6 +201,12 @@ def add_outside_cells(m: Matrix, t: Templates, own: Team, who: str) -> None:
     for other in ("mltrain--ab-run-abc-a1", "mltrain-run-abc-a1", "mltrain-dev-run-abc-a1"):  # prefixes alike
         m.add(f"{who} job writes the log stream of {other}", **role, action="logs:PutLogEvents",
               resource=f"{LOGS}:log-stream:{other}/algo-1-1764300000", expect=DENIED)
+    # Metrics: SageMaker's namespace (SageMaker publishes the job's metrics with its role: every team's, read by no
+    # alarm), its own team's; never the platform's nor a team's whose prefix starts the same.
+    for namespace, expect in (("/aws/sagemaker/TrainingJobs", "Allowed"), (metrics_namespace("mltrain"), DENIED),
+                              (metrics_namespace("mltrain--ab"), DENIED), ("AWS/SageMaker", DENIED)):
+        m.add(f"{who} job puts metrics in {namespace}", **role, action="cloudwatch:PutMetricData", resource="*",
+              context={"cloudwatch:namespace": namespace}, expect=expect)
     # Network interfaces: only in the training subnets, and SageMaker's attach permission only.
     settings = own.settings(t)
     subnet = f"arn:aws:ec2:{REGION}:{ACCOUNT}:subnet/{settings['subnet_ids'][0]}"
@@ -277,6 +287,30 @@ def test_every_cell_of_the_matrix_is_as_expected(matrix):
     m, _ = matrix
     assert sum(e == "Allowed" for e in m.expected.values()) >= 40
     assert sum(e == DENIED for e in m.expected.values()) >= 50
+
+
+def test_each_teams_alarms_and_dashboard_read_only_its_own_namespace(teams_synth):
+    # What a team's monitoring reads is what only its own job role may write (the matrix's metrics cells): no other
+    # team's job can raise, mask or show up in it. The platform team's all-jobs dashboard alone reads SageMaker's.
+    launcher = teams_synth.templates[LAUNCHER]["Resources"]
+    namespaces = {"a": metrics_namespace("mltrain--a"), "b": metrics_namespace("mltrain--b")}
+    read: dict[str, str] = {}
+    for resource in launcher.values():
+        props = resource["Properties"] if resource["Type"] in ("AWS::CloudWatch::Alarm",
+                                                              "AWS::CloudWatch::Dashboard") else None
+        name = props and (props.get("AlarmName") or props.get("DashboardName"))
+        if name and "training" in name:
+            read[name] = json.dumps(props)
+    assert {n for n in read if "-training-all-jobs" in n} == {"mltrain-training-all-jobs"}
+    for name, text in read.items():
+        team = next((t for t in namespaces if name.startswith(f"mltrain--{t}-")), None)
+        if team is None:
+            assert not any(ns in text for ns in namespaces.values()) and "/aws/sagemaker/TrainingJobs" in text, name
+            continue
+        other = namespaces["b" if team == "a" else "a"]
+        assert namespaces[team] in text and other not in text and "/aws/sagemaker" not in text, name
+    assert {n for n in read if n.startswith("mltrain--a-")} == {
+        "mltrain--a-training", "mltrain--a-training-low-gpu-utilization", "mltrain--a-training-checkpoint-overdue"}
 
 
 def test_team_engineers_policy_is_attached_to_the_declared_roles(teams_synth):

@@ -21,7 +21,7 @@ from jobs.render.training_job import render_create_training_job
 from jobs.request.parallelism import check_parallelism
 from jobs.request.parse import parse_request
 from jobs.request.platform_rules import validate_for_platform
-from training.parallel.mesh import checked_degrees
+from training.parallel.mesh import checked_dims
 
 from .conftest import assert_valid_create_request
 from .test_training_contract import toolkit_args
@@ -70,7 +70,7 @@ def test_auto_splits_a_7b_model_over_small_gpus_with_degrees_every_check_accepts
                              micro_batch_size=hps.get("micro_batch_size", 8)) == []
     # The training package reads the same values and builds the mesh the planner sized, on the whole cluster.
     cfg = training_config.parse_args(toolkit_args(create["HyperParameters"]), env={})
-    mesh = checked_degrees(cfg, count * per_host, per_host)
+    mesh = checked_dims(cfg, count * per_host, per_host)
     picked = plan_request(req).auto.layout
     assert (mesh.pp, mesh.replicate, mesh.shard, mesh.tp) == (
         picked.pipeline, picked.replicate, picked.shard, picked.tensor)

@@ -18,7 +18,7 @@ from jobs.planning import plan_request
 from jobs.render.training_job import render_create_training_job
 from jobs.request.parse import parse_request
 from jobs.request.platform_rules import validate_for_platform
-from training.parallel.mesh import checked_degrees
+from training.parallel.mesh import checked_dims
 from training.parallel.strategies.pp import pipeline_microbatches
 
 from .test_training_contract import toolkit_args
@@ -67,7 +67,7 @@ def test_the_planners_step_is_the_training_packages(platform, name):
     # The training package's reading of the rendered job.
     cfg = training_config.parse_args(toolkit_args(create["HyperParameters"]), env={})
     global_batch, accum = cfg.batch_layout(world)
-    degrees = checked_degrees(cfg, world, per_host)
+    degrees = checked_dims(cfg, world, per_host)
     chunks = pipeline_microbatches(cfg, degrees) if degrees.pp > 1 else 1
     pooled = cfg.micro_batch_size * degrees.pp * degrees.tp  # one micro-batch of the batch group
     # The planner's.

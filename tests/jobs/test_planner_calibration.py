@@ -57,7 +57,7 @@ def test_the_issues_mpt_30b_on_h100_is_closer():
     # Not fitted to (it is the issue's example, not a calibration row): 2,002 tokens/s/GPU measured, 2,647 predicted
     # before (+32%).
     row = Row("MPT-30B, 8 x H100 80GB, FSDP, AC", "llm-foundry", {"layers": 48, "hidden": 7168, "heads": 56,
-              "vocab_size": 50368, "seq_len": 2048}, "ml.p5.48xlarge", Layout("fsdp", 1, 8, shard=8),
+              "vocab_size": 50368, "seq_len": 2048}, "ml.p5.48xlarge", Layout(1, 8, shard=8),
               {"micro_batch_size": 3, "grad_accum": 1, "activation_checkpointing": True}, 2002, "tokens/s/GPU")
     assert abs(throughput_error(row)) < 0.15
 
@@ -68,8 +68,8 @@ def test_tensor_parallel_matmuls_cost_more_than_an_even_split():
     m = model_facts("gpt", "7b")
     n = numerics({"micro_batch_size": 1, "precision": "bf16"})
     spec = lookup("ml.p4d.24xlarge")
-    whole = micro_compute(m, n, spec, Layout("single", 1, 1))
-    share = micro_compute(m, n, spec, Layout("tp", 1, 8, tensor=8))
+    whole = micro_compute(m, n, spec, Layout(1, 1))
+    share = micro_compute(m, n, spec, Layout(1, 8, tensor=8))
     assert 8 * share > 1.2 * whole
 
 
@@ -86,12 +86,12 @@ def test_the_published_runs_fit_as_the_planner_sizes_them(row):
 def test_fsdp_holds_one_gathered_block_in_the_compute_dtype():
     m = model_facts("gpt", "7b")
     n = numerics({"micro_batch_size": 1, "precision": "bf16", "grad_accum": 1})
-    mem = memory_per_gpu(m, n, Layout("fsdp", 1, 8, shard=8))
+    mem = memory_per_gpu(m, n, Layout(1, 8, shard=8))
     root = m.params - m.layers * m.block_params
     assert mem.extra == 2 * m.block_params + 2 * root
     # Accumulating: FSDP2 keeps the unsharded gradients in its fp32 reduce dtype.
     acc = memory_per_gpu(m, numerics({"micro_batch_size": 1, "precision": "bf16", "grad_accum": 2}),
-                         Layout("fsdp", 1, 8, shard=8))
+                         Layout(1, 8, shard=8))
     assert acc.extra - mem.extra == 4 * m.params
 
 
@@ -103,7 +103,7 @@ def test_the_loss_is_charged_as_the_package_computes_it(hyperparameters, per_voc
     # their gradient: 2 + 2; one chunk's fp32 temporaries are a fixed term, the same at one sample and two.
     m = model_facts("gpt", "125m", seq_len=2048)
     one, two = (memory_per_gpu(m, numerics({"micro_batch_size": b, "precision": "bf16", **hyperparameters}),
-                               Layout("single", 1, 1)) for b in (1, 2))
+                               Layout(1, 1)) for b in (1, 2))
     per_sample = two.activations - one.activations
     assert per_sample == pytest.approx(2048 * (m.vocab * per_vocab + m.layers * 38 * m.hidden + 6 * m.hidden))
 
@@ -121,7 +121,7 @@ def test_mpt_125m_at_micro_batch_26_fits_a_40gb_a100_with_the_chunked_loss(hyper
     # GiB more), which does not fit.
     spec = lookup("ml.p4d.24xlarge")
     row = Row("MPT-125M, 8 x A100 40GB, FSDP", LLM_FOUNDRY, MPT_125M, spec.instance_type,
-              Layout("fsdp", 1, 8, shard=8), {"micro_batch_size": 26, "grad_accum": 1, **hyperparameters}, 0, "")
+              Layout(1, 8, shard=8), {"micro_batch_size": 26, "grad_accum": 1, **hyperparameters}, 0, "")
     mem = memory_per_gpu(_facts(row), numerics({"precision": "bf16", **row.hyperparameters}), row.layout)
     print(f"\nMPT-125M 26 x 2048, {'full' if hyperparameters else 'chunked'} loss: {mem.needed_gib:.1f} GiB needed "
           f"({mem.allocated / GIB:.1f} allocated) of {spec.accelerator_memory_gib}")

@@ -21,7 +21,7 @@ from jobs.render.training_job import render_create_training_job
 from jobs.request.parallelism import check_parallelism
 from jobs.request.parse import parse_request
 from jobs.request.platform_rules import validate_for_platform
-from training.parallel.mesh import checked_degrees
+from training.parallel.mesh import checked_dims
 
 from .test_training_contract import toolkit_args
 
@@ -61,14 +61,14 @@ def test_the_interleaved_bubble_is_torchs():
     n = numerics({"micro_batch_size": 1, "global_batch_size": 64})
     spec = catalog.lookup("ml.p4de.24xlarge")
     for schedule, v in (("1f1b", 1), ("interleaved_1f1b", 2)):
-        lay = Layout("hybrid", 8, 8, tensor=8, pipeline=8, microbatches=64, schedule=schedule)
+        lay = Layout(8, 8, tensor=8, pipeline=8, microbatches=64, schedule=schedule)
         # (p - 1) / (v m + p - 1): 7/71 for 1F1B, 7/135 interleaved (torch's ScheduleInterleaved1F1B, v = 2)
         assert step_time(GPT_7B, n, spec, lay).bubble == pytest.approx(7 / (v * 64 + 7))
 
 
 def test_gpipe_holds_every_micro_batch_and_interleaving_a_little_more_than_1f1b():
     n = numerics({"micro_batch_size": 4})
-    mem = {s: memory_per_gpu(GPT_7B, n, Layout("pp", 2, 8, shard=8, pipeline=2, microbatches=8, schedule=s)).activations
+    mem = {s: memory_per_gpu(GPT_7B, n, Layout(2, 8, shard=8, pipeline=2, microbatches=8, schedule=s)).activations
            for s in ("1f1b", "interleaved_1f1b", "gpipe")}
     # The blocks' activations scale with the micro-batches in flight on the first stage: 1F1B 2 (one per stage),
     # interleaved 2 x (1 + (p - 1) / (p v)) = 2.5, GPipe all 8; the loss and the head's input do not.
@@ -112,19 +112,30 @@ def test_every_layout_the_plan_shows_renders_to_a_request_the_rules_accept(platf
         create = render_create_training_job(req, platform, run_id="layout-0a1b2c3d", attempt=1)
         values = {k: json.loads(v) for k, v in create["HyperParameters"].items()}
         assert values["strategy"] == c.layout.strategy
-        if c.layout.strategy in ("ddp", "fsdp", "single"):
-            continue
         cfg = training_config.parse_args(toolkit_args(create["HyperParameters"]), env={})
-        mesh = checked_degrees(cfg, count * per_host, per_host)
-        assert (mesh.pp, mesh.replicate, mesh.shard, mesh.tp) == (
-            c.layout.pipeline, c.layout.replicate, c.layout.shard, c.layout.tensor), fields
+        # The package derives the same degrees, so the same strategy, from what the candidate renders.
+        assert checked_dims(cfg, count * per_host, per_host) == c.layout.dims, fields
         assert cfg.pp_schedule == c.layout.schedule or c.layout.pipeline == 1
+
+
+@pytest.mark.parametrize(("strategy", "count", "runs_as"), [("hsdp", 1, "fsdp"), ("hsdp", 2, "hsdp"), ("ddp", 1, "ddp")])
+def test_the_table_keeps_the_layout_a_request_names_as_its_degrees_run_it(strategy, count, runs_as):
+    # hsdp on one node shards over the node: the degrees are fsdp's, so the fsdp row is the request's own layout
+    # (matched by degrees, not by name); kept in the table even where it is neither the best nor auto's pick.
+    req = parse_request({"name": "layout", "model": "gpt", "model_size": "1b", "dataset": DATASET, "strategy": strategy,
+                         "instance": {"type": "ml.p4d.24xlarge", "count": count}})
+    from jobs.planning.candidates import requested_layouts
+
+    result = plan_request(req)
+    mine = [c for c in result.candidates if (c.instance_type, c.layout.nodes) == ("ml.p4d.24xlarge", count)]
+    [named] = requested_layouts(mine, req)
+    assert named.layout.strategy == runs_as and named in result.candidates
 
 
 def test_a_shown_layout_the_package_refuses_says_so_through_the_same_rule():
     # 16 micro-batches of a 2-stage pipeline's 4 pooled samples: the plan may show the layout (its numbers are
     # real), the request rules refuse it with the field to change.
-    lay = Layout("pp", 2, 8, shard=8, pipeline=2, microbatches=16)
+    lay = Layout(2, 8, shard=8, pipeline=2, microbatches=16)
     [p] = lay.problems(32, 32, 2)
     assert p.path == "parallel.pipeline_microbatches" and "does not divide the 4 samples" in p.message
     assert check_parallelism("pp", hosts=2, per_host=8, pipeline=2, microbatches=16, micro_batch_size=2) == [p]
@@ -136,7 +147,7 @@ def test_selective_checkpointing_costs_between_none_and_full():
     # checkpointing and r.h with full. Time: the elementwise passes and 5/12 of the matmuls again, not the whole
     # forward.
     spec = catalog.lookup("ml.p4de.24xlarge")
-    lay = Layout("fsdp", 1, 8, shard=8)
+    lay = Layout(1, 8, shard=8)
     policies = {"none": {}, "full": {"activation_checkpointing": True},
                 "selective": {"activation_checkpointing": True, "activation_checkpointing_policy": "selective"}}
     n = {k: numerics({"micro_batch_size": 4, **v}) for k, v in policies.items()}

@@ -31,7 +31,7 @@ def test_state_bytes_equal_what_pytorch_allocates(model, size, optimizer):
     grads = sum(p.grad.numel() * p.grad.element_size() for p in net.parameters())
     state = sum(t.numel() * t.element_size() for s in opt.state.values() for t in s.values()
                 if isinstance(t, torch.Tensor))
-    mem = memory_per_gpu(model_facts(model, size), numerics({"optimizer": optimizer}), Layout("single", 1, 1))
+    mem = memory_per_gpu(model_facts(model, size), numerics({"optimizer": optimizer}), Layout(1, 1))
     assert (mem.weights, mem.gradients, mem.optimizer) == (weights, grads, state)
 
 
@@ -44,7 +44,7 @@ def test_peak_memory_within_10_percent_of_the_h100_runs(key, measured_gib):
     # Measured with the full fp32 loss (the package's only one then): evaluated with it.
     n = numerics({"micro_batch_size": micro, "activation_checkpointing": checkpointing, "precision": "bf16",
                   "loss_chunk_tokens": 0})
-    mem = memory_per_gpu(model_facts(model, size), n, Layout("single", 1, 1))
+    mem = memory_per_gpu(model_facts(model, size), n, Layout(1, 1))
     assert mem.allocated / GIB == pytest.approx(measured_gib, rel=0.10)
     # The activations alone (the peak less the state, which equals PyTorch's bytes: the test above) are looser: the
     # checkpointed gpt 1b's 11.05 GiB against 9.77 implied is +13.1%, the others within 3.4%.
@@ -66,7 +66,7 @@ def test_the_chunked_loss_peak_within_10_percent_of_the_h200_runs(key, measured_
     model, size, micro, checkpointing = key
     n = numerics({"micro_batch_size": micro, "activation_checkpointing": checkpointing, "precision": "bf16",
                   "loss_chunk_tokens": 1024})
-    allocated = memory_per_gpu(model_facts(model, size), n, Layout("single", 1, 1)).allocated / GIB
+    allocated = memory_per_gpu(model_facts(model, size), n, Layout(1, 1)).allocated / GIB
     assert allocated == pytest.approx(measured_gib, rel=0.10)
     assert allocated >= measured_gib
 
@@ -91,17 +91,17 @@ def test_step_time_within_15_percent_of_the_h100_runs(model, size, micro, flags,
     from jobs.planning.timing import step_time
 
     n = numerics({"micro_batch_size": micro, "precision": "bf16", **flags})
-    seconds = step_time(model_facts(model, size), n, lookup("ml.p5.48xlarge"), Layout("single", 1, 1)).total
+    seconds = step_time(model_facts(model, size), n, lookup("ml.p5.48xlarge"), Layout(1, 1)).total
     assert seconds * 1e3 == pytest.approx(measured_ms, rel=0.15)  # worst: compiled gpt 1b +11.3% (timing.py)
 
 
 def test_sharding_divides_state_and_checkpointing_cuts_activations():
     m = model_facts("gpt", "1b")
     n = numerics({})
-    one = memory_per_gpu(m, n, Layout("single", 1, 1))
-    fsdp = memory_per_gpu(m, n, Layout("fsdp", 1, 8, shard=8))
+    one = memory_per_gpu(m, n, Layout(1, 1))
+    fsdp = memory_per_gpu(m, n, Layout(1, 8, shard=8))
     assert fsdp.weights == one.weights / 8 and fsdp.optimizer == one.optimizer / 8
-    ac = memory_per_gpu(m, numerics({"activation_checkpointing": True}), Layout("single", 1, 1))
+    ac = memory_per_gpu(m, numerics({"activation_checkpointing": True}), Layout(1, 1))
     assert ac.activations < one.activations / 2
 
 

@@ -35,7 +35,7 @@ def described_job(step_ms: float | None = 400.0, *, instance_type: str = P5, cou
 def test_the_section_holds_the_layout_the_measurement_and_the_planners_figure():
     section = measured_section(described_job(400.0), "gpt-1b-fsdp-0123")
     n = numerics(HPS)
-    predicted = step_time(model_facts("gpt", "1b", None, n.seq_len), n, lookup(P5), Layout("fsdp", 2, 8, shard=16))
+    predicted = step_time(model_facts("gpt", "1b", None, n.seq_len), n, lookup(P5), Layout(2, 8, shard=16))
     assert section["run_id"] == "gpt-1b-fsdp-0123" and section["job_name"] == "job-a1"
     assert (section["instance_type"], section["instance_count"], section["strategy"]) == (P5, 2, "fsdp")
     assert (section["model"], section["model_size"], section["micro_batch_size"]) == ("gpt", "1b", 4)

@@ -63,7 +63,7 @@ def test_70b_decoder_needs_tensor_within_nodes_and_pipeline_across():
     from jobs.planning.layout import Layout, numerics
 
     tensor_8 = evaluate(four.model, numerics({"micro_batch_size": 1}), lookup("ml.p5.48xlarge"),
-                        Layout("hybrid", 4, 8, tensor=8, pipeline=4, microbatches=32, schedule=rec.layout.schedule),
+                        Layout(4, 8, tensor=8, pipeline=4, microbatches=32, schedule=rec.layout.schedule),
                         None, False)
     assert tensor_8.fits and tensor_8.throughput < rec.throughput
 

@@ -162,7 +162,7 @@ def test_the_record_keeps_what_the_run_measured_against_the_planner(harness):
     assert (measured["step_time_s"], measured["mfu"], measured["micro_batch_size"]) == (0.8125, 0.38, 4)
     n = numerics(request["hyperparameters"])
     predicted = step_time(model_facts("gpt", "125m", None, n.seq_len), n, lookup("ml.p5.48xlarge"),
-                          Layout("fsdp", count, 8, shard=8 * count)).total
+                          Layout(count, 8, shard=8 * count)).total
     assert measured["predicted_step_time_s"] == pytest.approx(predicted, rel=1e-5)
     assert measured["measured_over_predicted"] == pytest.approx(0.8125 / predicted, abs=1e-4)
 

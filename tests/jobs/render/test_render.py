@@ -12,7 +12,7 @@ from botocore.exceptions import ParamValidationError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contract.container import ENV_EPOCH, ENV_RUN_ID, STOP_FILE
+from contract.container import ENV_EPOCH, ENV_METRICS_NAMESPACE, ENV_RUN_ID, STOP_FILE
 from contract.metrics import MAX_METRIC_DEFINITIONS, METRIC_NAMES, metric_definitions
 from jobs import catalog
 from jobs.naming import JOB_NAME, NAME_NONCE_CHARS, RUN_TOKEN_CHARS, job_name, new_name_nonce, new_run_id
@@ -145,6 +145,13 @@ def test_each_attempt_name_has_fresh_random_characters(platform):
 def test_the_run_marker_is_the_platforms_own(platform):
     with pytest.raises(RequestInvalid, match=ENV_RUN_ID):
         render({"environment": {ENV_RUN_ID: "someone-elses-run"}}, platform)
+
+
+def test_the_metrics_namespace_is_the_platforms_own(platform):
+    """A request naming another team's namespace would send its values there (its role cannot write it, but the job
+    would believe it does); the platform sets it, no request may."""
+    with pytest.raises(RequestInvalid, match=ENV_METRICS_NAMESPACE):
+        render({"environment": {ENV_METRICS_NAMESPACE: "TrainingPlatform/mltrain--b"}}, platform)
 
 
 def test_the_epoch_is_the_platforms_own_and_grows_with_the_attempt(platform):
@@ -285,7 +292,9 @@ def test_optional_settings_always_have_a_form(platform):
     plain = render({}, platform)
     assert plain["ProfilerConfig"] == {"DisableProfiler": True}
     assert plain["InfraCheckConfig"] == {"EnableInfraCheck": False}
-    assert plain["Environment"] == {**PLATFORM_ENVIRONMENT, ENV_RUN_ID: RUN_ID, ENV_EPOCH: "1"}
+    # The platform's own metrics namespace: the one its job role may write besides SageMaker's, where its alarms read.
+    assert plain["Environment"] == {**PLATFORM_ENVIRONMENT, ENV_RUN_ID: RUN_ID, ENV_EPOCH: "1",
+                                    ENV_METRICS_NAMESPACE: f"TrainingPlatform/{platform.name_prefix}"}
     assert "KeepAlivePeriodInSeconds" not in plain["ResourceConfig"]
     full = render({"profiler": True, "infra_check": True, "warm_pool_minutes": 30, "environment": {"NCCL_DEBUG": "1"},
                    "max_pending_hours": 1, "training_plan": "p5-reserved",
@@ -296,7 +305,8 @@ def test_optional_settings_always_have_a_form(platform):
     assert full["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 1800
     assert full["ResourceConfig"]["TrainingPlanArn"] == platform.training_plans["p5-reserved"].arn
     assert full["StoppingCondition"]["MaxPendingTimeInSeconds"] == 3600
-    assert full["Environment"] == {**PLATFORM_ENVIRONMENT, "NCCL_DEBUG": "1", ENV_RUN_ID: RUN_ID, ENV_EPOCH: "1"}
+    assert full["Environment"] == {**PLATFORM_ENVIRONMENT, "NCCL_DEBUG": "1", ENV_RUN_ID: RUN_ID, ENV_EPOCH: "1",
+                                   ENV_METRICS_NAMESPACE: f"TrainingPlatform/{platform.name_prefix}"}
     assert_valid_create_request(full)
     warm_default = dataclasses.replace(platform, default_warm_pool_minutes=10)
     assert render({}, warm_default)["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 600
@@ -485,5 +495,6 @@ def test_torchrun_gets_a_shutdown_grace_that_fits_sagemakers_120_seconds():
     request = parse_request({**json.loads((ROOT / "examples" / "ddp-gpt-125m.json").read_text()),
                              "environment": {"MY_FLAG": "1"}})
     env = render_create_training_job(request, platform, run_id="r1", attempt=1)["Environment"]
-    assert env == {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "110", "MY_FLAG": "1", "TRAINING_RUN_ID": "r1", "TRAINING_EPOCH": "1"}
+    assert env == {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "110", "MY_FLAG": "1", "TRAINING_RUN_ID": "r1", "TRAINING_EPOCH": "1",
+                   "TRAINING_METRICS_NAMESPACE": f"TrainingPlatform/{platform.name_prefix}"}
     assert 30 < int(env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"]) < 120

@@ -115,31 +115,31 @@ def test_vit_stages_compose_too():
 ])
 def test_bad_degrees_fail_before_any_process_group(overrides, world, per_host, message):
     from training.config import from_environment
-    from training.parallel.mesh import checked_degrees
+    from training.parallel.mesh import checked_dims
 
     with pytest.raises(ConfigError, match=message):
-        checked_degrees(from_environment(overrides, {}), world, per_host)
+        checked_dims(from_environment(overrides, {}), world, per_host)
 
 
 def test_degrees_fill_the_world():
     from training.config import from_environment
-    from training.parallel.mesh import checked_degrees
+    from training.parallel.mesh import checked_dims
 
-    assert checked_degrees(from_environment({"strategy": "hsdp"}, {}), 16, 8).shape == (1, 2, 8, 1)
-    assert checked_degrees(from_environment({"strategy": "hybrid", "pp_degree": 2, "tp_degree": 2}, {}), 8, 4
+    assert checked_dims(from_environment({"strategy": "hsdp"}, {}), 16, 8).shape == (1, 2, 8, 1)
+    assert checked_dims(from_environment({"strategy": "hybrid", "pp_degree": 2, "tp_degree": 2}, {}), 8, 4
                            ).shape == (2, 1, 2, 2)
 
 
 def test_pipeline_micro_batches_are_checked():
+    from contract.parallel import ParallelDims
     from training.config import from_environment
-    from training.parallel.mesh import Degrees
     from training.parallel.strategies.pp import pipeline_microbatches
 
     with pytest.raises(ConfigError, match="pp_microbatches=1 is fewer than the 2 pipeline stages"):
-        pipeline_microbatches(from_environment({"pp_microbatches": 1}, {}), Degrees(pp=2))
+        pipeline_microbatches(from_environment({"pp_microbatches": 1}, {}), ParallelDims(pp=2))
     with pytest.raises(ConfigError, match="pp_microbatches=3 does not divide the 4 samples"):
-        pipeline_microbatches(from_environment({"pp_microbatches": 3, "micro_batch_size": 2}, {}), Degrees(pp=2))
-    assert pipeline_microbatches(from_environment({"micro_batch_size": 2}, {}), Degrees(pp=2)) == 4
+        pipeline_microbatches(from_environment({"pp_microbatches": 3, "micro_batch_size": 2}, {}), ParallelDims(pp=2))
+    assert pipeline_microbatches(from_environment({"micro_batch_size": 2}, {}), ParallelDims(pp=2)) == 4
 
 
 @pytest.mark.parametrize("model, size", [("gpt", "125m"), ("gpt", "350m"), ("gpt", "1b"), ("vit", "base")])

@@ -93,13 +93,14 @@ def _check(name: str, mesh, forced_off: bool) -> dict:
 def _worker(rank: int, world: int, port: int, out: str) -> None:
     import torch.distributed as torch_dist
 
-    from training.parallel.mesh import Degrees, build_mesh
+    from contract.parallel import ParallelDims
+    from training.parallel.mesh import build_mesh
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     torch_dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        mesh = build_mesh(Degrees(tp=world), torch.device("cpu"))
+        mesh = build_mesh(ParallelDims(tp=world), torch.device("cpu"))
         results = {f"{name}_{mode}": _check(name, mesh, mode == "off")
                    for name in ("gpt", "vit") for mode in ("auto", "off")}
         if rank == 0:

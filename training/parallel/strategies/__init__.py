@@ -7,12 +7,15 @@ state dict through `get_state_dict`, and every strategy keeps the original model
 pipeline rank's `model` is the original model with only its own stages' parts left), so a checkpoint
 resumes under any other strategy or degrees.
 
-The torch-native model-parallel strategies (hsdp, tp, pp, hybrid) share one device mesh (`training.parallel.mesh`).
+Which one runs is read from the job's degrees (`job_dims`, contract.parallel.ParallelDims), never compared as
+the request's name. The torch-native model-parallel strategies (hsdp, tp, pp, hybrid) share one device mesh
+(`training.parallel.mesh`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager as ContextManager
 from dataclasses import dataclass
@@ -22,7 +25,8 @@ import torch.distributed as torch_dist
 from torch import nn
 
 from contract.hyperparameters import TrainConfig
-from contract.parallel import MODEL_PARALLEL
+from contract.parallel import ParallelDims
+from training.parallel.mesh import build_mesh, checked_dims
 from training.parallel.process_group import Dist
 from training.precision import Precision
 
@@ -50,53 +54,62 @@ class Parallelized:
     random_stream: int | None = None
 
 
+def job_dims(cfg: TrainConfig, dist: Dist) -> ParallelDims | None:
+    """The degrees this job runs, checked against the world torchrun gave (training.parallel.mesh.checked_dims);
+    None for smp, whose degrees are SMP's own (`mp_parameters`)."""
+    if cfg.strategy == "smp":
+        return None
+    per_host = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size))
+    return checked_dims(cfg, dist.world_size, per_host)
+
+
 def apply_strategy(model: nn.Module, cfg: TrainConfig, dist: Dist, precision: Precision) -> Parallelized:
+    """Spread `model` as the job's degrees say (`job_dims`): the strategy is the one they derive
+    (contract.parallel.ParallelDims.strategy), not the name the request used, so hsdp on one host runs as fsdp
+    and any strategy on one rank as single."""
+    dims = job_dims(cfg, dist)
     # Imported on use: each strategy pulls in its own part of torch.distributed (smp: torch.sagemaker).
-    if cfg.strategy == "single":
+    if dims is None:
+        from training.parallel.strategies.smp import apply_smp
+
+        return apply_smp(model, dist.device, precision, cfg.mp_parameters)
+    if dims.strategy == "single":
         from training.parallel.strategies.single import apply_single
 
         return apply_single(model, dist.device)
-    if cfg.strategy == "ddp":
+    if dims.strategy == "ddp":
         from training.parallel.strategies.ddp import apply_ddp
 
         return apply_ddp(model, dist.mesh(), dist.device)
-    if cfg.strategy == "fsdp":
+    if dims.strategy == "fsdp":
         from training.parallel.strategies.fsdp import apply_fsdp
 
         return apply_fsdp(model, dist.mesh(), dist.device, precision, cfg.fsdp_reshard_after_forward)
-    if cfg.strategy in MODEL_PARALLEL:
-        return apply_model_parallel(model, cfg, dist, precision)
-    from training.parallel.strategies.smp import apply_smp
-
-    return apply_smp(model, dist.device, precision, cfg.mp_parameters)
+    return apply_model_parallel(model, cfg, dims, dist, precision)
 
 
-def apply_model_parallel(model: nn.Module, cfg: TrainConfig, dist: Dist, precision: Precision) -> Parallelized:
+def apply_model_parallel(model: nn.Module, cfg: TrainConfig, dims: ParallelDims, dist: Dist,
+                         precision: Precision) -> Parallelized:
     """hsdp, tp, pp and hybrid: one mesh from the degrees, then the strategy's own `apply_*` on it. With
     micro_batch_per_group a batch group's ranks read the same samples (the loop samples per batch group), so
     they pool nothing."""
-    par = _apply_model_parallel(model, cfg, dist, precision)
+    par = _apply_model_parallel(model, cfg, dims, dist, precision)
     if cfg.micro_batch_per_group:
         par.batch_group = None
     return par
 
 
-def _apply_model_parallel(model: nn.Module, cfg: TrainConfig, dist: Dist, precision: Precision) -> Parallelized:
-    import os
-
-    from training.parallel.mesh import build_mesh, checked_degrees
-
-    per_host = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size))
-    degrees = checked_degrees(cfg, dist.world_size, per_host)
-    mesh = build_mesh(degrees, dist.device)
-    if cfg.strategy == "hsdp":
+def _apply_model_parallel(model: nn.Module, cfg: TrainConfig, dims: ParallelDims, dist: Dist,
+                          precision: Precision) -> Parallelized:
+    mesh = build_mesh(dims, dist.device)
+    if dims.strategy == "hsdp":
         from training.parallel.strategies.hsdp import apply_hsdp
 
-        return apply_hsdp(model, mesh, degrees, dist.device, precision, cfg.fsdp_reshard_after_forward)
-    if cfg.strategy == "tp":
+        return apply_hsdp(model, mesh, dims, dist.device, precision, cfg.fsdp_reshard_after_forward)
+    if dims.strategy == "tp":
         from training.parallel.strategies.tp import apply_tp
 
-        return apply_tp(model, mesh, degrees, dist.device, precision)
+        return apply_tp(model, mesh, dims, dist.device, precision)
     from training.parallel.strategies.pp import apply_pp
 
-    return apply_pp(model, mesh, degrees, dist.device, precision, cfg)
+    return apply_pp(model, mesh, dims, dist.device, precision, cfg)

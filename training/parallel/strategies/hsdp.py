@@ -11,14 +11,14 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
-from contract.parallel import Degrees
+from contract.parallel import ParallelDims
 from training.parallel.mesh import data_mesh
 from training.parallel.strategies import Parallelized
 from training.parallel.strategies.fsdp import gradient_sync, shard_model
 from training.precision import Precision
 
 
-def apply_hsdp(model: nn.Module, mesh: DeviceMesh, degrees: Degrees, device: torch.device, precision: Precision,
+def apply_hsdp(model: nn.Module, mesh: DeviceMesh, degrees: ParallelDims, device: torch.device, precision: Precision,
                reshard_after_forward: bool = True) -> Parallelized:
     if not any(p.is_meta for p in model.parameters()):
         model = model.to(device)

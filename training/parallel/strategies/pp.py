@@ -14,7 +14,7 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from contract.errors import ConfigError
 from contract.hyperparameters import TrainConfig
-from contract.parallel import HYPERPARAMETERS, Degrees, microbatch_problems, stages_per_rank
+from contract.parallel import HYPERPARAMETERS, ParallelDims, microbatch_problems, stages_per_rank
 from contract.parallel import microbatches as default_microbatches
 from training.parallel.grad_norm import clip_grad_norm
 from training.parallel.mesh import batch_group, data_index, data_mesh
@@ -25,7 +25,7 @@ from training.parallel.strategies.tp import check_heads, tensor_parallelize
 from training.precision import Precision
 
 
-def pipeline_microbatches(cfg: TrainConfig, degrees: Degrees) -> int:
+def pipeline_microbatches(cfg: TrainConfig, degrees: ParallelDims) -> int:
     """How many micro-batches a pipeline-parallel step splits its batch into: pp_microbatches (or its default,
     contract.parallel.microbatches), checked by contract.parallel's rule, naming the hyperparameter."""
     problems = microbatch_problems(cfg.pp_microbatches, degrees.pp, degrees.tp, cfg.micro_batch_size, HYPERPARAMETERS,
@@ -35,7 +35,7 @@ def pipeline_microbatches(cfg: TrainConfig, degrees: Degrees) -> int:
     return default_microbatches(cfg.pp_microbatches, degrees.pp)
 
 
-def apply_pp(model: nn.Module, mesh: DeviceMesh, degrees: Degrees, device: torch.device, precision: Precision,
+def apply_pp(model: nn.Module, mesh: DeviceMesh, degrees: ParallelDims, device: torch.device, precision: Precision,
              cfg: TrainConfig) -> Parallelized:
     if any(p.is_meta for p in model.parameters()):
         raise ConfigError("pp and hybrid build the whole model before cutting it: this model is too large for "

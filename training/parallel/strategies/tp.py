@@ -28,7 +28,7 @@ from torch.distributed.tensor.parallel import (
 )
 
 from contract.errors import ConfigError
-from contract.parallel import Degrees
+from contract.parallel import ParallelDims
 from training.parallel.grad_norm import clip_grad_norm
 from training.parallel.mesh import batch_group, data_index, data_mesh
 from training.parallel.strategies import Parallelized
@@ -152,7 +152,7 @@ def check_heads(model: nn.Module, tp: int) -> None:
                           "choose a tp_degree that divides n_head")
 
 
-def apply_tp(model: nn.Module, mesh: DeviceMesh, degrees: Degrees, device: torch.device,
+def apply_tp(model: nn.Module, mesh: DeviceMesh, degrees: ParallelDims, device: torch.device,
              precision: Precision) -> Parallelized:
     check_heads(model, degrees.tp)
     if not any(p.is_meta for p in model.parameters()):
