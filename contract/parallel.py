@@ -23,10 +23,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from contract.errors import Problem
+from contract.hyperparameters import Strategy
 
-MODEL_PARALLEL = ("hsdp", "tp", "pp", "hybrid")  # the strategies that build the mesh below
-DATA_ONLY = ("single", "ddp", "fsdp")  # the strategies that split no layers
-LAYER_SPLITTING = ("tp", "pp", "hybrid")  # the torch-native ones that split layers (batch groups of several ranks)
+# The strategies that build the mesh below.
+MODEL_PARALLEL = (Strategy.HSDP, Strategy.TP, Strategy.PP, Strategy.HYBRID)
+DATA_ONLY = (Strategy.SINGLE, Strategy.DDP, Strategy.FSDP)  # the strategies that split no layers
+# The torch-native ones that split layers (batch groups of several ranks).
+LAYER_SPLITTING = (Strategy.TP, Strategy.PP, Strategy.HYBRID)
 DIMS = ("pp", "dp_replicate", "dp_shard", "tp")
 DEFAULT_MICROBATCHES_PER_STAGE = 2  # pp_microbatches' default: twice the pipeline degree
 
@@ -57,14 +60,14 @@ class ParallelDims:
         return cls(pp=pipeline, replicate=max(1, data // shard), shard=shard, tp=tensor)
 
     @property
-    def strategy(self) -> str:
+    def strategy(self) -> Strategy:
         """The strategy these degrees run: layer splitting first (tp, pp, hybrid, each with FSDP2 over its data
         ranks), then how the data ranks hold the model (hsdp, fsdp, ddp), else one rank (single)."""
         if self.splits_layers:
             return degrees_strategy(self.tp, self.pp)
         if self.shard > 1:
-            return "hsdp" if self.replicate > 1 else "fsdp"
-        return "ddp" if self.replicate > 1 else "single"
+            return Strategy.HSDP if self.replicate > 1 else Strategy.FSDP
+        return Strategy.DDP if self.replicate > 1 else Strategy.SINGLE
 
     @property
     def splits_layers(self) -> bool:
@@ -144,9 +147,10 @@ def batch_ranks(world: int, tensor: int = 1, pipeline: int = 1, per_group: bool 
     return world // (tensor * pipeline) if per_group else world
 
 
-def degrees_strategy(tensor: int, pipeline: int) -> str | None:
+def degrees_strategy(tensor: int, pipeline: int) -> Strategy | None:
     """The torch-native strategy that splits layers into these degrees (None when neither splits)."""
-    return {(True, False): "tp", (False, True): "pp", (True, True): "hybrid"}.get((tensor > 1, pipeline > 1))
+    return {(True, False): Strategy.TP, (False, True): Strategy.PP, (True, True): Strategy.HYBRID}.get(
+        (tensor > 1, pipeline > 1))
 
 
 def strategy_degree_problems(strategy: str, tensor: int, pipeline: int, a: Audience = REQUEST) -> list[Problem]:

@@ -141,6 +141,10 @@ class PlatformSettings:
     job_tags: dict[str, str] = field(default_factory=dict, metadata=meta(
         "tags written on every job of this launcher besides the run's own (a team's cost allocation tag)",
         max=MAX_JOB_TAGS))
+    # A team's own key (platform config `team_keys`, platform_constructs.encryption.TeamKey): its checkpoint and output
+    # buckets' default encryption, and what the job's outputs are written with (OutputDataConfig.KmsKeyId).
+    data_kms_key_arn: str | None = field(default=None, metadata=meta(
+        "KMS key of the team's own checkpoint and output buckets (null: kms_key_arn)"))
     # jobs.request.image_rules: requests' `image` must come from these or from the registries of the images above.
     allowed_image_repositories: list[str] = field(default_factory=list, metadata=meta(
         "ECR repositories requests' `image` may come from (`<registry>/<repo>`, or `<registry>/` for all), on top "

@@ -233,6 +233,11 @@ class PlatformConfig:
                                          '"allowed_instance_types", "allowed_image_repositories", '
                                          '"monthly_budget_usd"}')
 
+    team_keys: bool = _f(True, "With teams: each team's own KMS key (alias/<prefix>--<team>-data, about $1 a month) "
+                         "and its own checkpoint and output buckets encrypted with it, which only the team's roles "
+                         "may use; false: the platform key and shared buckets, separated by prefix",
+                         expects="true or false")
+
     @property
     def team_specs(self) -> tuple[TeamSpec, ...]:
         """Each team resolved for the stacks; with no teams declared, the default team: the platform's own
@@ -245,7 +250,7 @@ class PlatformConfig:
                               job_tags=team_tags(self.name_prefix, t.name), monthly_budget_usd=t.monthly_budget_usd,
                               dataset_prefix=t.dataset_prefix or f"{self.dataset_prefix}{t.name}/",
                               allowed_instance_types=t.allowed_instance_types or self.allowed_instance_types,
-                              engineer_roles=t.engineer_roles,
+                              engineer_roles=t.engineer_roles, own_key=self.team_keys,
                               image_repositories=tuple(dict.fromkeys(self.allowed_image_repositories
                                                                      + t.allowed_image_repositories)))
                      for t in self.teams)

@@ -1,4 +1,4 @@
-"""The platform's KMS key: created with rotation, or imported by ARN."""
+"""The platform's KMS key (created with rotation, or imported by ARN), and a team's own key for its data."""
 
 from __future__ import annotations
 
@@ -81,6 +81,45 @@ class PlatformKey(Construct):
             policy=iam.PolicyDocument(statements=statements),
             removal_policy=props.removal_policy, pending_window=cdk.Duration.days(30))
         self.key = key
+
+
+@dataclass(frozen=True, kw_only=True)
+class TeamKeyProps:
+    name_prefix: str
+    """The team's prefix (`<platform>--<team>`): the key's alias is `alias/<name_prefix>-data`."""
+    user_path: str
+    """The IAM path of the platform's roles (key_user_path): only roles under it may use the key..."""
+    team_tag: tuple[str, str]
+    """...and only those carrying this tag (key, value): the team's cost tag, which only the team's own roles carry
+    (the stacks tag them; no role of the platform may tag a role)."""
+    removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
+    """What deleting the stack does to the key. @default RETAIN"""
+
+
+class TeamKey(Construct):
+    """A team's own key, for its own checkpoint and output buckets (platform config `team_keys`): usable only by the
+    platform's roles that carry the team's tag (its execution role), so another team's role cannot decrypt what
+    the team's jobs write even if an S3 permission let it read the objects; the account keeps administration.
+    Volumes, logs, topics and datasets stay on the platform key."""
+
+    def __init__(self, scope: Construct, id: str, props: TeamKeyProps) -> None:
+        super().__init__(scope, id)
+        partition, account = cdk.Aws.PARTITION, cdk.Aws.ACCOUNT_ID
+        root = iam.AccountRootPrincipal()
+        tag_key, team = props.team_tag
+        statements = [
+            iam.PolicyStatement(sid="KeyAdministration", principals=[root], actions=KEY_ADMIN_ACTIONS,
+                                resources=["*"]),
+            iam.PolicyStatement(
+                sid="TeamRolesUse", principals=[root], actions=KEY_USE_ACTIONS, resources=["*"],
+                conditions={"ArnLike": {"aws:PrincipalArn": f"arn:{partition}:iam::{account}:role{props.user_path}*"},
+                            "StringEquals": {f"aws:PrincipalTag/{tag_key}": team}}),
+        ]
+        self.key = kms.Key(
+            self, "Key", alias=f"alias/{props.name_prefix}-data", enable_key_rotation=True,
+            description=f"{props.name_prefix}: the team's checkpoints and outputs",
+            policy=iam.PolicyDocument(statements=statements),
+            removal_policy=props.removal_policy, pending_window=cdk.Duration.days(30))
 
 
 def _account_statements(user_path: str) -> list[iam.PolicyStatement]:

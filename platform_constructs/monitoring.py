@@ -219,14 +219,21 @@ class LauncherMonitoring(Construct):
         return dashboard
 
 
+@dataclass(frozen=True, kw_only=True)
+class AllJobsDashboardProps:
+    name_prefix: str
+    """The platform's own prefix: the dashboard is `<name_prefix>-training-all-jobs`."""
+
+
 class AllJobsDashboard(Construct):
     """The platform team's view of every job in the account: SageMaker's own namespace (its instance metrics per
     host, the MetricDefinitions per job), which every team's jobs share, so this dashboard shows them all. No alarm
     reads it (a team's job may write any data point there); the teams' alarms read their own namespaces."""
 
-    def __init__(self, scope: Construct, id: str, *, name_prefix: str) -> None:
+    def __init__(self, scope: Construct, id: str, props: AllJobsDashboardProps) -> None:
         super().__init__(scope, id)
-        self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name=f"{name_prefix}-training-all-jobs")
+        self.dashboard = cloudwatch.Dashboard(self, "Dashboard",
+                                              dashboard_name=f"{props.name_prefix}-training-all-jobs")
         self.dashboard.add_widgets(
             cloudwatch.GraphWidget(
                 title="GPU utilization per host (SageMaker's: the sum over its GPUs)",

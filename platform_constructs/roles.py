@@ -37,7 +37,7 @@ class ExecutionRoleProps:
     dataset_prefix: str
     """The key prefix of `dataset_bucket` the role may read and list (ending in '/')."""
     checkpoint_bucket: s3.IBucket
-    """The bucket of the jobs' checkpoints."""
+    """The bucket of the jobs' checkpoints (the team's own with `data_key`)."""
     output_bucket: s3.IBucket
     """The bucket of the jobs' outputs (models)."""
     image_accounts: Mapping[str, str]
@@ -52,6 +52,9 @@ class ExecutionRoleProps:
     """ECR sources (`<registry>/<repo>` or `<registry>/`) requests may name in `image`, beyond the AWS images."""
     role_path: str = "/"
     """The role's IAM path (the path the platform key lets use it: key_user_path). @default '/'"""
+    data_key: kms.IKey | None = None
+    """The team's own key (TeamKey) that encrypts its checkpoint and output buckets; the role must carry the team's
+    tag to use it. @default None: those buckets use `key`"""
 
 
 class ExecutionRole(Construct):
@@ -78,6 +81,8 @@ class ExecutionRole(Construct):
         for sid, bucket in (("Checkpoints", checkpoint_bucket), ("Outputs", output_bucket)):
             grant_prefix_read_write(role, bucket, f"{name_prefix}/", sid)
         props.key.grant_encrypt_decrypt(role)
+        if props.data_key is not None:
+            props.data_key.grant_encrypt_decrypt(role)
         # A request's `secrets` are read in the container (jobs.render.container_entry): only the team's own, named
         # `<name_prefix>/...` (jobs.request.platform_rules refuses other ARNs before anything launches).
         role.add_to_policy(iam.PolicyStatement(

@@ -95,6 +95,9 @@ class TeamSpec:
     engineer_roles: tuple[str, ...] = ()
     job_tags: dict[str, str] = field(default_factory=dict)  # team_tags: on every job of the team
     monthly_budget_usd: float | None = None
+    # Its own KMS key and checkpoint and output buckets (platform config `team_keys`): only its roles may decrypt
+    # what its jobs write, whatever an S3 permission says (platform_constructs.encryption.TeamKey).
+    own_key: bool = False
 
     @property
     def construct_id(self) -> str:

@@ -14,7 +14,12 @@ from constructs import Construct
 from jobs.naming import platform_prefix
 from platform_constructs.budget import TeamBudget, TeamBudgetProps
 from platform_constructs.launcher import JobLauncher, JobLauncherProps
-from platform_constructs.monitoring import AllJobsDashboard, LauncherMonitoring, LauncherMonitoringProps
+from platform_constructs.monitoring import (
+    AllJobsDashboard,
+    AllJobsDashboardProps,
+    LauncherMonitoring,
+    LauncherMonitoringProps,
+)
 from stacks.resources import PlatformResources, TeamResources
 
 
@@ -36,7 +41,8 @@ class LauncherStack(Stack):
         self.launcher = next(iter(self.launchers.values()))
         # The platform team's view of every team's jobs (SageMaker's shared namespace); each team's own dashboard and
         # alarms read only the team's namespace (platform_constructs.monitoring).
-        every = AllJobsDashboard(self, "AllJobs", name_prefix=platform_prefix(self.launcher.name_prefix))
+        every = AllJobsDashboard(self, "AllJobs", AllJobsDashboardProps(
+            name_prefix=platform_prefix(self.launcher.name_prefix)))
         CfnOutput(self, "AllJobsDashboardName", value=every.dashboard.dashboard_name,
                   description="Every team's training jobs, for the platform team")
 

@@ -17,7 +17,7 @@ from jobs.platform import FsxSettings, PlatformSettings, TrainingPlan
 from jobs.render.images import PYTORCH_FRAMEWORK, SMP_FRAMEWORK
 from platform_constructs.buckets import AccessLogBucket, AccessLogBucketProps, SecureBucket, SecureBucketProps
 from platform_constructs.dataset_fs import DatasetFileSystem, DatasetFileSystemProps, LustreProps
-from platform_constructs.encryption import PlatformKey, PlatformKeyProps, key_user_path
+from platform_constructs.encryption import PlatformKey, PlatformKeyProps, TeamKey, TeamKeyProps, key_user_path
 from platform_constructs.images import ImageMapping, ImageTable
 from platform_constructs.network import TrainingNetwork, TrainingNetworkProps
 from platform_constructs.roles import ExecutionRole, ExecutionRoleProps
@@ -64,12 +64,20 @@ class PlatformStack(cdk.Stack):
         net = TrainingNetwork(self, "Network", replace(network, encryption_key=key, removal_policy=removal_policy))
         access_logs = AccessLogBucket(self, "AccessLogs", AccessLogBucketProps(removal_policy=removal_policy)).bucket
 
-        def bucket(name: str) -> s3.IBucket:
+        def bucket(name: str, encryption_key: kms.IKey = key) -> s3.IBucket:
             return SecureBucket(self, name, SecureBucketProps(
-                encryption_key=key, access_logs=access_logs, access_logs_prefix=name.lower(),
+                encryption_key=encryption_key, access_logs=access_logs, access_logs_prefix=name.lower(),
                 removal_policy=removal_policy)).bucket
 
-        checkpoints, outputs = bucket("Checkpoints"), bucket("Outputs")
+        # A team with its own key (team_keys) gets its own checkpoint and output buckets encrypted with it (a bucket's
+        # default encryption is what SageMaker's checkpoint sync writes with); the others share the platform's.
+        data_keys = {team.name: TeamKey(self, f"{team.construct_id}DataKey", TeamKeyProps(
+            name_prefix=team.name_prefix, user_path=role_path, team_tag=next(iter(team.job_tags.items())),
+            removal_policy=removal_policy)).key for team in teams if team.own_key}
+        shared = (bucket("Checkpoints"), bucket("Outputs")) if len(data_keys) < len(teams) else None
+        team_buckets = {team.name: (bucket(f"{team.construct_id}Checkpoints", data_keys[team.name]),
+                                    bucket(f"{team.construct_id}Outputs", data_keys[team.name]))
+                        if team.own_key else shared for team in teams}
         datasets = (s3.Bucket.from_bucket_name(self, "Datasets", dataset_bucket_name) if dataset_bucket_name
                     else bucket("Datasets"))
         image_mapping = images.to_mapping(self, "Images")
@@ -78,17 +86,14 @@ class PlatformStack(cdk.Stack):
         # running jobs cannot open connections to another team's.
         groups = [net.training_security_group if team.name is None else net.add_training_security_group(
             f"{team.construct_id}TrainingSecurityGroup", f"{team.name_prefix} training instances") for team in teams]
-        # One execution role per team: its own checkpoint and output prefixes and its own datasets.
-        roles = [ExecutionRole(self, f"{team.construct_id}Execution", ExecutionRoleProps(
-            name_prefix=team.name_prefix, key=key, dataset_bucket=datasets, dataset_prefix=team.dataset_prefix,
-            checkpoint_bucket=checkpoints, output_bucket=outputs,
-            image_accounts={fw: image_mapping.account(fw) for fw in (PYTORCH_FRAMEWORK, SMP_FRAMEWORK)},
-            vpc=net.vpc, subnets=subnets, security_groups=[group], role_path=role_path,
-            image_repositories=team.image_repositories)).role
-            for team, group in zip(teams, groups, strict=True)]
+        # One execution role per team: its own checkpoint and output prefixes and its own datasets; tagged with the
+        # team's cost tag, which its data key's policy asks of a role that uses it.
+        roles = [self._execution_role(team, key, data_keys.get(team.name), datasets, team_buckets[team.name],
+                                      image_mapping, net, subnets, group, role_path)
+                 for team, group in zip(teams, groups, strict=True)]
         source = TrainingSourceBundle(self, "TrainingSource", TrainingSourceBundleProps(readers=roles))
         if net.endpoints_only:
-            platform_buckets = [checkpoints, outputs, datasets]
+            platform_buckets = [*dict.fromkeys(b for pair in team_buckets.values() for b in pair), datasets]
             net.restrict_s3_endpoint(
                 object_arns=[b.arn_for_objects("*") for b in platform_buckets]
                 + [source.object_arn, ecr_layers_arn()],
@@ -105,17 +110,31 @@ class PlatformStack(cdk.Stack):
         team_resources = []
         for team, role, group in zip(teams, roles, groups, strict=True):
             settings = self._settings(team=team, role=role, subnets=subnets, group=group, key=key,
-                                      buckets=(checkpoints, outputs, datasets), source=source, images=images,
+                                      data_key=data_keys.get(team.name),
+                                      buckets=(*team_buckets[team.name], datasets), source=source, images=images,
                                       image_mapping=image_mapping, fsx_settings=fsx_settings, jobs=jobs)
             team_resources.append(TeamResources(spec=team, execution_role=role, settings=settings))
-        self.resources = PlatformResources(
-            key=key, checkpoint_bucket=checkpoints, output_bucket=outputs, dataset_bucket=datasets,
-            teams=tuple(team_resources), role_path=role_path)
+        self.resources = PlatformResources(key=key, dataset_bucket=datasets, teams=tuple(team_resources),
+                                           role_path=role_path)
         for team in team_resources:
             self._publish(team)
 
+    def _execution_role(self, team: TeamSpec, key: kms.IKey, data_key: kms.IKey | None, datasets: s3.IBucket,
+                        buckets: tuple[s3.IBucket, s3.IBucket], image_mapping: ImageMapping, net: TrainingNetwork,
+                        subnets: list[ec2.ISubnet], group: ec2.ISecurityGroup, role_path: str) -> iam.IRole:
+        checkpoints, outputs = buckets
+        role = ExecutionRole(self, f"{team.construct_id}Execution", ExecutionRoleProps(
+            name_prefix=team.name_prefix, key=key, dataset_bucket=datasets, dataset_prefix=team.dataset_prefix,
+            checkpoint_bucket=checkpoints, output_bucket=outputs, data_key=data_key,
+            image_accounts={fw: image_mapping.account(fw) for fw in (PYTORCH_FRAMEWORK, SMP_FRAMEWORK)},
+            vpc=net.vpc, subnets=subnets, security_groups=[group], role_path=role_path,
+            image_repositories=team.image_repositories)).role
+        for tag, value in team.job_tags.items():
+            cdk.Tags.of(role).add(tag, value)
+        return role
+
     def _settings(self, *, team: TeamSpec, role: iam.IRole, subnets: list[ec2.ISubnet], group: ec2.ISecurityGroup,
-                  key: kms.IKey, buckets: tuple[s3.IBucket, s3.IBucket, s3.IBucket], source: TrainingSourceBundle,
+                  key: kms.IKey, data_key: kms.IKey | None, buckets: tuple[s3.IBucket, s3.IBucket, s3.IBucket], source: TrainingSourceBundle,
                   images: ImageTable, image_mapping: ImageMapping, fsx_settings: FsxSettings | None,
                   jobs: JobDefaults) -> PlatformSettings:
         """One team's platform settings document: values are tokens the deploy resolves. Its name_prefix is the
@@ -128,6 +147,7 @@ class PlatformStack(cdk.Stack):
             subnet_ids=[s.subnet_id for s in subnets],
             security_group_ids=[group.security_group_id],
             kms_key_arn=key.key_arn,
+            data_kms_key_arn=None if data_key is None else data_key.key_arn,
             checkpoint_bucket=checkpoints.bucket_name,
             output_bucket=outputs.bucket_name,
             dataset_bucket=datasets.bucket_name,

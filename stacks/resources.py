@@ -25,8 +25,6 @@ class TeamResources:
 @dataclass(frozen=True)
 class PlatformResources:
     key: kms.IKey
-    checkpoint_bucket: s3.IBucket
-    output_bucket: s3.IBucket
     dataset_bucket: s3.IBucket
     teams: tuple[TeamResources, ...]
     # Roles created under this path may use the platform key (platform_constructs.encryption).

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from contract.hyperparameters import TrainConfig, resumed_batch_layout
+from contract.hyperparameters import Strategy, TrainConfig, resumed_batch_layout
 from contract.parallel import batch_ranks
 from training.checkpoint.markers import recorded_global_batch
 from training.data.datasets import make_datasets, read_meta
@@ -68,7 +68,7 @@ def build_job(cfg: TrainConfig, dist: Dist) -> Job:
     precision = resolve_precision(cfg.precision, dist.device)
     n_params = count_params(model)
     # pp and hybrid cut the built model into stages (training.parallel.pipeline_parallel): they materialize it first.
-    late_init = n_params >= META_INIT_MIN_PARAMS and (dims is None or dims.strategy in ("fsdp", "hsdp", "tp"))
+    late_init = n_params >= META_INIT_MIN_PARAMS and (dims is None or dims.strategy in (Strategy.FSDP, Strategy.HSDP, Strategy.TP))
     if not late_init:
         materialize(model, dist.device, cfg.seed)
     # Counted on the whole model, before a pipeline cuts it into stages or a wrapper hides its config.

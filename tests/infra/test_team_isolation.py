@@ -65,6 +65,14 @@ class Team:
             for name in ("Prepare", "Decide", "Relaunch", "Summarize", "Reap")
             for role in [t.find(LAUNCHER, "AWS::IAM::Role", f"{construct}JobLauncher{name}Role")]}
         self.registry = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{table_name(prefix)}"
+        # The team's own checkpoint and output buckets (team_keys, on by default with teams) and the key that
+        # encrypts them; the default team of a platform without teams shares the platform's.
+        own = f"{construct}Checkpoints" if construct else "Checkpoints"
+        self.checkpoints = bucket(t, own)
+        self.outputs = bucket(t, own.replace("Checkpoints", "Outputs"))
+        # The tags its execution role carries, as IAM sees them on its requests (aws:PrincipalTag/...).
+        tags = t.templates[PLATFORM]["Resources"][self.execution_role]["Properties"].get("Tags", [])
+        self.principal_tags = {f"aws:PrincipalTag/{tag['Key']}": tag["Value"] for tag in tags}
 
     def settings(self, t: Templates) -> dict:
         """The team's platform settings document, as the platform stack publishes it to its launcher."""
@@ -94,8 +102,9 @@ def bucket(t: Templates, name: str) -> str:
 def add_cells(m: Matrix, t: Templates, own: Team, other: Team, who: str) -> None:
     """Team `own`'s engineer, execution role and state machine against `own`'s resources (allowed) and `other`'s
     (denied)."""
-    checkpoints, outputs, datasets = bucket(t, "Checkpoints"), bucket(t, "Outputs"), bucket(t, "Datasets")
+    datasets = bucket(t, "Datasets")
     for target, expect in ((own, "Allowed"), (other, DENIED)):
+        checkpoints, outputs = target.checkpoints, target.outputs
         side = "own" if target is own else "other"
         engineer = dict(principal=f"arn:aws:iam::{ACCOUNT}:role/{who}-engineer", policies=own.engineer_policies)
         execution = f"{STATES}:execution:{target.prefix}-job-launcher:run-1"
@@ -228,7 +237,7 @@ def add_outside_cells(m: Matrix, t: Templates, own: Team, who: str) -> None:
     m.add(f"{who} job lists the CDK assets", **role, action="s3:ListBucket", resource=f"arn:aws:s3:::{assets}",
           expect=DENIED)
     m.add(f"{who} job lists checkpoints without a prefix", **role, action="s3:ListBucket",
-          resource=f"arn:aws:s3:::{bucket(t, 'Checkpoints')}", expect=DENIED)
+          resource=f"arn:aws:s3:::{own.checkpoints}", expect=DENIED)
 
 
 @pytest.fixture(scope="module")
@@ -246,7 +255,8 @@ def matrix(teams_synth, templates) -> tuple[Matrix, dict[str, str]]:
     add_cells(m, t, b, a, "b")
     add_outside_cells(m, t, a, "a")
     add_key_cells(m, t, a)
-    add_endpoint_cells(m, t)
+    add_data_key_cells(m, t, a, b)
+    add_endpoint_cells(m, t, a)
     # The source bundle: readable by every team's jobs, and nothing else of the assets bucket.
     source = t.resolve(t.templates[PLATFORM]["Outputs"]["TeamaTrainingSourceUri"]["Value"], PLATFORM)
     bucket_name, key = source.removeprefix("s3://").split("/", 1)
@@ -339,13 +349,39 @@ def add_key_cells(m: Matrix, t: Templates, a: Team) -> None:
               expect=expect)
 
 
-def add_endpoint_cells(m: Matrix, t: Templates) -> None:
+def add_data_key_cells(m: Matrix, t: Templates, a: Team, b: Team) -> None:
+    """Each team's own key (team_keys): its execution role uses it; another team's role, the platform's untagged
+    roles and a broad IAM grant elsewhere do not, so another team's objects stay unreadable even where an S3
+    permission mistake would let a role fetch them."""
+    use = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "kms:*", "Resource": "*"}]}
+    for owner in (a, b):
+        key = t.find(PLATFORM, "AWS::KMS::Key", f"{owner.construct}DataKey")
+        policy = t.resource_policy(PLATFORM, key, "KeyPolicy")
+        key_arn = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/{key.lower()}"
+        other = b if owner is a else a
+        prepare_arn, prepare_policies = owner.functions["Prepare"]
+        for who, principal, policies, tags, expect in (
+                ("its own execution role", owner.execution_arn, owner.execution_policies, owner.principal_tags,
+                 "Allowed"),
+                ("the other team's execution role", other.execution_arn, other.execution_policies,
+                 other.principal_tags, DENIED),
+                ("the other team's role granted kms:* by IAM", other.execution_arn, [use], other.principal_tags,
+                 DENIED),
+                ("its own launcher's Prepare (untagged)", prepare_arn, [use], {}, DENIED),
+                ("a role elsewhere with its tag", f"arn:aws:iam::{ACCOUNT}:role/anything", [use],
+                 owner.principal_tags, DENIED)):
+            for action in ("kms:Decrypt", "kms:GenerateDataKey"):
+                m.add(f"data key: {owner.prefix}'s, {who}, {action}", principal=principal, policies=policies,
+                      action=action, resource=key_arn, resource_policy=policy, context=tags, expect=expect)
+
+
+def add_endpoint_cells(m: Matrix, t: Templates, a: Team) -> None:
     """The S3 gateway endpoint's policy: the platform's buckets pass, any other bucket does not."""
     [s3] = [t.resolve(r["Properties"]["PolicyDocument"], PLATFORM) for r in t.templates[PLATFORM]["Resources"].values()
             if r["Type"] == "AWS::EC2::VPCEndpoint" and r["Properties"].get("VpcEndpointType") != "Interface"]
     anything = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
     for name, resource, expect in (
-            ("endpoint: own bucket", f"arn:aws:s3:::{bucket(t, 'Checkpoints')}/mltrain--a/x", "Allowed"),
+            ("endpoint: own bucket", f"arn:aws:s3:::{a.checkpoints}/mltrain--a/x", "Allowed"),
             ("endpoint: a bucket elsewhere", "arn:aws:s3:::attacker-bucket/x", DENIED)):
         m.add(name, principal=f"arn:aws:iam::{ACCOUNT}:role/job", policies=[anything], action="s3:PutObject",
               resource=resource, endpoint_policy=s3, expect=expect)
@@ -354,6 +390,25 @@ def add_endpoint_cells(m: Matrix, t: Templates) -> None:
 def test_the_key_lets_only_the_platform_roles_use_it(matrix):
     assert not wrong_cells(matrix, "key: ")
     assert any(name.startswith("key: ") for name in matrix[0].expected)
+
+
+def test_each_teams_data_key_lets_only_its_own_jobs_decrypt(matrix, teams_synth):
+    assert not wrong_cells(matrix, "data key: ")
+    assert sum(name.startswith("data key: ") for name in matrix[0].expected) == 20
+    # Its checkpoint and output buckets are encrypted with it by default (what SageMaker's checkpoint sync writes
+    # with), and its jobs' outputs name it (OutputDataConfig.KmsKeyId, from the settings).
+    resources = teams_synth.templates[PLATFORM]["Resources"]
+    for team in ("Teama", "Teamb"):
+        key = teams_synth.find(PLATFORM, "AWS::KMS::Key", f"{team}DataKey")
+        for name in ("Checkpoints", "Outputs"):
+            bucket_id = teams_synth.find(PLATFORM, "AWS::S3::Bucket", f"{team}{name}Bucket")
+            [rule] = resources[bucket_id]["Properties"]["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+            assert rule["ServerSideEncryptionByDefault"]["KMSMasterKeyID"] == {"Fn::GetAtt": [key, "Arn"]}
+        settings = json.dumps(teams_synth.templates[PLATFORM]["Outputs"][f"{team}PlatformSettings"]["Value"])
+        assert key in settings.split("data_kms_key_arn", 1)[1][:200]
+    # No shared checkpoint or output bucket is left when every team has its own.
+    assert not [k for k, r in resources.items() if r["Type"] == "AWS::S3::Bucket"
+                and k.startswith(("Checkpoints", "Outputs"))]
 
 
 def test_endpoints_mode_limits_the_s3_gateway_endpoint_to_the_platform(matrix, teams_synth):
@@ -417,7 +472,8 @@ def test_the_team_topic_and_the_key_let_aws_budgets_publish_for_this_account_onl
     (statement,) = statements
     assert statement["Action"] == "sns:Publish"
     assert statement["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
-    (key,) = of_type(templates[PLATFORM], "AWS::KMS::Key").values()
+    platform_key = teams_synth.find(PLATFORM, "AWS::KMS::Key", "Key")  # the teams' data keys serve no topic
+    key = templates[PLATFORM]["Resources"][platform_key]
     (use,) = [s for s in key["Properties"]["KeyPolicy"]["Statement"] if s.get("Sid") == "BudgetsPublish"]
     assert sorted(use["Action"]) == ["kms:Decrypt", "kms:GenerateDataKey*"] and use["Condition"]
 

@@ -280,6 +280,16 @@ def test_encryption_network_and_paths(platform):
     assert create["EnableNetworkIsolation"] is False and create["EnableInterContainerTrafficEncryption"] is False
 
 
+def test_a_team_with_its_own_key_writes_its_outputs_with_it(platform):
+    # team_keys: the team's buckets are encrypted with its own key, and so are the outputs SageMaker writes for it;
+    # the instances' volumes stay on the platform key (SageMaker creates grants on it for them).
+    team = dataclasses.replace(platform, data_kms_key_arn="arn:aws:kms:us-east-1:123456789012:key/team-a")
+    create = render({"instance": {"type": "ml.m5.xlarge"}}, team)
+    assert create["OutputDataConfig"]["KmsKeyId"] == team.data_kms_key_arn
+    assert create["ResourceConfig"]["VolumeKmsKeyId"] == platform.kms_key_arn
+    assert render({}, platform)["OutputDataConfig"]["KmsKeyId"] == platform.kms_key_arn
+
+
 def test_network_isolation_ships_the_code_as_a_channel(platform):
     create = render({"network_isolation": True, "inter_container_encryption": True}, platform)
     assert create["EnableNetworkIsolation"] is True and create["EnableInterContainerTrafficEncryption"] is True

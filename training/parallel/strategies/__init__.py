@@ -24,7 +24,7 @@ from typing import Any
 import torch.distributed as torch_dist
 from torch import nn
 
-from contract.hyperparameters import TrainConfig
+from contract.hyperparameters import Strategy, TrainConfig
 from contract.parallel import ParallelDims
 from training.parallel.mesh import build_mesh, checked_dims
 from training.parallel.process_group import Dist
@@ -57,7 +57,7 @@ class Parallelized:
 def job_dims(cfg: TrainConfig, dist: Dist) -> ParallelDims | None:
     """The degrees this job runs, checked against the world torchrun gave (training.parallel.mesh.checked_dims);
     None for smp, whose degrees are SMP's own (`mp_parameters`)."""
-    if cfg.strategy == "smp":
+    if cfg.strategy == Strategy.SMP:
         return None
     per_host = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size))
     return checked_dims(cfg, dist.world_size, per_host)
@@ -73,15 +73,15 @@ def apply_strategy(model: nn.Module, cfg: TrainConfig, dist: Dist, precision: Pr
         from training.parallel.strategies.smp import apply_smp
 
         return apply_smp(model, dist.device, precision, cfg.mp_parameters)
-    if dims.strategy == "single":
+    if dims.strategy is Strategy.SINGLE:
         from training.parallel.strategies.single import apply_single
 
         return apply_single(model, dist.device)
-    if dims.strategy == "ddp":
+    if dims.strategy is Strategy.DDP:
         from training.parallel.strategies.ddp import apply_ddp
 
         return apply_ddp(model, dist.mesh(), dist.device)
-    if dims.strategy == "fsdp":
+    if dims.strategy is Strategy.FSDP:
         from training.parallel.strategies.fsdp import apply_fsdp
 
         return apply_fsdp(model, dist.mesh(), dist.device, precision, cfg.fsdp_reshard_after_forward)
@@ -102,11 +102,11 @@ def apply_model_parallel(model: nn.Module, cfg: TrainConfig, dims: ParallelDims,
 def _apply_model_parallel(model: nn.Module, cfg: TrainConfig, dims: ParallelDims, dist: Dist,
                           precision: Precision) -> Parallelized:
     mesh = build_mesh(dims, dist.device)
-    if dims.strategy == "hsdp":
+    if dims.strategy is Strategy.HSDP:
         from training.parallel.strategies.hsdp import apply_hsdp
 
         return apply_hsdp(model, mesh, dims, dist.device, precision, cfg.fsdp_reshard_after_forward)
-    if dims.strategy == "tp":
+    if dims.strategy is Strategy.TP:
         from training.parallel.strategies.tp import apply_tp
 
         return apply_tp(model, mesh, dims, dist.device, precision)
