@@ -49,6 +49,8 @@ OPTIMIZERS = ("adamw", "sgd")
 DATA_MODES = ("auto", "channels", "synthetic")
 BACKENDS = ("auto", "gloo", "nccl", "smddp")
 LR_SCHEDULES = ("cosine", "constant")
+# How FSDP accumulates gradients over micro-batches (training.parallel.strategies.fsdp.gradient_sync).
+FSDP_ACCUMULATION = ("sharded", "unsharded")
 CHECKPOINTING_POLICIES = ("full", "selective")  # training.models.speedups says what each keeps
 # Tokens per chunk of the package's cross-entropy (training.loss says why this many); 0 computes it whole.
 LOSS_CHUNK_TOKENS = 1024
@@ -158,6 +160,10 @@ class TrainConfig:
     dropout: float = field(default=0.0, metadata=_hp("dropout of the reference models", min=0, max=1))
     fsdp_reshard_after_forward: bool = field(default=True, metadata=_hp(
         "FSDP: free gathered parameters after forward (less memory, one more all-gather)"))
+    fsdp_accumulation: str = field(default="sharded", metadata=_hp(
+        "FSDP with grad_accum: sharded reduce-scatters every micro-batch (a shard of the gradients, torchtitan's "
+        "way); unsharded once per step (less communication, a whole model's gradients per rank)",
+        choices=FSDP_ACCUMULATION))
     backend: str = field(default="auto", metadata=_hp(
         "process-group backend (auto: nccl on GPUs, gloo on CPU)", choices=BACKENDS))
     # Evaluation, logging, early stopping.

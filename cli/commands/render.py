@@ -109,10 +109,23 @@ def show_plan(request: Path, platform: Path | None, aws: Aws, *, as_json: bool =
     if chart is not None:
         draw_chart(result, chart, table)
     if as_json:
-        typer.echo(plan_json(result, table, records))  # plain: a document for other programs
+        # A document for other programs, fitting or not: its recommendation says `fits` and the warning why.
+        typer.echo(plan_json(result, table, records))
         return
+    _refuse_unfit(loaded.request, result)
     print_plan(out(), loaded.request, settings, create)
     print_sizing(out(), result, table, records)
+
+
+def _refuse_unfit(request: Any, result: Any) -> None:
+    """A plan is a promise: one whose best layout does not fit the GPUs is an error (exit 2) naming the nearest
+    layout that fits, never "valid" (`trainctl submit` would start a job that runs out of memory); `--json` shows
+    every candidate."""
+    rec = result.recommendation
+    if rec is None or rec.fits:
+        return
+    [why] = [w.message for w in result.warnings if w.code == "does_not_fit"]
+    raise UserError(f"{request.name} does not fit: {why}")
 
 
 def print_rendered(request: Path, platform: Path | None, aws: Aws, *, attempt: int, run_id: str | None,

@@ -39,6 +39,8 @@ class Candidate:
     micro_batch: int  # micro_batch_size per rank (tensor/pipeline groups pool theirs): the request's, lowered where
     # global_batch_size does not split evenly over the ranks
     per_group: bool = False  # micro_batch_per_group: the micro-batch is a batch group's (sized_numerics)
+    # fsdp_accumulation where it matters (FSDP accumulating over micro-batches without a pipeline), else None
+    accumulation: str | None = None
 
     @property
     def fits(self) -> bool:
@@ -47,6 +49,12 @@ class Candidate:
     @property
     def headroom_gib(self) -> float:
         return self.capacity_gib - self.memory_gib
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The hyperparameters a request needs to run this candidate as sized: a grouped batch, FSDP's unsharded
+        accumulation (sharded is the package's default)."""
+        return {**({"micro_batch_per_group": True} if self.per_group else {}),
+                **({"fsdp_accumulation": "unsharded"} if self.accumulation == "unsharded" else {})}
 
     def to_dict(self) -> dict[str, Any]:
         lay = self.layout
@@ -57,8 +65,9 @@ class Candidate:
         return {
             "strategy": lay.strategy, "degrees": lay.degrees(),
             # the request's strategy and `parallel` section that run it (and the hyperparameter a grouped batch needs)
-            "request": {**lay.request_fields(),
-                        **({"hyperparameters": {"micro_batch_per_group": True}} if self.per_group else {})},
+            "request": {**lay.request_fields(), **({"hyperparameters": self.hyperparameters()}
+                                                   if self.hyperparameters() else {})},
+            "fsdp_accumulation": self.accumulation,
             "instance_type": self.instance_type, "instance_count": lay.nodes, "gpus": lay.gpus,
             "micro_batch_size": self.micro_batch, "samples_per_step": self.step_samples,
             "memory_per_gpu_gib": round(self.memory_gib, 2), "headroom_gib": round(self.headroom_gib, 2),
@@ -173,7 +182,22 @@ def total_samples(m: ModelFacts, n: Numerics, sizing: Any, step_samples: int) ->
 def evaluate(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, sizing: Any, spot: bool,
              price_usd_hour: float | None = None) -> Candidate:
     """`price_usd_hour`: on-demand training USD per instance-hour from the plan's price table; None: unknown (the
-    candidate has no cost)."""
+    candidate has no cost). Where FSDP accumulates over micro-batches and the request left fsdp_accumulation to the
+    planner, the layout is sized both ways: unsharded gradients (one reduce-scatter a step) where they fit, else
+    sharded ones (a reduce-scatter every micro-batch, a shard of the gradients' memory)."""
+    if lay.shard > 1 and lay.pipeline == 1 and n.accum(n.readers(lay)) > 1:
+        if n.accumulation_given:
+            return _evaluate(m, n, spec, lay, sizing, spot, price_usd_hour, n.accumulation)
+        unsharded = _evaluate(m, dataclasses.replace(n, accumulation="unsharded"), spec, lay, sizing, spot, price_usd_hour,
+                              "unsharded")
+        if unsharded.fits:
+            return unsharded
+        return _evaluate(m, dataclasses.replace(n, accumulation="sharded"), spec, lay, sizing, spot, price_usd_hour, "sharded")
+    return _evaluate(m, n, spec, lay, sizing, spot, price_usd_hour, None)
+
+
+def _evaluate(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, sizing: Any, spot: bool,
+              price_usd_hour: float | None, accumulation: str | None) -> Candidate:
     mem = memory_per_gpu(m, n, lay)
     st = step_time(m, n, spec, lay)
     step_samples = n.step_samples(n.readers(lay))  # what the training package trains on per optimizer step
@@ -191,7 +215,7 @@ def evaluate(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, sizing
         throughput=samples_s * (m.tokens if tokens else 1), throughput_unit="tokens/s" if tokens else "samples/s",
         scaling_efficiency=samples_s / (ideal * lay.gpus), hours=hours, cost_usd=cost, cost_on_demand_usd=on_demand,
         spot=spot, cadence=cad, bubble=st.bubble, step_samples=step_samples, micro_batch=n.micro_batch,
-        per_group=n.per_group and lay.dims.splits_layers)
+        per_group=n.per_group and lay.dims.splits_layers, accumulation=accumulation)
 
 
 def best(cands: list[Candidate], allowed: Callable[[Candidate], bool] | None = None) -> Candidate | None:

@@ -146,6 +146,19 @@ class Numerics:
     checkpointing_policy: str = "full"  # what activation_checkpointing recomputes (training.models.speedups)
     per_group: bool = False  # micro_batch_per_group: a tensor/pipeline batch group reads one micro-batch
     loss_chunk_tokens: int = LOSS_CHUNK_TOKENS  # the cross-entropy's chunk (training.loss); 0: computed whole
+    # FSDP's accumulation (contract.hyperparameters' fsdp_accumulation), and whether the request chose it (else
+    # the planner does, per layout: candidates.evaluate).
+    accumulation: str = "sharded"
+    accumulation_given: bool = False
+
+    def keeps_unsharded_gradients(self, layout: Layout) -> bool:
+        """Does an accumulating step of `layout` hold unsharded gradients between its micro-steps? FSDP's (a data
+        dimension sharded, no pipeline) only in the `unsharded` mode; a pipeline's schedule always (torch's
+        PipelineStage skips the reduce-scatter until its last micro-batch); without FSDP there is nothing to
+        shard."""
+        if layout.shard > 1 and layout.pipeline == 1:
+            return self.accumulation == "unsharded"
+        return True
 
     def readers(self, layout: Layout) -> int:
         """The ranks that read their own micro-batches on `layout` (contract.parallel.batch_ranks): the world size
@@ -201,4 +214,5 @@ def numerics(hyperparameters: dict[str, Any]) -> Numerics:
                     max_steps=cfg.max_steps, reshard_after_forward=bool(cfg.fsdp_reshard_after_forward),
                     compile=bool(cfg.compile), async_checkpoint=bool(cfg.async_checkpoint),
                     checkpointing_policy=cfg.activation_checkpointing_policy,
-                    per_group=bool(cfg.micro_batch_per_group), loss_chunk_tokens=cfg.loss_chunk_tokens)
+                    per_group=bool(cfg.micro_batch_per_group), loss_chunk_tokens=cfg.loss_chunk_tokens,
+                    accumulation=cfg.fsdp_accumulation, accumulation_given="fsdp_accumulation" in given)

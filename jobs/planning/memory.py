@@ -5,6 +5,10 @@ fp32 weights (4 B/param: autocast and FSDP's MixedPrecisionPolicy both keep fp32
 (4 B), AdamW's two fp32 moments (8 B) and one fp32 `step` per parameter tensor; the package's SGD has no
 momentum (training.optim passes none), so no state. DDP also keeps gradient buckets (4 B/param:
 gradient_as_bucket_view is off) and autocast caches bf16 copies of the weights (2 B/param) for the step.
+FSDP accumulating over micro-batches holds its gradients' shards between micro-steps (fsdp_accumulation sharded,
+the default: a reduce-scatter every micro-batch) or the whole model's, unsharded, in fp32 (unsharded; and a pipeline's
+stage always, its schedule skipping the reduce-scatter until the last micro-batch); tests/training/parallel/
+test_fsdp_accumulation.py measures both on the ranks.
 
 Activations, bytes per token per block (flash attention, no dropout; a = 2 at bf16/fp16, 4 at fp32; r the
 residual stream's bytes): the two LayerNorm inputs 2 x r.h; saved matmul inputs qkv a.h, proj a.h, fc a.h, out
@@ -182,8 +186,13 @@ def memory_per_gpu(m: ModelFacts, n: Numerics, layout: Layout) -> Memory:
             if root > 0:
                 extra += n.compute_bytes * root / layout.tensor
         if n.accum(n.readers(layout)) * layout.chunks() > 1:
-            # Unsynced micro-steps keep unsharded gradients; FSDP2 accumulates them in its reduce dtype, fp32
-            # (training.precision.Precision.reduce; FSDPParam.to_accumulated_grad_if_needed).
-            extra += 4 * m.params / (layout.tensor * layout.pipeline)
+            if n.keeps_unsharded_gradients(layout):
+                # Unsynced micro-steps keep unsharded gradients; FSDP2 accumulates them in its reduce dtype, fp32
+                # (training.precision.Precision.reduce; FSDPParam.to_accumulated_grad_if_needed).
+                extra += 4 * m.params / (layout.tensor * layout.pipeline)
+            else:
+                # fsdp_accumulation sharded: each micro-batch reduce-scatters, the shards accumulate in .grad, beside
+                # the later micro-steps' forward.
+                extra += grads
     fwd_n = replace(n, micro_batch=layout.forward_batch(n.micro_batch, n.per_group))
     return Memory(weights, grads, opt, activation_bytes(m, fwd_n, layout), extra)

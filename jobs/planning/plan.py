@@ -44,6 +44,9 @@ class PlanResult:
     scope: AutoScope | None = None  # what `strategy: auto` may run here
     runs: tuple[int, int] = (0, 0)  # the platform's run records given, and those usable (jobs.planning.measured)
     input: InputCheck | None = None  # the loader's rate against the GPUs' need (jobs.planning.input_check)
+    # Every layout of the requested shape (`candidates` holds each strategy's best few of it, and the other shapes'
+    # bests): what `--json` lists so that any degrees the package runs can be found, with the request that runs them.
+    every_layout: list[Candidate] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"recommendation": self.recommendation.to_dict() if self.recommendation else None,
@@ -51,6 +54,7 @@ class PlanResult:
                                   "corrected": sum(1 for c in self.candidates if getattr(c, "runs", None))},
                 "auto_strategy": self.auto.layout.strategy if self.auto else None, "reason": self.reason,
                 "candidates": [c.to_dict() for c in self.candidates],
+                "every_layout": [c.to_dict() for c in self.every_layout],
                 "warnings": [{"code": w.code, "message": w.message} for w in self.warnings],
                 "input": self.input.to_dict() if self.input else None}
 
@@ -96,10 +100,15 @@ def shape_candidates(m: ModelFacts, n: Numerics, spec: catalog.InstanceSpec, nod
 
 def other_shapes(m: ModelFacts, n: Numerics, request_type: str, sizing: Any, spot: bool,
                  taken: tuple[str, int, int], prices: Mapping[str, float] | None = None,
-                 correct: Correction | None = None) -> list[Candidate]:
+                 correct: Correction | None = None, allowed: Iterable[str] = ()) -> list[Candidate]:
+    """The best layout of other shapes (node counts, and COMPARED_TYPES): only the instance types the platform
+    allows (`allowed`; empty: every type), so the plan never proposes one a request would then be refused."""
     max_gpus = getattr(sizing, "max_gpus", None) or 10 ** 6
+    allowed = set(allowed)
     out = []
     for instance_type in dict.fromkeys((request_type, *COMPARED_TYPES)):
+        if allowed and instance_type not in allowed and instance_type != request_type:
+            continue
         spec = catalog.lookup(instance_type)
         shapes = [(1, 1)] + [(k, spec.accelerators) for k in COMPARED_NODES]
         for nodes, per_node in shapes:
@@ -168,12 +177,13 @@ def plan_request(request: Any, platform: Any = None, now: dt.datetime | None = N
     scope = auto_scope(request.model, m, n, whole, request.parallel)
     auto = scope.pick(mine)
     others = other_shapes(m, n, spec.instance_type, sizing, spot, (spec.instance_type, nodes, per_node), prices,
-                          correct)
+                          correct, getattr(platform, "allowed_instance_types", ()))
     # The table shows each strategy's best few of this shape (candidates.shown), the recommendation, auto's pick and
     # the layout the request names.
     keep = (rec, auto, *requested_layouts(mine, request))
     result = PlanResult(rec, auto, shown(mine, keep) + others, model=m, reason=_reason(rec, auto), scope=scope,
-                        input=input_check.check(rec, m, spec, request, dataset_meta), runs=(len(runs), len(usable_runs)))
+                        input=input_check.check(rec, m, spec, request, dataset_meta), runs=(len(runs), len(usable_runs)),
+                        every_layout=mine)
     add_warnings(result, request, platform, now or dt.datetime.now(dt.UTC))
     return result
 

@@ -138,9 +138,12 @@ def _data_parallel_comm(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Lay
     scatter = collective("ag", 4 * local, spec, shard_per_node, shard_nodes, groups)
     regather = gather if n.reshard_after_forward else 0.0
     per_micro = max(0.0, gather - OVERLAP * fwd) + max(0.0, regather - OVERLAP * bwd)
-    exposed = accum * per_micro + max(0.0, scatter - OVERLAP * bwd)
+    # The reduce-scatter (and HSDP's all-reduce after it) once a step, or after every micro-batch when the shards
+    # accumulate (fsdp_accumulation sharded), each overlapped with its own backward.
+    syncs = 1 if n.keeps_unsharded_gradients(lay) else accum
+    exposed = accum * per_micro + syncs * max(0.0, scatter - OVERLAP * bwd)
     if lay.replicate > 1:  # HSDP: the shard's gradients all-reduced across replicas, after the reduce-scatter
-        exposed += collective("ar", 4 * local / lay.shard, spec, 1, lay.replicate, g // lay.tensor)
+        exposed += syncs * collective("ar", 4 * local / lay.shard, spec, 1, lay.replicate, g // lay.tensor)
     return exposed
 
 

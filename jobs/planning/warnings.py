@@ -31,16 +31,24 @@ def _shape(c: Any) -> str:
     return f"{c.layout.strategy} on {c.layout.nodes} x {c.instance_type} ({c.layout.gpus} GPUs)"
 
 
+def nearest_fit(result: Any) -> Any:
+    """The layout that fits nearest the recommendation's shape: the fewest GPUs of its instance type, else of any
+    type the plan compared (only those the platform allows); None when nothing fits."""
+    rec = result.recommendation
+    fitting = [c for c in result.candidates if c.fits]
+    same = [c for c in fitting if c.instance_type == rec.instance_type]
+    return min(same or fitting, key=lambda c: (c.layout.gpus, c.step_time_s), default=None)
+
+
 def add_warnings(result: Any, request: Any, platform: Any, now: dt.datetime) -> None:
     rec, w = result.recommendation, result.warnings
     sizing = request.sizing
     if not rec.fits:
-        fitting = [c for c in result.candidates if c.fits and c.instance_type == rec.instance_type]
-        smallest = min(fitting, key=lambda c: c.layout.gpus, default=None)
+        nearest = nearest_fit(result)
         w.append(PlanWarning("does_not_fit", (
             f"no strategy fits {rec.layout.nodes} x {rec.instance_type}: the best needs {rec.memory_gib:.1f} GiB per "
             f"GPU of {rec.capacity_gib:.0f}; set hyperparameters.activation_checkpointing, lower micro_batch_size"
-            + (f", or use {_shape(smallest)}" if smallest else "") + ".")))
+            + (f", or use {_shape(nearest)}" if nearest else "") + ".")))
     if result.auto is not None and result.auto is not rec and rec.fits:
         why = (result.scope and result.scope.refusal(rec)) or "is not one auto picks"
         w.append(PlanWarning("auto_picks_other", (

@@ -55,6 +55,14 @@ def _model_problems(r: JobRequest, add: Add) -> None:
         add("model_size", f"{r.model} has no preset {r.model_size!r}; {hint}presets: {', '.join(presets)}")
     elif r.model not in PRESETS and not re.fullmatch(FACTORY_PATTERN, r.model):
         add("model", f"{r.model!r}: use {', '.join(REFERENCE_MODELS)}, or `package.module:factory` for your own model")
+    elif r.model in PRESETS and r.model_shape is not None:
+        # The job trains the preset whatever the shape says: a plan of the shape would promise another model, and
+        # its degrees would be checked against heads and layers the job does not have.
+        preset = PRESETS[r.model][r.model_size]
+        add("model_shape", f"{r.model} trains its model_size preset ({r.model_size}: {preset.n_layer} layers, "
+                           f"{preset.n_head} heads, width {preset.d_model}); model_shape describes a model of your "
+                           f"own (model 'package.module:factory'): remove it, or choose another preset of "
+                           f"{', '.join(preset_names(r.model))}")
 
 
 def _init_problems(r: JobRequest, add: Add) -> None:

@@ -32,16 +32,26 @@ def check_parallelism(strategy: str, *, hosts: int, per_host: int, tensor: int =
 
 
 def request_problems(request, hosts: int, per_host: int) -> list[Problem]:
-    """check_parallelism for a parsed JobRequest on `hosts` x `per_host` GPUs (processes, locally)."""
-    preset = PRESETS.get(request.model, {}).get(request.model_size)
+    """check_parallelism for a parsed JobRequest on `hosts` x `per_host` GPUs (processes, locally): against the
+    model's own shape, its `model_shape` (a model of one's own) or its preset."""
+    n_layer, n_head = model_layers_and_heads(request)
     hps = canonical_hyperparameters(request.hyperparameters)
     p = request.parallel
     return check_parallelism(
         request.strategy.value, hosts=hosts, per_host=per_host, tensor=p.tensor_parallel_degree,
         pipeline=p.pipeline_parallel_degree, shard=p.hybrid_shard_degree, microbatches=p.pipeline_microbatches,
-        schedule=p.pipeline_schedule, n_layer=getattr(preset, "n_layer", None), n_head=getattr(preset, "n_head", None),
+        schedule=p.pipeline_schedule, n_layer=n_layer, n_head=n_head,
         micro_batch_size=hps.get("micro_batch_size", TrainConfig.micro_batch_size),
         per_group=hps.get("micro_batch_per_group") is True)
+
+
+def model_layers_and_heads(request) -> tuple[int | None, int | None]:
+    """The layers and attention heads the job's model has, where known: a `model_shape`'s (only a model of one's
+    own has one: a reference model trains its preset, jobs.request.cross_rules), else the preset's."""
+    if request.model_shape is not None:
+        return request.model_shape.layers, request.model_shape.heads
+    preset = PRESETS.get(request.model, {}).get(request.model_size)
+    return getattr(preset, "n_layer", None), getattr(preset, "n_head", None)
 
 
 def rendered_problems(values: dict, model: str, model_size: str, hosts: int, per_host: int) -> list[Problem]:

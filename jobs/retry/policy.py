@@ -138,16 +138,17 @@ def decide_next(request: JobRequest, run: RunState, failure: Failure, now: float
         return fail(failure.reason)
     if failure.category in NO_RETRY:
         return fail(f"{failure.reason} ({_NO_RETRY_HINT[failure.category].format(resume=resume)})")
+    spent = lambda what: fail(budget_spent(what, run, failure.reason, resume))  # noqa: E731
     if attempt >= retry.max_attempts:
-        return fail(f"attempts exhausted ({attempt} of {retry.max_attempts}); last failure: {failure.reason}; "
-                    f"`{resume}` continues the run from its checkpoints with a new retry budget")
+        return spent(f"attempts exhausted ({attempt} of {retry.max_attempts})")
 
     instance_type, spot, infra_check = run.instance_type, run.spot, None
     if failure.category == Category.HARDWARE:
         # Counted from the attempts, so the run state's shape (and its counts) stays as the state machine knows it.
         faults = sum(a.category == Category.HARDWARE.value for a in run.attempts)
         if faults > retry.hardware_max_retries:
-            return fail(f"hardware faults persisted ({faults} times): {failure.reason}")
+            return spent(f"hardware faults persisted ({times(faults)}; retry.hardware_max_retries "
+                         f"{retry.hardware_max_retries})")
         wait, infra_check = 0, True
         instance_type = _next_type(request, instance_type)
         what = f"then {instance_type} with infra_check on"
@@ -166,22 +167,45 @@ def decide_next(request: JobRequest, run: RunState, failure: Failure, now: float
             what = "then resume" + (" on Spot" if spot else "")
     elif failure.category == Category.INTERNAL:
         if counts.internal > retry.internal_error_max_retries:
-            return fail(f"SageMaker internal errors persisted ({counts.internal} times): {failure.reason}")
+            return spent(f"SageMaker internal errors persisted ({times(counts.internal)}; "
+                         f"retry.internal_error_max_retries {retry.internal_error_max_retries})")
         wait = retry.internal_error_wait_seconds
         what = "then retry"
     else:  # quota, throttling
         streak = counts.api_error_streak
         if streak > retry.api_error_max_retries:
-            return fail(f"{failure.category} persisted ({streak} times in a row): {failure.reason}")
+            return spent(f"{failure.category} persisted ({times(streak)} in a row; retry.api_error_max_retries "
+                         f"{retry.api_error_max_retries})")
         wait = backoff(retry.api_error_wait_seconds, retry.api_error_wait_max_seconds, streak)
         what = "then retry"
 
     deadline = run.started_epoch + request.effective_max_total_hours * 3600
     if now + wait >= deadline:
-        return fail(f"time budget exhausted (retry.max_total_hours {request.effective_max_total_hours:g} h); "
-                    f"last failure: {failure.reason}; `{resume}` continues the run from its checkpoints")
+        return spent(f"time budget exhausted (retry.max_total_hours {request.effective_max_total_hours:g} h)")
     reason = f"{failure.reason}; waiting {wait} s, {what} (attempt {attempt + 1} of {retry.max_attempts})"
     return Decision(Action.RETRY, wait, failure.category, reason, instance_type, spot, infra_check)
+
+
+def times(n: int) -> str:
+    """A count as a person reads it: once, twice, 3 times."""
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
+
+
+def budget_spent(what: str, run: RunState, last_failure: str, resume: str) -> str:
+    """The one wording of every retry budget's end: what ran out, what was tried (attempts, instance types, the
+    waits), the last failure and the way back."""
+    types = list(dict.fromkeys(a.instance_type for a in run.attempts if a.instance_type)) or [run.instance_type]
+    waited = f", {_duration(run.waited_seconds)} waiting between them" if run.waited_seconds else ""
+    tried = f"{len(run.attempts)} attempt{'s' if len(run.attempts) != 1 else ''} on {', '.join(types)}{waited}"
+    return (f"{what}: {tried}; last failure: {last_failure}; `{resume}` continues the run from its checkpoints "
+            "with a new retry budget")
+
+
+def _duration(seconds: int) -> str:
+    minutes = round(seconds / 60)
+    if minutes < 1:
+        return f"{seconds} s"
+    return f"{minutes} min" if minutes < 120 else f"{minutes / 60:.1f} h"
 
 
 def _next_type(request: JobRequest, instance_type: str) -> str:

@@ -97,6 +97,38 @@ def test_plan_shows_what_auto_picked_and_why(platform_file, tmp_path):
     assert "pp: mesh (pipeline x replicate x shard x tensor) = 8 x 1 x 1 x 1" in result.stdout
 
 
+def _request(tmp_path, **changes) -> Path:
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps(json.loads((DATA / "ddp.json").read_text()) | changes))
+    return path
+
+
+def test_a_plan_that_does_not_fit_is_an_error_naming_the_nearest_layout_that_fits(platform_file, tmp_path):
+    # gpt 7b on one 4 x A10G (24 GiB) instance, nothing checkpointed: no layout fits there. A plan is a
+    # promise: not "valid" (submit would start a job that runs out of memory) but the nearest layout that fits.
+    path = _request(tmp_path, model_size="7b", strategy="fsdp", instance={"type": "ml.g5.12xlarge", "count": 1},
+                    hyperparameters={"micro_batch_size": 1, "max_steps": 100})
+    result = run("plan", path, "--platform", platform_file, env={"COLUMNS": "200"})
+    _assert_user_error(result, "gpt-small-ddp does not fit", "no strategy fits 1 x ml.g5.12xlarge", "or use ")
+    assert "valid" not in result.output
+    # --json is the document: every candidate, the recommendation marked as not fitting.
+    doc = json.loads(run("plan", path, "--platform", platform_file, "--json").stdout)
+    assert doc["recommendation"]["fits"] is False and any(c["fits"] for c in doc["candidates"])
+
+
+def test_the_plan_compares_only_instance_types_the_platform_allows(platform_doc, tmp_path):
+    # The platform allows p4d, p5, g5 and g6 here: the plan never shows p4de, p5en or g6e (a request naming one
+    # would be refused), while the request's own type is always sized.
+    platform = tmp_path / "platform.json"
+    platform.write_text(json.dumps(platform_doc))
+    doc = json.loads(run("plan", DATA / "spot-fallbacks.json", "--platform", platform, "--json").stdout)
+    shown = {c["instance_type"] for c in doc["candidates"]}
+    assert shown <= set(platform_doc["allowed_instance_types"]) and "ml.p5.48xlarge" in shown
+    platform.write_text(json.dumps({**platform_doc, "allowed_instance_types": []}))  # empty: every type
+    doc = json.loads(run("plan", DATA / "spot-fallbacks.json", "--platform", platform, "--json").stdout)
+    assert {"ml.p4de.24xlarge", "ml.p5en.48xlarge"} <= {c["instance_type"] for c in doc["candidates"]}
+
+
 # ---- user errors: exit 2, one message, no traceback ------------------------------------------------
 
 

@@ -221,3 +221,20 @@ def test_auto_with_a_grouped_batch_renders_and_the_package_takes_it(platform):
     cfg = training_config.parse_args(toolkit_args(create["HyperParameters"]), env={})
     data = 16 // (cfg.tp_degree * cfg.pp_degree)
     assert cfg.micro_batch_per_group and cfg.strategy in ("tp", "pp", "hybrid") and cfg.batch_layout(data)[0] == 2
+
+
+def test_fsdp_by_tensor_parallel_is_a_candidate_for_a_70b_on_32_p5_with_the_request_that_runs_it():
+    # Tensor 8 inside each node, FSDP over the 32 nodes: in the plan's every_layout (its table shows each strategy's
+    # best two), with the request fields that run exactly those degrees.
+    req = parse_request({"name": "l70", "model": "my.pkg:llama", "dataset": DATASET, "strategy": "fsdp",
+                         "instance": {"type": "ml.p5.48xlarge", "count": 32},
+                         "model_shape": {"kind": "decoder", "layers": 80, "hidden": 8192, "heads": 64,
+                                         "seq_len": 8192, "vocab_size": 128256},
+                         "hyperparameters": {"micro_batch_size": 1, "activation_checkpointing": True}})
+    doc = plan_request(req).to_dict()
+    [two_d] = [c for c in doc["every_layout"] if c["degrees"] == {"replicate": 1, "shard": 32, "tensor": 8,
+                                                                   "pipeline": 1}]
+    assert two_d["strategy"] == "tp" and two_d["fits"]
+    assert two_d["request"] == {"strategy": "tp", "parallel": {"tensor_parallel_degree": 8}}
+    assert len(doc["every_layout"]) > len([c for c in doc["candidates"] if c["instance_count"] == 32
+                                           and c["instance_type"] == "ml.p5.48xlarge"])

@@ -119,3 +119,33 @@ def test_one_peak_per_gpu_for_the_planner_and_the_mfu_metric():
     for key, gpu in GPUS.items():
         assert peak_flops(f"NVIDIA {key.split('-')[0]} 80GB") == gpu.peak_tflops * 1e12, key
     assert peak_flops("NVIDIA A10G") == 70e12  # not the A10's 125 (contract.gpus says why)
+
+
+def test_fsdp_accumulation_of_8_fits_sharded_where_unsharded_gradients_would_not():
+    # gpt 7b over one node of 8 A100 40GB, 8 micro-batches a step: the whole model's fp32 gradients per rank (28 GB,
+    # `unsharded`) do not fit beside the shards; a shard of them (`sharded`, reduce-scattered every micro-batch)
+    # does. The planner sizes both and runs the one that fits; where both fit, the one with fewer reduce-scatters.
+    from jobs import catalog
+    from jobs.planning.candidates import evaluate
+
+    m, lay, spec = model_facts("gpt", "7b"), Layout(1, 8, shard=8), catalog.lookup("ml.p4d.24xlarge")
+    hps = {"micro_batch_size": 1, "grad_accum": 8, "activation_checkpointing": True}
+    by_mode = {mode: memory_per_gpu(m, numerics({**hps, "fsdp_accumulation": mode}), lay) for mode in
+               ("sharded", "unsharded")}
+    assert by_mode["unsharded"].allocated - by_mode["sharded"].allocated == pytest.approx(
+        4 * m.params * (1 - 1 / 8), rel=1e-6)
+    assert by_mode["sharded"].needed_gib <= spec.accelerator_memory_gib < by_mode["unsharded"].needed_gib
+    picked = evaluate(m, numerics(hps), spec, lay, None, spot=False)
+    assert picked.fits and picked.accumulation == "sharded" and "fsdp_accumulation" not in picked.hyperparameters()
+    # A request that asks for unsharded gradients gets them sized as asked: no fit.
+    assert not evaluate(m, numerics({**hps, "fsdp_accumulation": "unsharded"}), spec, lay, None, spot=False).fits
+
+    # Across 4 nodes a reduce-scatter each micro-batch no longer hides behind its backward (in one node it does):
+    # gpt 1b, where both fit, runs unsharded.
+    small, nodes = model_facts("gpt", "1b"), Layout(4, 8, shard=32)
+    both = {mode: evaluate(small, numerics({**hps, "fsdp_accumulation": mode}), spec, nodes, None, spot=False)
+            for mode in ("sharded", "unsharded")}
+    assert all(c.fits for c in both.values()) and both["unsharded"].step_time_s < both["sharded"].step_time_s
+    chosen = evaluate(small, numerics(hps), spec, nodes, None, spot=False)
+    assert chosen.accumulation == "unsharded" and chosen.hyperparameters() == {"fsdp_accumulation": "unsharded"}
+    assert chosen.to_dict()["request"]["hyperparameters"] == {"fsdp_accumulation": "unsharded"}

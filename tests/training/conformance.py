@@ -44,8 +44,10 @@ LAYOUTS: dict[str, tuple[int, dict]] = {
     "pp_1f1b": (2, {"strategy": "pp", "pp_degree": 2, **PP}),
     "pp_interleaved": (2, {"strategy": "pp", "pp_degree": 2, "pp_schedule": "interleaved_1f1b", **PP}),
     "pp_gpipe": (2, {"strategy": "pp", "pp_degree": 2, "pp_schedule": "gpipe", **PP}),
-    "hsdp": (4, {"strategy": "hsdp", "dp_shard": 2}),  # 2 replicas x 2 shards
-    "tp_dp": (4, {"strategy": "tp", "tp_degree": 2}),  # 2 tensor ranks x 2 FSDP shards
+    # FSDP's two ways to accumulate (fsdp_accumulation) each hold in the accumulation cell: sharded (the default) in
+    # fsdp, unsharded in these two (a pipeline's schedule handles its own micro-batches' gradients).
+    "hsdp": (4, {"strategy": "hsdp", "dp_shard": 2, "fsdp_accumulation": "unsharded"}),  # 2 replicas x 2 shards
+    "tp_dp": (4, {"strategy": "tp", "tp_degree": 2, "fsdp_accumulation": "unsharded"}),  # 2 tensor x 2 FSDP shards
     "pp_dp": (4, {"strategy": "pp", "pp_degree": 2, **PP}),  # 2 stages x 2 FSDP shards
     "hybrid": (4, {"strategy": "hybrid", "pp_degree": 2, "tp_degree": 2, **PP}),  # 2 stages x 2 tensor ranks
 }

@@ -75,3 +75,33 @@ def test_hyperparameters_for_the_renderer():
     assert parallel_hyperparameters("pp", pipeline=2, microbatches=8, schedule="gpipe") == {
         "tp_degree": 1, "pp_degree": 2, "dp_shard": 0, "pp_schedule": "gpipe", "pp_microbatches": 8}
     assert parallel_hyperparameters("fsdp") == {}
+
+
+def _shaped(heads: int, tensor: int, model: str = "my.pkg:llama") -> dict:
+    return {"name": "shaped", "model": model, "dataset": "s3://mltrain-datasets-123456789012-us-east-1/tokens/x/",
+            "strategy": "tp", "instance": {"type": "ml.p4d.24xlarge", "count": 2},
+            "parallel": {"tensor_parallel_degree": tensor},
+            "model_shape": {"kind": "decoder", "layers": 126, "hidden": 128 * heads, "heads": heads}}
+
+
+def test_a_model_of_ones_own_is_checked_against_its_own_shape(platform):
+    from contract.errors import RequestInvalid
+    from jobs.request.parse import parse_request, validate_for_platform
+
+    # A 405B-like shape: 128 heads split 8 ways; the same degree on a 6-head shape is refused on its own heads.
+    validate_for_platform(parse_request(_shaped(heads=128, tensor=8)), platform)
+    with pytest.raises(RequestInvalid) as info:
+        validate_for_platform(parse_request(_shaped(heads=6, tensor=4)), platform)
+    assert [p.path for p in info.value.problems] == ["parallel.tensor_parallel_degree"]
+    assert "does not divide the model's 6 attention heads" in info.value.problems[0].message
+
+
+def test_a_reference_model_trains_its_preset_so_a_shape_beside_it_is_refused():
+    from contract.errors import RequestInvalid
+    from jobs.request.parse import parse_request
+
+    with pytest.raises(RequestInvalid) as info:
+        parse_request(_shaped(heads=128, tensor=8, model="gpt"))
+    [problem] = [p for p in info.value.problems if p.path == "model_shape"]
+    assert "gpt trains its model_size preset (small: 6 layers, 6 heads" in problem.message
+    assert "package.module:factory" in problem.message

@@ -29,6 +29,7 @@ def step(req, run, platform, category, now=T0, job_started=True):
     failure = Failure(category, f"{category} happened", job_started)
     runs.finish_attempt(run, now=now, job=None, failure=failure)
     d = decide_next(req, run, failure, now)
+    run.waited_seconds += d.wait_seconds  # as the handler counts the waits it decides
     if d.action == "retry":
         create = render_create_training_job(req, platform, run_id=run.run_id, attempt=run.attempt + 1,
                                             instance_type=d.instance_type, spot=d.spot)
@@ -75,13 +76,48 @@ def test_quota_and_throttling_are_bounded(platform):
     ds = [step(req, run, platform, cat, job_started=False) for cat in (Category.QUOTA, Category.THROTTLING, Category.QUOTA, Category.QUOTA)]
     assert [d.action for d in ds] == ["retry", "retry", "retry", "fail"]
     assert [d.wait_seconds for d in ds[:3]] == [1, 2, 3]
-    assert "persisted (4 times in a row)" in ds[3].reason
+    assert "persisted (4 times in a row; retry.api_error_max_retries 3)" in ds[3].reason
     # a job that actually started resets the streak
     req, run = make(platform, retry={"api_error_max_retries": 1, "api_error_wait_seconds": 1})
     assert step(req, run, platform, Category.QUOTA, job_started=False).action == "retry"
     assert step(req, run, platform, Category.INTERNAL).action == "retry"
     assert step(req, run, platform, Category.QUOTA, job_started=False).action == "retry"
     assert run.attempts[0].status == "NotCreated" and run.attempts[0].lost_seconds == 0
+
+
+# Every retry budget: (the request's retry settings, the failure repeated until it ends, what the end names).
+BUDGETS = {
+    "internal": ({"internal_error_max_retries": 0, "internal_error_wait_seconds": 5}, Category.INTERNAL,
+                 "SageMaker internal errors persisted (once; retry.internal_error_max_retries 0)"),
+    "hardware": ({"hardware_max_retries": 1}, Category.HARDWARE,
+                 "hardware faults persisted (twice; retry.hardware_max_retries 1)"),
+    "throttling": ({"api_error_max_retries": 2, "api_error_wait_seconds": 60}, Category.THROTTLING,
+                   "throttling persisted (3 times in a row; retry.api_error_max_retries 2)"),
+    "attempts": ({"max_attempts": 2, "capacity_wait_seconds": 0}, Category.CAPACITY, "attempts exhausted (2 of 2)"),
+}
+
+
+@pytest.mark.parametrize("budget", sorted(BUDGETS))
+def test_every_retry_budgets_end_names_what_was_tried_and_the_way_back(platform, budget):
+    settings, category, what = BUDGETS[budget]
+    req, run = make(platform, retry=settings)
+    while (d := step(req, run, platform, category, job_started=category is not Category.THROTTLING)).action == "retry":
+        pass
+    # One wording (jobs.retry.policy.budget_spent): counts in words, the attempts and their types, the waits, the
+    # last failure and `trainctl resume RUN`.
+    assert d.reason.startswith(f"{what}: {len(run.attempts)} attempt")
+    assert "ml.p4d.24xlarge" in d.reason and f"last failure: {category} happened" in d.reason
+    assert d.reason.endswith("`trainctl resume gpt-1234abcd` continues the run from its checkpoints with a new "
+                             "retry budget")
+    assert "(1 times)" not in d.reason and "(0 times)" not in d.reason
+    if budget == "throttling":  # 60 s, then 120 s of backoff
+        assert "3 min waiting between them" in d.reason
+
+
+def test_counts_read_as_words():
+    from jobs.retry.policy import times
+
+    assert [times(n) for n in (1, 2, 3, 10)] == ["once", "twice", "3 times", "10 times"]
 
 
 def test_internal_errors_retry_a_few_times(platform):

@@ -84,7 +84,8 @@ def apply_strategy(model: nn.Module, cfg: TrainConfig, dist: Dist, precision: Pr
     if dims.strategy is Strategy.FSDP:
         from training.parallel.strategies.fsdp import apply_fsdp
 
-        return apply_fsdp(model, dist.mesh(), dist.device, precision, cfg.fsdp_reshard_after_forward)
+        return apply_fsdp(model, dist.mesh(), dist.device, precision, cfg.fsdp_reshard_after_forward,
+                          cfg.fsdp_accumulation)
     return apply_model_parallel(model, cfg, dims, dist, precision)
 
 
@@ -105,11 +106,12 @@ def _apply_model_parallel(model: nn.Module, cfg: TrainConfig, dims: ParallelDims
     if dims.strategy is Strategy.HSDP:
         from training.parallel.strategies.hsdp import apply_hsdp
 
-        return apply_hsdp(model, mesh, dims, dist.device, precision, cfg.fsdp_reshard_after_forward)
+        return apply_hsdp(model, mesh, dims, dist.device, precision, cfg.fsdp_reshard_after_forward,
+                          cfg.fsdp_accumulation)
     if dims.strategy is Strategy.TP:
         from training.parallel.strategies.tp import apply_tp
 
-        return apply_tp(model, mesh, dims, dist.device, precision)
+        return apply_tp(model, mesh, dims, dist.device, precision, cfg.fsdp_accumulation)
     from training.parallel.strategies.pp import apply_pp
 
     return apply_pp(model, mesh, dims, dist.device, precision, cfg)

@@ -20,11 +20,11 @@ from training.precision import Precision
 
 
 def apply_fsdp(model: nn.Module, mesh: DeviceMesh, device: torch.device, precision: Precision,
-               reshard_after_forward: bool = True) -> Parallelized:
+               reshard_after_forward: bool = True, accumulation: str = "sharded") -> Parallelized:
     if not any(p.is_meta for p in model.parameters()):
         model = model.to(device)
     shard_model(model, mesh, device, precision, reshard_after_forward)
-    return Parallelized(model=model, grad_sync=gradient_sync(model), use_autocast=False)
+    return Parallelized(model=model, grad_sync=gradient_sync(model, accumulation), use_autocast=False)
 
 
 def shard_model(model: nn.Module, mesh: DeviceMesh, device: torch.device, precision: Precision,
@@ -40,8 +40,14 @@ def shard_model(model: nn.Module, mesh: DeviceMesh, device: torch.device, precis
         force_sum_reductions(model)
 
 
-def gradient_sync(model: nn.Module):
-    """`grad_sync(False)` for the micro-steps of an accumulation: FSDP2 then keeps unsharded gradients."""
+def gradient_sync(model: nn.Module, accumulation: str):
+    """What the micro-steps of an accumulation do with FSDP2's gradients (contract.hyperparameters'
+    fsdp_accumulation). `sharded`: every micro-batch's backward reduce-scatters, and the shards accumulate (a
+    rank holds a shard of the gradients: what lets a large model accumulate at all; torchtitan's default).
+    `unsharded`: `grad_sync(False)` skips the reduce-scatter until the last micro-step, and FSDP2 keeps the
+    unsharded gradients in between (the whole model's, in fp32, per rank; one reduce-scatter a step)."""
+    if accumulation == "sharded":
+        return lambda enabled: contextlib.nullcontext()
 
     @contextlib.contextmanager
     def grad_sync(enabled: bool):

@@ -19,8 +19,8 @@ from training.precision import Precision
 
 
 def apply_hsdp(model: nn.Module, mesh: DeviceMesh, degrees: ParallelDims, device: torch.device, precision: Precision,
-               reshard_after_forward: bool = True) -> Parallelized:
+               reshard_after_forward: bool = True, accumulation: str = "sharded") -> Parallelized:
     if not any(p.is_meta for p in model.parameters()):
         model = model.to(device)
     shard_model(model, data_mesh(mesh, degrees), device, precision, reshard_after_forward)
-    return Parallelized(model=model, grad_sync=gradient_sync(model), use_autocast=False)
+    return Parallelized(model=model, grad_sync=gradient_sync(model, accumulation), use_autocast=False)

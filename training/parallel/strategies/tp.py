@@ -153,7 +153,7 @@ def check_heads(model: nn.Module, tp: int) -> None:
 
 
 def apply_tp(model: nn.Module, mesh: DeviceMesh, degrees: ParallelDims, device: torch.device,
-             precision: Precision) -> Parallelized:
+             precision: Precision, accumulation: str = "sharded") -> Parallelized:
     check_heads(model, degrees.tp)
     if not any(p.is_meta for p in model.parameters()):
         model = model.to(device)
@@ -161,7 +161,7 @@ def apply_tp(model: nn.Module, mesh: DeviceMesh, degrees: ParallelDims, device: 
     grad_sync = None
     if degrees.data > 1:
         shard_model(model, data_mesh(mesh, degrees), device, precision)
-        grad_sync = gradient_sync(model)
+        grad_sync = gradient_sync(model, accumulation)
     return Parallelized(
         model=model, use_autocast=degrees.data == 1, batch_group=batch_group(mesh, degrees),
         random_stream=data_index(mesh, degrees),
