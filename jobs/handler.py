@@ -57,6 +57,7 @@ from jobs.retry.policy import (
     Action,
     Decision,
     decide_next,
+    launcher_fault,
     plan_ended,
     settle_unseen,
     succeeded,
@@ -442,6 +443,10 @@ def summarize(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     decision = event.get("decision")
     if not (isinstance(decision, dict) and decision.get("action") == Action.FAIL):
         decision = None
+    elif isinstance(decision.get("fault"), dict):  # a launcher function that kept failing: its words, not its JSON
+        fault = decision.pop("fault")
+        decision["reason"] = launcher_fault(str(fault.get("step", "")), str(fault.get("error", "")),
+                                            str(fault.get("cause", "")), run)
     now = clock()
     if job and decision is None and run.attempts and run.current.status == "InProgress":
         job = runs.jsonable(job)
@@ -459,8 +464,10 @@ def summarize(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     if run.execution.arn:
         run_registry(platform_settings()).release(run.run_id, run.execution.arn, outcome=outcome["status"].lower(),
                                                   now=runs.iso(now), record=outcome.get("record") or {})
+    # category and reason: what the Failed state shows as the execution's error and cause (a launcher fault in the
+    # words written above, not the decision's placeholder).
     return {"succeeded": outcome["status"] == "Succeeded", "subject": subject, "message": message,
-            "summary": outcome}
+            "category": outcome["category"], "reason": outcome["reason"], "summary": outcome}
 
 
 # The statuses an EventBridge "Step Functions Execution Status Change" event carries for an execution that ended.

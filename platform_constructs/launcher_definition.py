@@ -1,6 +1,7 @@
 """The job launcher's state machine definition: moving the state object between the Lambda functions.
 
     Prepare (Lambda jobs.handler.prepare) --RequestInvalid--> ParseRequestError -> RequestInvalid (Fail)
+      |   (its own fault: PrepareFault? -> PrepareFailed* -> Notify -> Failed: no run was taken, nothing launched)
       |   TakenOver? (a successor that took the run over goes on from its predecessor's decision: RetryOrFail)
     Launch (sagemaker:createTrainingJob.sync) --any error--> FailureCause? -(an ended job's description)-+
       |                                                        |                                    DropDescription
@@ -68,6 +69,7 @@ from jobs.retry.policy import (
     STOP_RETRY_SECONDS,
 )
 from jobs.retry.run_state import CONTINUED_IN
+from jobs.timestamps import times
 from platform_constructs.launch_task import LaunchTrainingJob
 
 # The request: the execution's input, read where it is needed rather than carried in the state.
@@ -104,6 +106,7 @@ class LauncherDefinition(Construct):
         launch.add_catch(self._without_description(decide), errors=["States.ALL"], result_path="$.launch")
         notify = self._notify_and_end(props.topic)
         summarize.add_catch(self._summarize_failed(notify), errors=["States.ALL"], result_path="$.summarize_error")
+        prepare.add_catch(self._prepare_failed(notify), errors=["States.ALL"], result_path="$.prepare_error")
         # A successor (continue_in_new_execution) takes the run over in Prepare and goes on from its predecessor's
         # decision; a run's first execution, or a resumed one, launches.
         taken_over = sfn.Choice(self, "TakenOver").when(sfn.Condition.is_present("$.decision"), retry_or_fail)
@@ -196,7 +199,8 @@ class LauncherDefinition(Construct):
         return decide, retry_or_fail
 
     def _when_it_fails(self, task: tasks.LambdaInvoke, id: str, name: str, summarize: sfn.IChainable) -> None:
-        """Past its retries, a function's fault ends the run as `launcher_error` through Summarize."""
+        """Past its retries, a function's fault ends the run as `launcher_error` through Summarize, which puts it in
+        words (jobs.retry.policy.launcher_fault: the step, what it was doing, the tries, the way back)."""
         error = f"$.{name}_error"
         failed = sfn.Pass(self, id, parameters={
             "run.$": "$.run",
@@ -204,7 +208,8 @@ class LauncherDefinition(Construct):
                 "action": "fail",
                 "wait_seconds": 0,
                 "category": "launcher_error",
-                "reason.$": f"States.Format('the {name} function failed ({{}}): {{}}', {error}.Error, {error}.Cause)",
+                "reason.$": f"States.Format('the {name} step failed ({{}})', {error}.Error)",
+                "fault": {"step": name, "error.$": f"{error}.Error", "cause.$": f"{error}.Cause"},
             },
         })
         task.add_catch(failed.next(summarize), errors=["States.ALL"], result_path=error)
@@ -235,6 +240,34 @@ class LauncherDefinition(Construct):
             "run_id.$": "$.run.run_id", f"{CONTINUED_IN}.$": "$.continued.arn"})
         return start.next(continued).next(sfn.Succeed(self, "Continued"))
 
+    def _prepare_failed(self, notify: sfn.IChainable) -> sfn.IChainable:
+        """Prepare's own fault past its retries (a refused request is RequestInvalid's): no run was taken and nothing
+        launched, so there is nothing to summarize; the operator is told in words, never the Lambda error's JSON
+        (its errorMessage out of the cause when the cause is JSON, the cause itself otherwise)."""
+        # No apostrophe: the text sits inside an intrinsic's single-quoted literal.
+        tail = ("; nothing was launched: start the execution again (the same input) once the launcher works, or ask "
+                "the platform team (the logs of the Prepare function hold the trace)")
+        ends = []
+        for id, message in (("PrepareFailed", "$.prepare_error.Cause.errorMessage"),
+                            ("PrepareFailedPlainly", "$.prepare_error.Cause"), ("PrepareFailedBare", None)):
+            said = "" if message is None else ": {}"
+            reason = (f"States.Format('the prepare step failed {times(FUNCTION_RETRIES + 1)} while reading the request "
+                      f"and taking the run ({{}}){said}{tail}', $.prepare_error.Error"
+                      + ("" if message is None else f", {message}") + ")")
+            ends.append(sfn.Pass(self, id, parameters={
+                "decision": {"action": "fail", "wait_seconds": 0, "category": "launcher_error", "reason.$": reason},
+                "result": {"succeeded": False, "message.$": reason, "category": "launcher_error", "reason.$": reason,
+                           "subject.$": "States.Format('Training run {} failed: launcher_error', $$.Execution.Name)"},
+            }).next(notify))
+        parsed = sfn.Pass(self, "PrepareFaultParsed", parameters={"prepare_error": {
+            "Error.$": "$.prepare_error.Error", "Cause.$": "States.StringToJson($.prepare_error.Cause)"}})
+        parsed.next(sfn.Choice(self, "PrepareFaultMessage").when(
+            sfn.Condition.is_present("$.prepare_error.Cause.errorMessage"), ends[0]).otherwise(ends[1]))
+        json_cause = sfn.Choice(self, "PrepareFaultCause").when(
+            sfn.Condition.string_matches("$.prepare_error.Cause", "{*"), parsed)
+        return sfn.Choice(self, "PrepareFault").when(
+            sfn.Condition.is_present("$.prepare_error.Cause"), json_cause.otherwise(ends[1])).otherwise(ends[2])
+
     def _summarize_failed(self, notify: sfn.IChainable) -> sfn.IChainable:
         """Summarize's own fault: stop the current attempt's job here (Summarize would have), then notify."""
         stop = tasks.CallAwsService(
@@ -251,7 +284,7 @@ class LauncherDefinition(Construct):
             "result": {
                 "succeeded": False,
                 "subject.$": "States.Format('Training run {} failed: launcher_error', $.run.name)",
-                "message.$": reason,
+                "message.$": reason, "category": "launcher_error", "reason.$": reason,
             },
         })
         # A job that already ended (or was never created) answers ValidationException: nothing to stop.
@@ -268,7 +301,9 @@ class LauncherDefinition(Construct):
         outcome = sfn.Choice(self, "Outcome")
         # The execution's output is the summary: a Pass selects it (cfn-lint's schema gives Succeed no paths).
         succeeded = sfn.Pass(self, "Summary", input_path="$.result.summary").next(sfn.Succeed(self, "Succeeded"))
-        failed = sfn.Fail(self, "Failed", error_path="$.decision.category", cause_path="$.decision.reason")
+        # The error and cause the console shows: Summarize's (a launcher fault in words), or the Pass that stood in
+        # for it (SummarizeFailed, PrepareFailed).
+        failed = sfn.Fail(self, "Failed", error_path="$.result.category", cause_path="$.result.reason")
         # A notification that cannot be sent must not hide the job's outcome.
         notify.add_catch(outcome, errors=["States.ALL"], result_path="$.notify_error")
         return notify.next(

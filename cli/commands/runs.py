@@ -23,9 +23,10 @@ from cli.aws import Aws
 from cli.console import out
 from cli.errors import UserError
 from jobs.outcome.run_record import BUCKETS, run_record
-from jobs.outcome.summary import duration, money
+from jobs.outcome.summary import money
 from jobs.registry import Registry, table_name
 from jobs.retry.run_state import MAY_RUN, Attempt, RunState
+from jobs.timestamps import duration
 
 # Executions read when looking for runs: each costs a GetExecutionHistory call.
 DEFAULT_LIMIT = 50

@@ -57,6 +57,10 @@ def resume_request(run_id: str, request: Path | None, aws: Aws, *, name: str | N
     if active:
         raise UserError(f"run {run_id} is still active: execution {active[-1]} is RUNNING",
                         f"wait for it to end, or `trainctl stop {active[-1]}`, then resume")
+    if view is not None and view.status == "completed":  # what Prepare would refuse, refused where it was asked
+        raise UserError(f"run {run_id} completed (execution {view.executions[-1].name}): there is nothing to resume",
+                        f"start a new run with `trainctl submit REQUEST` (hyperparameters.init_from_run {run_id} "
+                        "starts it from this run's weights)")
     if request is None:
         document, where = view.executions[-1].request, Path(f"<the request of {view.executions[-1].name}>")
         if document is None:
@@ -69,8 +73,23 @@ def resume_request(run_id: str, request: Path | None, aws: Aws, *, name: str | N
         raise UserError(f"{request} sets {FIELD} {earlier!r}, not {run_id!r}",
                         f"remove {FIELD} from the file (trainctl resume sets it), or resume that run")
     loaded = parse_loaded(where, {**document, FIELD: run_id})
+    _same_model(loaded, view, run_id)
     return start_execution(loaded, aws, name=name, platform=platform, state_machine=state_machine, wait=wait,
                            interval=interval)
+
+
+def _same_model(loaded: LoadedRequest, view, run_id: str) -> None:
+    """A run continues only with its own model (its checkpoints are that model's): refused here, as Prepare would."""
+    earlier = view.executions[-1].request if view is not None and view.executions else None
+    if not isinstance(earlier, dict):
+        return
+    then = (earlier.get("model", "gpt"), earlier.get("model_size"))
+    now = (loaded.request.model, loaded.request.model_size)
+    if then[0] != now[0] or (then[1] is not None and then[1] != now[1]):
+        raise UserError(f"{loaded.path} trains {now[0]} {now[1]}, but run {run_id} trained {then[0]} {then[1]}: its "
+                        "checkpoints are that model's",
+                        f"resume with model {then[0]} and model_size {then[1]}, or start a new run from its weights "
+                        f"(hyperparameters.init_from_run {run_id})")
 
 
 def start_execution(loaded: LoadedRequest, aws: Aws, *, name: str | None, platform: Path | None,
@@ -100,10 +119,45 @@ def start_execution(loaded: LoadedRequest, aws: Aws, *, name: str | None, platfo
                             "choose another --name") from None
         raise
     arn = started["executionArn"]
+    refusal = prepare_verdict(aws, arn)
+    if refusal is not None:
+        raise UserError(f"the launcher refused {execution_name}: {refusal}",
+                        "fix what it names and submit again (nothing was launched)")
     out().print(f"started [bold]{execution_name}[/]")
     out().print(f"execution: {arn}")
     out().print(f"console:   {console_url(arn)}")
     return follow_to_the_end(aws, arn, interval) if wait else 0
+
+
+# How long `submit` and `resume` wait for the launcher's Prepare to take or refuse the request (it answers in seconds)
+# before saying "started", and how often they look.
+VERDICT_SECONDS = 60
+VERDICT_POLL_SECONDS = 0.5
+
+
+def prepare_verdict(aws: Aws, arn: str, timeout: float = VERDICT_SECONDS) -> str | None:
+    """Prepare's refusal of the execution (its cause: one "field: problem" line each), or None once the execution
+    went past Prepare (or ended otherwise, or the wait ran out: its status then tells)."""
+    import time
+
+    sfn = aws.client("stepfunctions")
+    deadline = time.monotonic() + timeout
+    while True:
+        described = sfn.describe_execution(executionArn=arn)
+        if described["status"] != "RUNNING":
+            refused = described["status"] == "FAILED" and described.get("error") == "RequestInvalid"
+            return (described.get("cause") or "the request was refused") if refused else None
+        events = sfn.get_execution_history(executionArn=arn, maxResults=100)["events"]
+        if any(_past_prepare(e) for e in events) or time.monotonic() >= deadline:
+            return None
+        time.sleep(VERDICT_POLL_SECONDS)
+
+
+def _past_prepare(event: dict) -> bool:
+    """Prepare answered (its state exited), or the machine entered a state that is not Prepare."""
+    details = event.get("stateExitedEventDetails") or event.get("stateEnteredEventDetails") or {}
+    name = details.get("name", "")
+    return bool(name) and (name != "Prepare" or "stateExitedEventDetails" in event)
 
 
 def follow_to_the_end(aws: Aws, arn: str, interval: float) -> int:

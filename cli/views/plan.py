@@ -18,7 +18,7 @@ from rich.table import Table
 from contract.hyperparameters import canonical_name, decode_hyperparameters
 from contract.parallel import MODEL_PARALLEL
 from jobs.naming import NAME_NONCE_CHARS, RUN_TOKEN_CHARS, run_slug
-from jobs.outcome.summary import duration
+from jobs.timestamps import duration
 
 # Plans render with a stand-in run id: each execution gets its own (jobs.naming.new_run_id: the request name and
 # RUN_TOKEN_CHARS random characters), and each attempt's name NAME_NONCE_CHARS random characters of its own, so the

@@ -12,6 +12,7 @@ from jobs.planning.measured import measured_section
 from jobs.retry.classify import Category
 from jobs.retry.resume import resume_command
 from jobs.retry.run_state import RunState
+from jobs.timestamps import duration
 
 
 def summary(run: RunState, *, job: dict[str, Any] | None, decision: dict[str, Any] | None,
@@ -109,16 +110,6 @@ def describe_in_words(s: dict[str, Any]) -> tuple[str, str]:
 
 def money(usd: float | None) -> str:
     return "unknown" if usd is None else f"${usd:,.2f}"
-
-
-def duration(seconds: float | None) -> str:
-    """`1h02m05s`, `4m`, `-` for unknown: the one way trainctl and the notification write a duration."""
-    if seconds is None:
-        return "-"
-    hours, rest = divmod(int(seconds), 3600)
-    minutes, secs = divmod(rest, 60)
-    text = f"{hours}h{minutes:02d}m" if hours else f"{minutes}m"
-    return f"{text}{secs:02d}s" if secs else text
 
 
 def record_in_words(record: dict[str, Any], *, resumed: bool = False) -> list[str]:

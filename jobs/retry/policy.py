@@ -28,6 +28,7 @@ on the same checkpoints), looking again after a wait, and the attempt is decided
 from __future__ import annotations
 
 import enum
+import json
 import re
 from dataclasses import dataclass
 
@@ -35,7 +36,7 @@ from jobs.request.schema import JobRequest
 from jobs.retry.classify import Category, Failure, Response
 from jobs.retry.resume import resume_command
 from jobs.retry.run_state import RunState
-from jobs.timestamps import to_epoch
+from jobs.timestamps import duration, times, to_epoch
 
 # The state machine's own retries (platform_constructs.launcher_definition writes them into its Retry fields;
 # jobs.reference describes them). A launcher function's fault (an error it raises, a timeout) is run again
@@ -186,26 +187,44 @@ def decide_next(request: JobRequest, run: RunState, failure: Failure, now: float
     return Decision(Action.RETRY, wait, failure.category, reason, instance_type, spot, infra_check)
 
 
-def times(n: int) -> str:
-    """A count as a person reads it: once, twice, 3 times."""
-    return {1: "once", 2: "twice"}.get(n, f"{n} times")
-
-
 def budget_spent(what: str, run: RunState, last_failure: str, resume: str) -> str:
     """The one wording of every retry budget's end: what ran out, what was tried (attempts, instance types, the
     waits), the last failure and the way back."""
     types = list(dict.fromkeys(a.instance_type for a in run.attempts if a.instance_type)) or [run.instance_type]
-    waited = f", {_duration(run.waited_seconds)} waiting between them" if run.waited_seconds else ""
+    waited = f", {duration(run.waited_seconds)} waiting between them" if run.waited_seconds else ""
     tried = f"{len(run.attempts)} attempt{'s' if len(run.attempts) != 1 else ''} on {', '.join(types)}{waited}"
     return (f"{what}: {tried}; last failure: {last_failure}; `{resume}` continues the run from its checkpoints "
             "with a new retry budget")
 
 
-def _duration(seconds: int) -> str:
-    minutes = round(seconds / 60)
-    if minutes < 1:
-        return f"{seconds} s"
-    return f"{minutes} min" if minutes < 120 else f"{minutes / 60:.1f} h"
+# What each launcher function was doing when it failed, for the words of its fault (launcher_fault).
+FUNCTION_DOING = {
+    "decide": "deciding what follows attempt {attempt} (job {job})",
+    "relaunch": "starting the attempt after attempt {attempt} (job {job})",
+}
+
+
+def launcher_fault(step: str, error: str, cause: str, run: RunState) -> str:
+    """A launcher function that kept failing, in words: which step, what it was doing, the tries made, the error
+    (a Lambda error's type and message, never its JSON), and the way back."""
+    doing = FUNCTION_DOING.get(step, "its work").format(attempt=run.attempt, job=run.job_name or "none yet")
+    return (f"the {step} step failed {times(FUNCTION_RETRIES + 1)} while {doing}: {function_error(error, cause)}; "
+            f"`{resume_command(run.run_id)}` continues the run from its checkpoints")
+
+
+def function_error(error: str, cause: str, limit: int = 300) -> str:
+    """A Lambda function's error as a person reads it: `errorType: errorMessage` out of its JSON cause (an error the
+    function raised), else the cause itself (a timeout's "Task timed out after 60.00 seconds")."""
+    try:
+        parsed = json.loads(cause)
+    except (TypeError, ValueError):
+        parsed = None
+    if isinstance(parsed, dict) and parsed.get("errorMessage"):
+        text = f"{parsed.get('errorType') or error}: {parsed['errorMessage']}"
+    else:
+        text = f"{error}: {cause}" if cause else error
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def _next_type(request: JobRequest, instance_type: str) -> str:

@@ -315,3 +315,33 @@ def test_a_run_handed_over_near_the_history_limit_is_followed_and_counted_once(l
     assert shown.exit_code == 0 and "handed-over (continued)" in shown.stdout, shown.output
     status = run("status", "handed-over", "--region", REGION, env={"COLUMNS": "250"})
     assert "continued handed-over" in status.stdout and "went on in execution" in status.stdout, status.output
+
+
+def test_what_prepare_would_refuse_is_refused_where_it_was_asked(launcher, tmp_path):
+    """A completed run, or another model, is refused by trainctl before any execution starts; what only the launcher
+    can judge (a run it finds no job of) is Prepare's verdict, which trainctl waits for instead of saying "started"."""
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    done = _submit(launcher, tmp_path, job_request(), [sm.completed()], "done-first")
+    assert done.exit_code == 0, done.output
+    run_id = _run_of("done-first")["run_id"]
+    before = len(sfn.list_executions(stateMachineArn=launcher.state_machine_arn)["executions"])
+
+    completed = run("resume", run_id, "--name", "done-again", "--region", REGION)
+    assert completed.exit_code == 2 and f"run {run_id} completed (execution done-first)" in completed.stderr
+    assert "init_from_run" in completed.stderr and completed.stdout == ""
+
+    failed = _submit(launcher, tmp_path, job_request(), [sm.algorithm_error()], "failed-first")
+    assert failed.exit_code == 1, failed.output
+    failed_run = _run_of("failed-first")["run_id"]
+    before += 1
+    (tmp_path / "other-model.json").write_text(json.dumps(job_request(model_size="1b")))
+    other = run("resume", failed_run, tmp_path / "other-model.json", "--name", "other-model", "--region", REGION)
+    assert other.exit_code == 2 and "trains gpt 1b, but run" in other.stderr and "trained gpt 125m" in other.stderr
+    assert len(sfn.list_executions(stateMachineArn=launcher.state_machine_arn)["executions"]) == before
+
+    (tmp_path / "r.json").write_text(json.dumps(job_request()))
+    unknown = "gpt-125m-fsdp-bbbbbbbbbbbbbbbb"
+    refused = run("resume", unknown, tmp_path / "r.json", "--name", "unknown-run", "--region", REGION)
+    assert refused.exit_code == 2, refused.output
+    assert "the launcher refused unknown-run: resume_run: no training job of run" in refused.stderr
+    assert "started" not in refused.output and "Traceback" not in refused.output

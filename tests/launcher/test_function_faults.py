@@ -8,6 +8,8 @@ as Lambda reports a timeout: errorType Sandbox.Timedout).
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.launcher import sagemaker_sync as sm
@@ -58,10 +60,33 @@ def test_a_function_that_keeps_timing_out_still_ends_the_run_with_a_notification
                          timeout=90)
     assert len(calls) == 1 + FUNCTION_RETRIES
     assert result.status == "FAILED" and result.error == "launcher_error"
-    assert f"the {name} function failed (Sandbox.Timedout)" in result.cause
+    # In words (jobs.retry.policy.launcher_fault): the step, the tries, what it was doing, the error without its
+    # JSON, and the way back.
+    doing = {"decide": "deciding what follows attempt 1", "relaunch": "starting the attempt after attempt 1"}[name]
+    assert result.cause.startswith(f"the {name} step failed {FUNCTION_RETRIES + 1} times while {doing} (job ")
+    assert "Sandbox.Timedout: " in result.cause and "{" not in result.cause
+    assert re.search(r"`trainctl resume [a-z0-9-]+-[a-z2-7]{16}` continues the run from its checkpoints$", result.cause)
     assert len(result.create_calls) == 1  # nothing launched after the fault
     ((subject, _),) = result.notifications
     assert subject == "Training run gpt-125m-fsdp failed: launcher_error"
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_a_prepare_that_keeps_failing_ends_the_execution_told_in_words_with_a_notification(harness, monkeypatch,
+                                                                                          fault):
+    from jobs.retry.policy import FUNCTION_RETRIES
+
+    calls = failing_first(monkeypatch, "prepare", FAULTS[fault], times=99)
+    result = harness.run(job_request(), [], name=f"prepare-fault-{fault}", timeout=90)
+    assert len(calls) == 1 + FUNCTION_RETRIES
+    assert result.status == "FAILED" and result.error == "launcher_error"
+    said = {"timeout": "(Sandbox.Timedout): ", "error": "(ConnectionResetError): connection reset by peer"}[fault]
+    assert result.cause.startswith(f"the prepare step failed {FUNCTION_RETRIES + 1} times while reading the "
+                                   f"request and taking the run {said}")
+    assert "nothing was launched" in result.cause and "{" not in result.cause
+    assert result.create_calls == []
+    ((subject, message),) = result.notifications
+    assert subject == "Training run prepare-fault-" + fault + " failed: launcher_error" and message == result.cause
 
 
 def test_a_refused_request_is_not_retried(harness, monkeypatch):

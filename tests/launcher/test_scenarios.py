@@ -263,5 +263,6 @@ def test_a_fault_in_the_decide_function_still_ends_with_a_summary(harness, monke
     assert result.status == "FAILED"
     assert result.states_entered == [*START, *ENDED_JOB, "Decide", "DecideFailed", *FAILURE_TAIL]
     assert result.error == "launcher_error"
-    assert "the decide function failed (KeyError)" in result.cause
+    assert result.cause.startswith("the decide step failed 4 times while deciding what follows attempt 1 (job ")
+    assert "KeyError: 'run'" in result.cause and "trainctl resume" in result.cause
     assert_summary(result, "Failed")

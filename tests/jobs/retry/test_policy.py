@@ -111,11 +111,11 @@ def test_every_retry_budgets_end_names_what_was_tried_and_the_way_back(platform,
                              "retry budget")
     assert "(1 times)" not in d.reason and "(0 times)" not in d.reason
     if budget == "throttling":  # 60 s, then 120 s of backoff
-        assert "3 min waiting between them" in d.reason
+        assert "3m waiting between them" in d.reason
 
 
 def test_counts_read_as_words():
-    from jobs.retry.policy import times
+    from jobs.timestamps import times
 
     assert [times(n) for n in (1, 2, 3, 10)] == ["once", "twice", "3 times", "10 times"]
 
