@@ -445,7 +445,7 @@ def summarize(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         decision = None
     elif isinstance(decision.get("fault"), dict):  # a launcher function that kept failing: its words, not its JSON
         fault = decision.pop("fault")
-        decision["reason"] = launcher_fault(str(fault.get("step", "")), str(fault.get("error", "")),
+        decision["reason"] = launcher_fault(str(fault.get("function", "")), str(fault.get("error", "")),
                                             str(fault.get("cause", "")), run)
     now = clock()
     if job and decision is None and run.attempts and run.current.status == "InProgress":

@@ -106,7 +106,7 @@ class LauncherDefinition(Construct):
         launch.add_catch(self._without_description(decide), errors=["States.ALL"], result_path="$.launch")
         notify = self._notify_and_end(props.topic)
         summarize.add_catch(self._summarize_failed(notify), errors=["States.ALL"], result_path="$.summarize_error")
-        prepare.add_catch(self._prepare_failed(notify), errors=["States.ALL"], result_path="$.prepare_error")
+        prepare.add_catch(prepare_failed(self, notify), errors=["States.ALL"], result_path="$.prepare_error")
         # A successor (continue_in_new_execution) takes the run over in Prepare and goes on from its predecessor's
         # decision; a run's first execution, or a resumed one, launches.
         taken_over = sfn.Choice(self, "TakenOver").when(sfn.Condition.is_present("$.decision"), retry_or_fail)
@@ -209,7 +209,7 @@ class LauncherDefinition(Construct):
                 "wait_seconds": 0,
                 "category": "launcher_error",
                 "reason.$": f"States.Format('the {name} step failed ({{}})', {error}.Error)",
-                "fault": {"step": name, "error.$": f"{error}.Error", "cause.$": f"{error}.Cause"},
+                "fault": {"function": name, "error.$": f"{error}.Error", "cause.$": f"{error}.Cause"},
             },
         })
         task.add_catch(failed.next(summarize), errors=["States.ALL"], result_path=error)
@@ -239,34 +239,6 @@ class LauncherDefinition(Construct):
         continued = sfn.Pass(self, "ContinuedIn", parameters={
             "run_id.$": "$.run.run_id", f"{CONTINUED_IN}.$": "$.continued.arn"})
         return start.next(continued).next(sfn.Succeed(self, "Continued"))
-
-    def _prepare_failed(self, notify: sfn.IChainable) -> sfn.IChainable:
-        """Prepare's own fault past its retries (a refused request is RequestInvalid's): no run was taken and nothing
-        launched, so there is nothing to summarize; the operator is told in words, never the Lambda error's JSON
-        (its errorMessage out of the cause when the cause is JSON, the cause itself otherwise)."""
-        # No apostrophe: the text sits inside an intrinsic's single-quoted literal.
-        tail = ("; nothing was launched: start the execution again (the same input) once the launcher works, or ask "
-                "the platform team (the logs of the Prepare function hold the trace)")
-        ends = []
-        for id, message in (("PrepareFailed", "$.prepare_error.Cause.errorMessage"),
-                            ("PrepareFailedPlainly", "$.prepare_error.Cause"), ("PrepareFailedBare", None)):
-            said = "" if message is None else ": {}"
-            reason = (f"States.Format('the prepare step failed {times(FUNCTION_RETRIES + 1)} while reading the request "
-                      f"and taking the run ({{}}){said}{tail}', $.prepare_error.Error"
-                      + ("" if message is None else f", {message}") + ")")
-            ends.append(sfn.Pass(self, id, parameters={
-                "decision": {"action": "fail", "wait_seconds": 0, "category": "launcher_error", "reason.$": reason},
-                "result": {"succeeded": False, "message.$": reason, "category": "launcher_error", "reason.$": reason,
-                           "subject.$": "States.Format('Training run {} failed: launcher_error', $$.Execution.Name)"},
-            }).next(notify))
-        parsed = sfn.Pass(self, "PrepareFaultParsed", parameters={"prepare_error": {
-            "Error.$": "$.prepare_error.Error", "Cause.$": "States.StringToJson($.prepare_error.Cause)"}})
-        parsed.next(sfn.Choice(self, "PrepareFaultMessage").when(
-            sfn.Condition.is_present("$.prepare_error.Cause.errorMessage"), ends[0]).otherwise(ends[1]))
-        json_cause = sfn.Choice(self, "PrepareFaultCause").when(
-            sfn.Condition.string_matches("$.prepare_error.Cause", "{*"), parsed)
-        return sfn.Choice(self, "PrepareFault").when(
-            sfn.Condition.is_present("$.prepare_error.Cause"), json_cause.otherwise(ends[1])).otherwise(ends[2])
 
     def _summarize_failed(self, notify: sfn.IChainable) -> sfn.IChainable:
         """Summarize's own fault: stop the current attempt's job here (Summarize would have), then notify."""
@@ -308,3 +280,32 @@ class LauncherDefinition(Construct):
         notify.add_catch(outcome, errors=["States.ALL"], result_path="$.notify_error")
         return notify.next(
             outcome.when(sfn.Condition.boolean_equals("$.result.succeeded", True), succeeded).otherwise(failed))
+
+
+def prepare_failed(scope: Construct, notify: sfn.IChainable) -> sfn.IChainable:
+    """Prepare's own fault past its retries (a refused request is RequestInvalid's): no run was taken and nothing
+    launched, so there is nothing to summarize; the operator is told in words, never the Lambda error's JSON
+    (its errorMessage out of the cause when the cause is JSON, the cause itself otherwise)."""
+    # No apostrophe: the text sits inside an intrinsic's single-quoted literal.
+    tail = ("; nothing was launched: start the execution again (the same input) once the launcher works, or ask "
+            "the platform team (the logs of the Prepare function hold the trace)")
+    ends = []
+    for id, message in (("PrepareFailed", "$.prepare_error.Cause.errorMessage"),
+                        ("PrepareFailedPlainly", "$.prepare_error.Cause"), ("PrepareFailedBare", None)):
+        said = "" if message is None else ": {}"
+        reason = (f"States.Format('the prepare step failed {times(FUNCTION_RETRIES + 1)} while reading the request "
+                  f"and taking the run ({{}}){said}{tail}', $.prepare_error.Error"
+                  + ("" if message is None else f", {message}") + ")")
+        ends.append(sfn.Pass(scope, id, parameters={
+            "decision": {"action": "fail", "wait_seconds": 0, "category": "launcher_error", "reason.$": reason},
+            "result": {"succeeded": False, "message.$": reason, "category": "launcher_error", "reason.$": reason,
+                       "subject.$": "States.Format('Training run {} failed: launcher_error', $$.Execution.Name)"},
+        }).next(notify))
+    parsed = sfn.Pass(scope, "PrepareFaultParsed", parameters={"prepare_error": {
+        "Error.$": "$.prepare_error.Error", "Cause.$": "States.StringToJson($.prepare_error.Cause)"}})
+    parsed.next(sfn.Choice(scope, "PrepareFaultMessage").when(
+        sfn.Condition.is_present("$.prepare_error.Cause.errorMessage"), ends[0]).otherwise(ends[1]))
+    json_cause = sfn.Choice(scope, "PrepareFaultCause").when(
+        sfn.Condition.string_matches("$.prepare_error.Cause", "{*"), parsed)
+    return sfn.Choice(scope, "PrepareFault").when(
+        sfn.Condition.is_present("$.prepare_error.Cause"), json_cause.otherwise(ends[1])).otherwise(ends[2])

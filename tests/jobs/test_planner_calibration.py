@@ -89,10 +89,13 @@ def test_fsdp_holds_one_gathered_block_in_the_compute_dtype():
     mem = memory_per_gpu(m, n, Layout(1, 8, shard=8))
     root = m.params - m.layers * m.block_params
     assert mem.extra == 2 * m.block_params + 2 * root
-    # Accumulating: FSDP2 keeps the unsharded gradients in its fp32 reduce dtype.
-    acc = memory_per_gpu(m, numerics({"micro_batch_size": 1, "precision": "bf16", "grad_accum": 2}),
-                         Layout(1, 8, shard=8))
-    assert acc.extra - mem.extra == 4 * m.params
+    # Accumulating with fsdp_accumulation unsharded: FSDP2 keeps the unsharded gradients in its fp32 reduce dtype;
+    # sharded (the default): the fp32 shards, beside the later micro-steps' forward.
+    acc = {mode: memory_per_gpu(m, numerics({"micro_batch_size": 1, "precision": "bf16", "grad_accum": 2,
+                                             "fsdp_accumulation": mode}), Layout(1, 8, shard=8))
+           for mode in ("unsharded", "sharded")}
+    assert acc["unsharded"].extra - mem.extra == 4 * m.params
+    assert acc["sharded"].extra - mem.extra == 4 * m.params / 8
 
 
 @pytest.mark.parametrize(("hyperparameters", "per_vocab"), [({"loss_chunk_tokens": 0}, 10), ({}, 4)],
