@@ -56,8 +56,10 @@ def test_launch_maps_every_create_request_key(resolved):
 def test_states_and_transitions(resolved):
     states = resolved.definition["States"]
     assert resolved.definition["StartAt"] == "Prepare"
+    # A refused request ends RequestInvalid; Prepare's own fault, past its retries, is told in words and notified.
     assert states["Prepare"]["Catch"] == [
-        {"ErrorEquals": ["RequestInvalid"], "ResultPath": "$.error", "Next": "ParseRequestError"}
+        {"ErrorEquals": ["RequestInvalid"], "ResultPath": "$.error", "Next": "ParseRequestError"},
+        {"ErrorEquals": ["States.ALL"], "ResultPath": "$.prepare_error", "Next": "PrepareFault"},
     ]
     assert states["RequestInvalid"] == {
         "Type": "Fail",
