@@ -118,14 +118,28 @@ def show_plan(request: Path, platform: Path | None, aws: Aws, *, as_json: bool =
 
 
 def _refuse_unfit(request: Any, result: Any) -> None:
-    """A plan is a promise: one whose best layout does not fit the GPUs is an error (exit 2) naming the nearest
+    """A plan is a promise: a request whose layout does not fit the GPUs is an error (exit 2) naming the nearest
     layout that fits, never "valid" (`trainctl submit` would start a job that runs out of memory); `--json` shows
-    every candidate."""
-    rec = result.recommendation
-    if rec is None or rec.fits:
+    every candidate. What the request runs: auto's pick, or the layout its strategy and degrees name; smp's layout
+    is SMP's own, which the planner does not size."""
+    import json as json_module
+
+    from jobs.planning.candidates import requested_layouts
+    from jobs.planning.warnings import nearest_fit, shape_words
+
+    if result.recommendation is None or request.strategy.value == "smp":
         return
-    [why] = [w.message for w in result.warnings if w.code == "does_not_fit"]
-    raise UserError(f"{request.name} does not fit: {why}")
+    runs = ([result.auto] if result.auto else []) if request.strategy.value == "auto" else \
+        requested_layouts(result.every_layout, request)
+    if not runs or any(c.fits for c in runs):
+        return
+    worst = min(runs, key=lambda c: c.memory_gib)
+    nearest = nearest_fit(result)
+    fix = (f"nearest that fits: {shape_words(nearest)}, request fields "
+           f"{json_module.dumps(nearest.to_dict()['request'])}" if nearest else
+           "nothing the plan compared fits: set hyperparameters.activation_checkpointing or lower micro_batch_size")
+    raise UserError(f"{request.name} does not fit: {shape_words(worst)} needs {worst.memory_gib:.1f} GiB per GPU of "
+                    f"{worst.capacity_gib:.0f}", fix)
 
 
 def print_rendered(request: Path, platform: Path | None, aws: Aws, *, attempt: int, run_id: str | None,

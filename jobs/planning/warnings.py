@@ -27,7 +27,7 @@ class PlanWarning:
     message: str
 
 
-def _shape(c: Any) -> str:
+def shape_words(c: Any) -> str:
     return f"{c.layout.strategy} on {c.layout.nodes} x {c.instance_type} ({c.layout.gpus} GPUs)"
 
 
@@ -48,7 +48,7 @@ def add_warnings(result: Any, request: Any, platform: Any, now: dt.datetime) -> 
         w.append(PlanWarning("does_not_fit", (
             f"no strategy fits {rec.layout.nodes} x {rec.instance_type}: the best needs {rec.memory_gib:.1f} GiB per "
             f"GPU of {rec.capacity_gib:.0f}; set hyperparameters.activation_checkpointing, lower micro_batch_size"
-            + (f", or use {_shape(nearest)}" if nearest else "") + ".")))
+            + (f", or use {shape_words(nearest)}" if nearest else "") + ".")))
     if result.auto is not None and result.auto is not rec and rec.fits:
         why = (result.scope and result.scope.refusal(rec)) or "is not one auto picks"
         w.append(PlanWarning("auto_picks_other", (
@@ -61,7 +61,7 @@ def add_warnings(result: Any, request: Any, platform: Any, now: dt.datetime) -> 
         w.append(PlanWarning("distribution_does_not_pay", (
             f"{rec.layout.gpus} GPUs run at {rec.scaling_efficiency:.0%} of linear scaling: communication outweighs "
             "the compute per step (raise micro_batch_size, or use fewer GPUs)"
-            + (f"; {_shape(alt)} takes {alt.hours:.2f} h" + (f" for ${alt.cost_usd:,.0f}" if alt.cost_usd else "")
+            + (f"; {shape_words(alt)} takes {alt.hours:.2f} h" + (f" for ${alt.cost_usd:,.0f}" if alt.cost_usd else "")
                if alt else "") + ".")))
     _deadline_and_budget(result, sizing, w)
     _io(result, request, w)
@@ -76,7 +76,7 @@ def _deadline_and_budget(result: Any, sizing: Any, w: list) -> None:
         pick = cheapest(meets)
         w.append(PlanWarning("deadline_unreachable", (
             f"the run takes {rec.hours:.2f} h, past the {deadline:g} h deadline; "
-            + (f"{_shape(pick)} meets it in {pick.hours:.2f} h" if pick else
+            + (f"{shape_words(pick)} meets it in {pick.hours:.2f} h" if pick else
                "no candidate within sizing.max_gpus meets it: extend the deadline or shrink the data/epochs") + ".")))
     elif deadline is not None and rec.spot:
         interruptions = rec.hours / rec.cadence.mtbi_h

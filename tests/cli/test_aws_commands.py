@@ -118,7 +118,9 @@ def test_submit_wait_follows_the_execution_to_success(deployed, create):
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     progress = [line for line in lines if "execution=" in line]
-    assert progress[0].split("execution=")[1].startswith("RUNNING")
+    # submit waits for the launcher's verdict before "started" (this stand-in machine may end meanwhile): what follows
+    # is the run from there to its end.
+    assert lines[0] == "started ok" and progress
     # The job the state machine created, with its status and the metrics SageMaker reported.
     assert any("attempt=1 job=ok-a1 instance=ml.g5.12xlarge job_status=Completed/Completed" in p for p in progress)
     assert any("train:progress=100" in p for p in progress)

@@ -88,17 +88,15 @@ def test_plan_shows_what_auto_picked_and_why(platform_file, tmp_path):
     path.write_text(json.dumps(request))
     result = run("plan", path, "--platform", platform_file, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    # auto may split layers (issue 11): the plan shows the pick and the mesh the job is rendered with. gpt 7b on
-    # 2 x 4 A10Gs fits only split over pipeline (and tensor) ranks, checkpointed. With the package's chunked loss
-    # (loss_chunk_tokens, the default since: the last stage keeps no fp32 copy of its 4,096 x 32,000 logits) 8 stages
-    # fit, 23.7 of 24 GiB (24.1 with the whole fp32 loss, when 4 stages x tensor 2 was the pick), and at 259 s/step
-    # they are within 2% of 4 stages x tensor 2's 256 s, so the simpler strategy wins (candidates.best).
-    assert "auto -> pp (" in result.stdout
-    assert "pp: mesh (pipeline x replicate x shard x tensor) = 8 x 1 x 1 x 1" in result.stdout
+    # gpt 7b on 2 x 4 A10Gs, 16 micro-batches a step: with FSDP's gradients accumulated unsharded (fp32, the whole
+    # model's per rank) only pipelines fitted (8 stages, 23.7 of 24 GiB, 259 s/step); accumulated sharded, a
+    # reduce-scatter every micro-batch (fsdp_accumulation, the package's default since), FSDP fits in 21.2 GiB and
+    # runs faster, so auto picks it.
+    assert "auto -> fsdp (fsdp: 21.2 of 24 GiB per A10G" in result.stdout
 
 
-def _request(tmp_path, **changes) -> Path:
-    path = tmp_path / "request.json"
+def _request(tmp_path, name: str = "request", **changes) -> Path:
+    path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(json.loads((DATA / "ddp.json").read_text()) | changes))
     return path
 
@@ -109,8 +107,15 @@ def test_a_plan_that_does_not_fit_is_an_error_naming_the_nearest_layout_that_fit
     path = _request(tmp_path, model_size="7b", strategy="fsdp", instance={"type": "ml.g5.12xlarge", "count": 1},
                     hyperparameters={"micro_batch_size": 1, "max_steps": 100})
     result = run("plan", path, "--platform", platform_file, env={"COLUMNS": "200"})
-    _assert_user_error(result, "gpt-small-ddp does not fit", "no strategy fits 1 x ml.g5.12xlarge", "or use ")
+    _assert_user_error(result, "gpt-small-ddp does not fit: fsdp on 1 x ml.g5.12xlarge (4 GPUs) needs",
+                       "nearest that fits: ", 'request fields {"strategy": ')
     assert "valid" not in result.output
+    # The layout the request names is what is judged: ddp of a 7B (a whole copy of its state per GPU) does not fit
+    # 2 x p4d even where fsdp would.
+    ddp = _request(tmp_path, "ddp", model_size="7b", strategy="ddp", instance={"type": "ml.p4d.24xlarge", "count": 2},
+                   hyperparameters={"micro_batch_size": 1, "max_steps": 100, "activation_checkpointing": True})
+    _assert_user_error(run("plan", ddp, "--platform", platform_file), "does not fit: ddp on 2 x ml.p4d.24xlarge",
+                       "nearest that fits: ")
     # --json is the document: every candidate, the recommendation marked as not fitting.
     doc = json.loads(run("plan", path, "--platform", platform_file, "--json").stdout)
     assert doc["recommendation"]["fits"] is False and any(c["fits"] for c in doc["candidates"])

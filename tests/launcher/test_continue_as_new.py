@@ -205,7 +205,9 @@ def test_a_successor_that_never_takes_the_run_over_leaves_no_job_running(harness
     first, second = chain(harness, harness.start(job_request(), name="handover-lost"), delivered=delivered)
 
     (job,) = world.create_calls
-    assert second.status == "FAILED" and second.error == "Sandbox.Timedout", (second.status, second.error)
+    # Prepare's own fault is caught, told in words and notified (launcher_error), then the reaper does its part.
+    assert second.status == "FAILED" and second.error == "launcher_error", (second.status, second.error)
+    assert second.cause.startswith("the prepare step failed") and "Sandbox.Timedout" in second.cause
     assert (first.reaped["stopped"], second.reaped["stopped"]) == ([], [job["TrainingJobName"]])
     assert world.statuses()[job["TrainingJobName"]] != "InProgress"
     record = registry(harness).read(job["Environment"][ENV_RUN_ID])
