@@ -44,7 +44,7 @@ def build_app(app: cdk.App) -> cdk.App:
         kms_key_arn=config.kms_key_arn, teams=config.team_specs, removal_policy=removal,
         env=env)
     LauncherStack(app, f"{config.name_prefix}-launcher", resources=platform.resources,
-                  notification_email=config.notification_email,
+                  notification_email=config.notification_email, notify_refusals=config.notify_refusals,
                   log_retention=retention(config.log_retention_days), removal_policy=removal, env=env)
     for key, value in config.tags.items():
         cdk.Tags.of(app).add(key, value)

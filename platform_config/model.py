@@ -217,6 +217,9 @@ class PlatformConfig:
         0, 360, "must be 0 to 360 (SageMaker keeps warm pools up to 21600 s)"))
     notification_email: str | None = _f(None, "E-mail subscribed to run notifications", expects="a string or null",
                                         check=_optional(_matches(EMAIL, "must be an e-mail address or null")))
+    notify_refusals: bool = _f(False, "Also send requests the launcher refuses (RequestInvalid) to the notification "
+                               "topic; false: only whoever started the execution sees them (trainctl prints the "
+                               "refusal, the console shows it as the execution's cause)", expects="true or false")
     pytorch_versions: tuple[str, ...] = _f(("2.8.0",), "PyTorch image versions (first is the default); each one "
                                            "CI tests the package on (platform_config/tested_torch.json)",
                                            expects=_LIST, check=_tested_torch)

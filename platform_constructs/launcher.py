@@ -58,6 +58,9 @@ class JobLauncherProps:
     """How long the state machine's and the functions' log groups keep their events."""
     notification_email: str | None = None
     """An address subscribed to the notifications topic. @default None: no subscription"""
+    notify_refusals: bool = False
+    """Whether requests Prepare refuses (RequestInvalid) are also published to the topic. @default False: only whoever
+    started the execution sees them (trainctl prints the refusal; the console shows the cause)"""
     lambda_reserved_concurrency: int | None = None
     """Each function's reserved concurrency, 1 or more. @default None: unreserved"""
     role_path: str = "/"
@@ -119,7 +122,7 @@ class JobLauncher(Construct):
             security_group_ids=document["security_group_ids"], job_tags=document.get("job_tags") or {}))
         self.definition = LauncherDefinition(self, "Definition", LauncherDefinitionProps(
             functions=self.lambdas.versions, launch=launch, topic=self.topic,
-            state_machine_arn=engineer_access.state_machine_arn(self)))
+            state_machine_arn=engineer_access.state_machine_arn(self), notify_refusals=props.notify_refusals))
         # Its own role, under role_path: it publishes to the key-encrypted topic, and the key lets only roles
         # under that path use it (platform_constructs.encryption).
         role = iam.Role(self, "StateMachineRole", assumed_by=iam.ServicePrincipal("states.amazonaws.com"),

@@ -1,6 +1,6 @@
 """The job launcher's state machine definition: moving the state object between the Lambda functions.
 
-    Prepare (Lambda jobs.handler.prepare) --RequestInvalid--> ParseRequestError -> RequestInvalid (Fail)
+    Prepare (Lambda jobs.handler.prepare) --RequestInvalid--> ParseRequestError [-> NotifyRefusal] -> RequestInvalid
       |   (its own fault: PrepareFault? -> PrepareFailed* -> Notify -> Failed: no run was taken, nothing launched)
       |   TakenOver? (a successor that took the run over goes on from its predecessor's decision: RetryOrFail)
     Launch (sagemaker:createTrainingJob.sync) --any error--> FailureCause? -(an ended job's description)-+
@@ -88,6 +88,8 @@ class LauncherDefinitionProps:
     state_machine_arn: str
     """The state machine's own ARN, written from its name (its attribute would make a cycle): a run nearing the
     history limit starts the state machine again (StartSuccessor)."""
+    notify_refusals: bool = False
+    """Whether a refused request is published to `topic` before the execution fails (NotifyRefusal). @default False"""
 
 
 class LauncherDefinition(Construct):
@@ -98,7 +100,7 @@ class LauncherDefinition(Construct):
         self.functions = props.functions
         self.launch = launch = props.launch
         self.state_machine_arn = props.state_machine_arn
-        prepare = self._prepare()
+        prepare = self._prepare(props.topic if props.notify_refusals else None)
         summarize = self._invoke("Summarize", "summarize", result_path="$.result", retry_first={
             "errors": [JobsStillRunning.__name__], "interval": Duration.seconds(STOP_RETRY_SECONDS),
             "backoff_rate": 2, "max_delay": Duration.seconds(STOP_RETRY_MAX_SECONDS), "max_attempts": STOP_RETRIES})
@@ -136,7 +138,7 @@ class LauncherDefinition(Construct):
                        max_attempts=FUNCTION_RETRIES)
         return task
 
-    def _prepare(self) -> tasks.LambdaInvoke:
+    def _prepare(self, refusals_to: sns.ITopic | None) -> tasks.LambdaInvoke:
         prepare = self._invoke("Prepare", "prepare", {
             "state_shape": STATE_SHAPE,
             "request": sfn.JsonPath.object_at(EXECUTION_INPUT),
@@ -148,7 +150,16 @@ class LauncherDefinition(Construct):
         # message, one "field.path: problem" line per problem.
         parse_error = sfn.Pass(self, "ParseRequestError", parameters={"error.$": "States.StringToJson($.error.Cause)"})
         request_invalid = sfn.Fail(self, "RequestInvalid", error="RequestInvalid", cause_path="$.error.errorMessage")
-        prepare.add_catch(parse_error.next(request_invalid), errors=["RequestInvalid"], result_path="$.error")
+        if refusals_to is not None:  # the platform asked for refusals on the topic too (notify_refusals)
+            told = tasks.SnsPublish(
+                self, "NotifyRefusal", topic=refusals_to,
+                subject=sfn.JsonPath.format("Training request {} refused", sfn.JsonPath.execution_name),
+                message=sfn.TaskInput.from_json_path_at("$.error.errorMessage"), result_path=sfn.JsonPath.DISCARD)
+            told.add_catch(request_invalid, errors=["States.ALL"], result_path="$.notify_error")
+            parse_error.next(told).next(request_invalid)
+        else:
+            parse_error.next(request_invalid)
+        prepare.add_catch(parse_error, errors=["RequestInvalid"], result_path="$.error")
         return prepare
 
     def _without_description(self, decide: sfn.IChainable) -> sfn.IChainable:

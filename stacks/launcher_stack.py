@@ -30,13 +30,15 @@ class LauncherStack(Stack):
     is required: the defaults are the platform config's (app.py)."""
 
     def __init__(self, scope: Construct, id: str, *, resources: PlatformResources,
-                 notification_email: str | None, log_retention: logs.RetentionDays, removal_policy: RemovalPolicy,
+                 notification_email: str | None, notify_refusals: bool, log_retention: logs.RetentionDays,
+                 removal_policy: RemovalPolicy,
                  **kwargs: Any) -> None:
         super().__init__(scope, id, **kwargs)
         self.launchers: dict[str | None, JobLauncher] = {}
         for team in resources.teams:
             scope_ = self if team.spec.name is None else Construct(self, team.spec.construct_id)
-            self.launchers[team.spec.name] = self._team(scope_, team, resources, notification_email, log_retention,
+            self.launchers[team.spec.name] = self._team(scope_, team, resources, notification_email,
+                                                        notify_refusals, log_retention,
                                                         removal_policy)
         self.launcher = next(iter(self.launchers.values()))
         # The platform team's view of every team's jobs (SageMaker's shared namespace); each team's own dashboard and
@@ -47,7 +49,7 @@ class LauncherStack(Stack):
                   description="Every team's training jobs, for the platform team")
 
     def _team(self, scope: Construct, team: TeamResources, resources: PlatformResources,
-              notification_email: str | None, log_retention: logs.RetentionDays,
+              notification_email: str | None, notify_refusals: bool, log_retention: logs.RetentionDays,
               removal_policy: RemovalPolicy) -> JobLauncher:
         settings = team.settings
         prefix = settings.name_prefix
@@ -57,6 +59,7 @@ class LauncherStack(Stack):
             execution_role=team.execution_role,
             settings=settings,
             notification_email=notification_email,
+            notify_refusals=notify_refusals,
             log_retention=log_retention,
             role_path=resources.role_path,
             removal_policy=removal_policy,

@@ -45,9 +45,11 @@ ENDS: dict[str, End] = {
         "FAILED", "RequestInvalid", "one 'field.path: problem' line per problem Prepare found",
         "fix the named field and start again (`trainctl submit` and `resume` refuse the same before starting, and "
         "print Prepare's refusal instead of 'started')",
-        "none: whoever started it is told (trainctl waits for the verdict; the console shows the cause)",
+        "whoever started it is told (trainctl waits for the verdict; the console shows the cause); the team's topic "
+        "too with the platform setting notify_refusals",
         ("tests/launcher/test_scenarios.py::test_bad_input_fails_in_prepare_naming_the_field",
-         "tests/cli/test_launcher_end_to_end.py::test_what_prepare_would_refuse_is_refused_where_it_was_asked")),
+         "tests/cli/test_launcher_end_to_end.py::test_what_prepare_would_refuse_is_refused_where_it_was_asked",
+         "tests/launcher/test_construct_props.py::test_a_refusal_reaches_the_topic_only_when_the_platform_asks")),
     "Continued": End(
         "SUCCEEDED", "none", "none; the output is {run_id, continued_in}: the run goes on in that execution",
         "none: `trainctl status` and `submit --wait` follow the run into its successor",

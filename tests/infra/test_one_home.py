@@ -31,6 +31,7 @@ CONFIG_PROPS = {
     "training_plans": "training_plans",
     "default_warm_pool_minutes": "default_warm_pool_minutes", "environment_patterns": "environment_patterns",
     "notification_email": "notification_email", "allowed_instance_types": "allowed_instance_types", "teams": "teams",
+    "notify_refusals": "notify_refusals", "team_keys": "own_key",
     "allowed_image_repositories": "image_repositories",
 }
 # removal_policy: the stacks take it from retain_data (required there, tested below); the constructs keep RETAIN, the
@@ -41,6 +42,10 @@ NOT_COPIES = {
     ("Team", "dataset_prefix"), ("Team", "allowed_instance_types"),
     # None is the construct's "no subscription" (kept optional, like an L2's); the stack passes the config's.
     ("JobLauncherProps", "notification_email"),
+    # False is the constructs' "tell only whoever started it", which the stack replaces with the config's.
+    ("JobLauncherProps", "notify_refusals"), ("LauncherDefinitionProps", "notify_refusals"),
+    # The default team of a platform without teams has no key of its own; team_specs sets it for declared teams.
+    ("TeamSpec", "own_key"),
 }
 
 

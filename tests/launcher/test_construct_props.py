@@ -173,3 +173,24 @@ def test_lambda_reserved_concurrency_is_checked():
 
 
 
+
+
+@pytest.mark.parametrize("notify", [False, True])
+def test_a_refusal_reaches_the_topic_only_when_the_platform_asks(notify):
+    # notify_refusals: a refused request (RequestInvalid) is published to the topic before the execution fails; by
+    # default only whoever started it sees it. Run in moto on this construct's own definition.
+    from tests.launcher.definition import launcher_definition
+    from tests.launcher.harness import LauncherHarness
+    from tests.launcher.inputs import job_request
+
+    stack, _ = launcher_stack(notify_refusals=notify)
+    template = Template.from_stack(stack).to_json()
+    assert ("NotifyRefusal" in json.dumps(template)) is notify  # the state exists only when asked for
+    with LauncherHarness(launcher_definition(template), json.loads(SETTINGS_FILE.read_text())) as world:
+        result = world.run(job_request(instance={"type": "ml.p4d.24xlarge", "count": 0}), [], name="bad-count")
+    assert result.status == "FAILED" and result.error == "RequestInvalid" and "instance.count" in result.cause
+    if notify:
+        ((subject, message),) = result.notifications
+        assert subject == "Training request bad-count refused" and message == result.cause
+    else:
+        assert result.notifications == []
