@@ -49,7 +49,7 @@ construct ids.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -259,20 +259,25 @@ class LauncherDefinition(Construct):
             iam_resources=[self.launch.training_job_arn_pattern],
             result_path=sfn.JsonPath.DISCARD,
         )
-        reason = ("States.Format('the summarize function failed ({}): {}; the launcher asked SageMaker to stop {} "
-                  "in case it still ran', $.summarize_error.Error, $.summarize_error.Cause, $.run.job_name)")
-        failed = sfn.Pass(self, "SummarizeFailed", parameters={
-            "run.$": "$.run",
-            "decision": {"action": "fail", "wait_seconds": 0, "category": "launcher_error", "reason.$": reason},
-            "result": {
-                "succeeded": False,
-                "subject.$": "States.Format('Training run {} failed: launcher_error', $.run.name)",
-                "message.$": reason, "category": "launcher_error", "reason.$": reason,
-            },
-        })
+        def state(reason: str) -> dict[str, Any]:
+            return {
+                "run.$": "$.run",
+                "decision": {"action": "fail", "wait_seconds": 0, "category": "launcher_error", "reason.$": reason},
+                "result": {
+                    "succeeded": False,
+                    "subject.$": "States.Format('Training run {} failed: launcher_error', $.run.name)",
+                    "message.$": reason, "category": "launcher_error", "reason.$": reason,
+                },
+            }
+
+        failed = fault_in_words(
+            self, "Summarize", "$.summarize_error",
+            "the summarize step kept failing (past its retries) while ending the run",
+            "; the launcher asked SageMaker to stop {} in case it still ran; `trainctl resume {}` continues the run "
+            "from its checkpoints", ("$.run.job_name", "$.run.run_id"), state, notify)
         # A job that already ended (or was never created) answers ValidationException: nothing to stop.
         stop.add_catch(failed, errors=["States.ALL"], result_path="$.stop_error")
-        return stop.next(failed).next(notify)
+        return stop.next(failed)
 
     def _notify_and_end(self, topic: sns.ITopic) -> sfn.IChainable:
         notify = tasks.SnsPublish(
@@ -293,30 +298,40 @@ class LauncherDefinition(Construct):
             outcome.when(sfn.Condition.boolean_equals("$.result.succeeded", True), succeeded).otherwise(failed))
 
 
+def fault_in_words(scope: Construct, id: str, error: str, words: str, after: str, after_args: tuple[str, ...],
+                   parameters: Callable[[str], dict[str, Any]], then: sfn.IChainable) -> sfn.IChainable:
+    """The states that put a caught fault in words where no function can (Prepare's, Summarize's own): the Lambda
+    error's errorMessage out of its cause when the cause is JSON, the cause itself when it is text, the error name
+    alone when there is none; never the payload. `words` and `after` frame it (no apostrophe: they sit inside an
+    intrinsic's single-quoted literal), `after_args` fill `after`'s {}; `parameters(reason)` is each end's state."""
+    ends = []
+    for suffix, message in (("", f"{error}.Cause.errorMessage"), ("Plainly", f"{error}.Cause"), ("Bare", None)):
+        said = "" if message is None else ": {}"
+        args = ", ".join((f"{error}.Error", *(() if message is None else (message,)), *after_args))
+        ends.append(sfn.Pass(scope, f"{id}Failed{suffix}",
+                             parameters=parameters(f"States.Format('{words} ({{}}){said}{after}', {args})")).next(then))
+    # Into the same path: the rest of the state (the run) goes on.
+    parsed = sfn.Pass(scope, f"{id}FaultParsed", result_path=error, parameters={
+        "Error.$": f"{error}.Error", "Cause.$": f"States.StringToJson({error}.Cause)"})
+    parsed.next(sfn.Choice(scope, f"{id}FaultMessage").when(
+        sfn.Condition.is_present(f"{error}.Cause.errorMessage"), ends[0]).otherwise(ends[1]))
+    json_cause = sfn.Choice(scope, f"{id}FaultCause").when(sfn.Condition.string_matches(f"{error}.Cause", "{*"), parsed)
+    return sfn.Choice(scope, f"{id}Fault").when(
+        sfn.Condition.is_present(f"{error}.Cause"), json_cause.otherwise(ends[1])).otherwise(ends[2])
+
+
 def prepare_failed(scope: Construct, notify: sfn.IChainable) -> sfn.IChainable:
     """Prepare's own fault past its retries (a refused request is RequestInvalid's): no run was taken and nothing
-    launched, so there is nothing to summarize; the operator is told in words, never the Lambda error's JSON
-    (its errorMessage out of the cause when the cause is JSON, the cause itself otherwise)."""
-    # No apostrophe: the text sits inside an intrinsic's single-quoted literal.
-    tail = ("; nothing was launched: start the execution again (the same input) once the launcher works, or ask "
-            "the platform team (the logs of the Prepare function hold the trace)")
-    ends = []
-    for id, message in (("PrepareFailed", "$.prepare_error.Cause.errorMessage"),
-                        ("PrepareFailedPlainly", "$.prepare_error.Cause"), ("PrepareFailedBare", None)):
-        said = "" if message is None else ": {}"
-        reason = (f"States.Format('the prepare step failed {times(FUNCTION_RETRIES + 1)} while reading the request "
-                  f"and taking the run ({{}}){said}{tail}', $.prepare_error.Error"
-                  + ("" if message is None else f", {message}") + ")")
-        ends.append(sfn.Pass(scope, id, parameters={
+    launched, so there is nothing to summarize; the operator is told in words and notified."""
+    def state(reason: str) -> dict[str, Any]:
+        return {
             "decision": {"action": "fail", "wait_seconds": 0, "category": "launcher_error", "reason.$": reason},
             "result": {"succeeded": False, "message.$": reason, "category": "launcher_error", "reason.$": reason,
                        "subject.$": "States.Format('Training run {} failed: launcher_error', $$.Execution.Name)"},
-        }).next(notify))
-    parsed = sfn.Pass(scope, "PrepareFaultParsed", parameters={"prepare_error": {
-        "Error.$": "$.prepare_error.Error", "Cause.$": "States.StringToJson($.prepare_error.Cause)"}})
-    parsed.next(sfn.Choice(scope, "PrepareFaultMessage").when(
-        sfn.Condition.is_present("$.prepare_error.Cause.errorMessage"), ends[0]).otherwise(ends[1]))
-    json_cause = sfn.Choice(scope, "PrepareFaultCause").when(
-        sfn.Condition.string_matches("$.prepare_error.Cause", "{*"), parsed)
-    return sfn.Choice(scope, "PrepareFault").when(
-        sfn.Condition.is_present("$.prepare_error.Cause"), json_cause.otherwise(ends[1])).otherwise(ends[2])
+        }
+
+    return fault_in_words(
+        scope, "Prepare", "$.prepare_error",
+        f"the prepare step failed {times(FUNCTION_RETRIES + 1)} while reading the request and taking the run",
+        "; nothing was launched: start the execution again (the same input) once the launcher works, or ask the "
+        "platform team (the logs of the Prepare function hold the trace)", (), state, notify)

@@ -125,8 +125,9 @@ def test_states_and_transitions(resolved):
     stop = states["StopCurrentJob"]
     assert stop["Resource"] == "arn:aws:states:::aws-sdk:sagemaker:stopTrainingJob"
     assert stop["Parameters"] == {"TrainingJobName.$": "$.run.job_name"}
-    assert stop["Next"] == "SummarizeFailed" and stop["Catch"][0]["Next"] == "SummarizeFailed"
-    assert states["SummarizeFailed"]["Next"] == "Notify"
+    assert stop["Next"] == "SummarizeFault" and stop["Catch"][0]["Next"] == "SummarizeFault"
+    # Its fault in words: the cause's errorMessage when it is a Lambda error's JSON, else the cause, else the name.
+    assert {states[f"SummarizeFailed{s}"]["Next"] for s in ("", "Plainly", "Bare")} == {"Notify"}
     assert states["Notify"]["Resource"] == "arn:aws:states:::sns:publish"
     assert states["Notify"]["Parameters"]["TopicArn"] == resolved.topic_arn
     assert states["Summary"] == {"Type": "Pass", "InputPath": "$.result.summary", "Next": "Succeeded"}

@@ -110,8 +110,13 @@ def test_a_fault_in_summarize_still_stops_the_job_and_notifies(harness, monkeypa
     result = harness.run(job_request(), [sm.created_then_5xx()], name="summarize-fault-job-running")
     assert result.status == "FAILED"
     assert result.states_entered == [*START, *API_ERROR, "Decide", "DecideFailed", "Summarize",
-                                     "StopCurrentJob", "SummarizeFailed", "Notify", "Outcome", "Failed"]
-    assert result.error == "launcher_error" and "the summarize function failed" in result.cause
+                                     "StopCurrentJob", "SummarizeFault", "SummarizeFaultCause", "SummarizeFaultParsed",
+                                     "SummarizeFaultMessage", "SummarizeFailed", "Notify", "Outcome", "Failed"]
+    # In words: the error's message out of the Lambda error (never its JSON), the job stopped, the way back.
+    assert result.error == "launcher_error" and result.cause.startswith(
+        "the summarize step kept failing (past its retries) while ending the run (RuntimeError): summarize broke; ")
+    assert "{" not in result.cause and f"`trainctl resume {result.create_calls[0]['Environment']['TRAINING_RUN_ID']}`" \
+        in result.cause
     assert_one_job_per_attempt_none_running(result, 1)
     assert result.stop_calls == list(result.jobs)
     ((subject, _),) = result.notifications
