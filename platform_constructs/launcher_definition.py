@@ -107,7 +107,8 @@ class LauncherDefinition(Construct):
         decide, retry_or_fail = self._decide(summarize)
         launch.add_catch(self._without_description(decide), errors=["States.ALL"], result_path="$.launch")
         notify = self._notify_and_end(props.topic)
-        summarize.add_catch(self._summarize_failed(notify), errors=["States.ALL"], result_path="$.summarize_error")
+        summarize.add_catch(summarize_failed(self, launch, notify), errors=["States.ALL"],
+                            result_path="$.summarize_error")
         prepare.add_catch(prepare_failed(self, notify), errors=["States.ALL"], result_path="$.prepare_error")
         # A successor (continue_in_new_execution) takes the run over in Prepare and goes on from its predecessor's
         # decision; a run's first execution, or a resumed one, launches.
@@ -251,34 +252,6 @@ class LauncherDefinition(Construct):
             "run_id.$": "$.run.run_id", f"{CONTINUED_IN}.$": "$.continued.arn"})
         return start.next(continued).next(sfn.Succeed(self, "Continued"))
 
-    def _summarize_failed(self, notify: sfn.IChainable) -> sfn.IChainable:
-        """Summarize's own fault: stop the current attempt's job here (Summarize would have), then notify."""
-        stop = tasks.CallAwsService(
-            self, "StopCurrentJob", service="sagemaker", action="stopTrainingJob",
-            parameters={"TrainingJobName": sfn.JsonPath.string_at("$.run.job_name")},
-            iam_resources=[self.launch.training_job_arn_pattern],
-            result_path=sfn.JsonPath.DISCARD,
-        )
-        def state(reason: str) -> dict[str, Any]:
-            return {
-                "run.$": "$.run",
-                "decision": {"action": "fail", "wait_seconds": 0, "category": "launcher_error", "reason.$": reason},
-                "result": {
-                    "succeeded": False,
-                    "subject.$": "States.Format('Training run {} failed: launcher_error', $.run.name)",
-                    "message.$": reason, "category": "launcher_error", "reason.$": reason,
-                },
-            }
-
-        failed = fault_in_words(
-            self, "Summarize", "$.summarize_error",
-            "the summarize step kept failing (past its retries) while ending the run",
-            "; the launcher asked SageMaker to stop {} in case it still ran; `trainctl resume {}` continues the run "
-            "from its checkpoints", ("$.run.job_name", "$.run.run_id"), state, notify)
-        # A job that already ended (or was never created) answers ValidationException: nothing to stop.
-        stop.add_catch(failed, errors=["States.ALL"], result_path="$.stop_error")
-        return stop.next(failed)
-
     def _notify_and_end(self, topic: sns.ITopic) -> sfn.IChainable:
         notify = tasks.SnsPublish(
             self, "Notify", topic=topic,
@@ -296,6 +269,36 @@ class LauncherDefinition(Construct):
         notify.add_catch(outcome, errors=["States.ALL"], result_path="$.notify_error")
         return notify.next(
             outcome.when(sfn.Condition.boolean_equals("$.result.succeeded", True), succeeded).otherwise(failed))
+
+
+def summarize_failed(scope: Construct, launch: LaunchTrainingJob, notify: sfn.IChainable) -> sfn.IChainable:
+    """Summarize's own fault: stop the current attempt's job here (Summarize would have), then notify."""
+    stop = tasks.CallAwsService(
+        scope, "StopCurrentJob", service="sagemaker", action="stopTrainingJob",
+        parameters={"TrainingJobName": sfn.JsonPath.string_at("$.run.job_name")},
+        iam_resources=[launch.training_job_arn_pattern],
+        result_path=sfn.JsonPath.DISCARD,
+    )
+
+    def state(reason: str) -> dict[str, Any]:
+        return {
+            "run.$": "$.run",
+            "decision": {"action": "fail", "wait_seconds": 0, "category": "launcher_error", "reason.$": reason},
+            "result": {
+                "succeeded": False,
+                "subject.$": "States.Format('Training run {} failed: launcher_error', $.run.name)",
+                "message.$": reason, "category": "launcher_error", "reason.$": reason,
+            },
+        }
+
+    failed = fault_in_words(
+        scope, "Summarize", "$.summarize_error",
+        "the summarize step kept failing (past its retries) while ending the run",
+        "; the launcher asked SageMaker to stop {} in case it still ran; `trainctl resume {}` continues the run "
+        "from its checkpoints", ("$.run.job_name", "$.run.run_id"), state, notify)
+    # A job that already ended (or was never created) answers ValidationException: nothing to stop.
+    stop.add_catch(failed, errors=["States.ALL"], result_path="$.stop_error")
+    return stop.next(failed)
 
 
 def fault_in_words(scope: Construct, id: str, error: str, words: str, after: str, after_args: tuple[str, ...],
