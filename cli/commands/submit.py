@@ -119,10 +119,14 @@ def start_execution(loaded: LoadedRequest, aws: Aws, *, name: str | None, platfo
                             "choose another --name") from None
         raise
     arn = started["executionArn"]
-    refusal = prepare_verdict(aws, arn)
-    if refusal is not None:
-        raise UserError(f"the launcher refused {execution_name}: {refusal}",
-                        "fix what it names and submit again (nothing was launched)")
+    ended = prepare_verdict(aws, arn)
+    if ended is not None:
+        error, cause = ended
+        if error == "RequestInvalid":
+            raise UserError(f"the launcher refused {execution_name}: {cause}",
+                            "fix what it names and submit again (nothing was launched)")
+        raise UserError(f"{execution_name} failed as it started ({error}): {cause}",
+                        f"`trainctl status {execution_name}` shows it; nothing was launched")
     out().print(f"started [bold]{execution_name}[/]")
     out().print(f"execution: {arn}")
     out().print(f"console:   {console_url(arn)}")
@@ -135,29 +139,27 @@ VERDICT_SECONDS = 60
 VERDICT_POLL_SECONDS = 0.5
 
 
-def prepare_verdict(aws: Aws, arn: str, timeout: float = VERDICT_SECONDS) -> str | None:
-    """Prepare's refusal of the execution (its cause: one "field: problem" line each), or None once the execution
-    went past Prepare (or ended otherwise, or the wait ran out: its status then tells)."""
+def prepare_verdict(aws: Aws, arn: str, timeout: float = VERDICT_SECONDS) -> tuple[str, str] | None:
+    """(error, cause) of an execution that failed before it got past Prepare: its refusal (RequestInvalid, one
+    "field: problem" line each) or Prepare's own fault; None once it went past Prepare (or succeeded, or the wait
+    ran out: its status then tells)."""
     import time
+
+    from jobs.outcome.ends import taken_by
 
     sfn = aws.client("stepfunctions")
     deadline = time.monotonic() + timeout
     while True:
         described = sfn.describe_execution(executionArn=arn)
-        if described["status"] != "RUNNING":
-            refused = described["status"] == "FAILED" and described.get("error") == "RequestInvalid"
-            return (described.get("cause") or "the request was refused") if refused else None
         events = sfn.get_execution_history(executionArn=arn, maxResults=100)["events"]
-        if any(_past_prepare(e) for e in events) or time.monotonic() >= deadline:
+        taken = any(taken_by((e.get("stateEnteredEventDetails") or {}).get("name", "")) for e in events)
+        if described["status"] != "RUNNING":
+            if described["status"] != "FAILED" or taken:
+                return None
+            return described.get("error") or "failed", described.get("cause") or "no cause given"
+        if taken or time.monotonic() >= deadline:
             return None
         time.sleep(VERDICT_POLL_SECONDS)
-
-
-def _past_prepare(event: dict) -> bool:
-    """Prepare answered (its state exited), or the machine entered a state that is not Prepare."""
-    details = event.get("stateExitedEventDetails") or event.get("stateEnteredEventDetails") or {}
-    name = details.get("name", "")
-    return bool(name) and (name != "Prepare" or "stateExitedEventDetails" in event)
 
 
 def follow_to_the_end(aws: Aws, arn: str, interval: float) -> int:

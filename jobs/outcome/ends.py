@@ -12,6 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 ABORTED = "(aborted in any state)"
+# The states an execution passes through before its run is taken (a refusal, Prepare's own fault and its notification):
+# any other state entered means Prepare took the request (`trainctl submit` waits for that before saying "started").
+# tests/launcher/test_ends.py checks these are the definition's, and that every state after Prepare's success is not.
+BEFORE_THE_RUN = ("ParseRequestError", "NotifyRefusal", "RequestInvalid", "Notify", "Outcome", "Failed")
+BEFORE_THE_RUN_PREFIX = "Prepare"  # Prepare itself, PrepareFault..., PrepareFailed...
+
+
+def taken_by(state: str) -> bool:
+    """Does entering `state` show that the execution's request was taken (Prepare succeeded)?"""
+    return bool(state) and state not in BEFORE_THE_RUN and not state.startswith(BEFORE_THE_RUN_PREFIX)
 
 
 @dataclass(frozen=True)

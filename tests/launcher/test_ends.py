@@ -57,3 +57,16 @@ def test_each_rows_tests_exist_and_every_row_says_the_next_step():
     # Every end but a stop someone chose and a hand-over tells the team's topic, or the one who started it.
     told = {end for end, row in ENDS.items() if "topic" in row.notified or "whoever started it" in row.notified}
     assert set(ENDS) - told == {ABORTED, "Continued"}
+
+
+def test_the_states_before_the_run_is_taken_are_the_definitions(resolved):
+    # trainctl submit says "started" once a state after Prepare's success is entered (jobs.outcome.ends.taken_by):
+    # the refusal and fault paths' states are the definition's, and Prepare's success leads to one that is not.
+    from jobs.outcome.ends import BEFORE_THE_RUN, BEFORE_THE_RUN_PREFIX, taken_by
+
+    states = resolved.definition["States"]
+    # NotifyRefusal exists with notify_refusals only (tests/launcher/test_construct_props.py synthesizes it).
+    assert set(BEFORE_THE_RUN) - {"NotifyRefusal"} <= set(states)
+    prepare_paths = {n for n in states if n.startswith(BEFORE_THE_RUN_PREFIX)}
+    assert {"Prepare", "PrepareFault", "PrepareFailed"} <= prepare_paths
+    assert taken_by(states["Prepare"]["Next"]) and not taken_by("Prepare") and not taken_by("RequestInvalid")
