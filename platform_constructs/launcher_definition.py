@@ -49,7 +49,7 @@ construct ids.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +72,8 @@ from jobs.retry.run_state import CONTINUED_IN
 from jobs.timestamps import times
 from platform_constructs.launch_task import LaunchTrainingJob
 
+# The category of a run whose launcher failed it (its own function's fault past the retries), not a job's.
+LAUNCHER_ERROR = "launcher_error"
 # The request: the execution's input, read where it is needed rather than carried in the state.
 EXECUTION_INPUT = "$$.Execution.Input"
 
@@ -216,13 +218,8 @@ class LauncherDefinition(Construct):
         error = f"$.{name}_error"
         failed = sfn.Pass(self, id, parameters={
             "run.$": "$.run",
-            "decision": {
-                "action": "fail",
-                "wait_seconds": 0,
-                "category": "launcher_error",
-                "reason.$": f"States.Format('the {name} step failed ({{}})', {error}.Error)",
-                "fault": {"function": name, "error.$": f"{error}.Error", "cause.$": f"{error}.Cause"},
-            },
+            "decision": launcher_error(f"States.Format('the {name} step failed ({{}})', {error}.Error)",
+                                       fault={"function": name, "error.$": f"{error}.Error", "cause.$": f"{error}.Cause"}),
         })
         task.add_catch(failed.next(summarize), errors=["States.ALL"], result_path=error)
 
@@ -280,39 +277,34 @@ def summarize_failed(scope: Construct, launch: LaunchTrainingJob, notify: sfn.IC
         result_path=sfn.JsonPath.DISCARD,
     )
 
-    def state(reason: str) -> dict[str, Any]:
-        return {
-            "run.$": "$.run",
-            "decision": {"action": "fail", "wait_seconds": 0, "category": "launcher_error", "reason.$": reason},
-            "result": {
-                "succeeded": False,
-                "subject.$": "States.Format('Training run {} failed: launcher_error', $.run.name)",
-                "message.$": reason, "category": "launcher_error", "reason.$": reason,
-            },
-        }
-
     failed = fault_in_words(
         scope, "Summarize", "$.summarize_error",
         "the summarize step kept failing (past its retries) while ending the run",
         "; the launcher asked SageMaker to stop {} in case it still ran; `trainctl resume {}` continues the run "
-        "from its checkpoints", ("$.run.job_name", "$.run.run_id"), state, notify)
+        "from its checkpoints", ("$.run.job_name", "$.run.run_id"), "$.run.name", notify, keep={"run.$": "$.run"})
     # A job that already ended (or was never created) answers ValidationException: nothing to stop.
     stop.add_catch(failed, errors=["States.ALL"], result_path="$.stop_error")
     return stop.next(failed)
 
 
 def fault_in_words(scope: Construct, id: str, error: str, words: str, after: str, after_args: tuple[str, ...],
-                   parameters: Callable[[str], dict[str, Any]], then: sfn.IChainable) -> sfn.IChainable:
+                   name_path: str, then: sfn.IChainable, keep: dict[str, str] | None = None) -> sfn.IChainable:
     """The states that put a caught fault in words where no function can (Prepare's, Summarize's own): the Lambda
     error's errorMessage out of its cause when the cause is JSON, the cause itself when it is text, the error name
     alone when there is none; never the payload. `words` and `after` frame it (no apostrophe: they sit inside an
-    intrinsic's single-quoted literal), `after_args` fill `after`'s {}; `parameters(reason)` is each end's state."""
+    intrinsic's single-quoted literal), `after_args` fill `after`'s {}. Each end is a `launcher_error` decision and
+    its notification (`name_path`: the run's name in the subject), with the `keep` paths of the state."""
     ends = []
     for suffix, message in (("", f"{error}.Cause.errorMessage"), ("Plainly", f"{error}.Cause"), ("Bare", None)):
         said = "" if message is None else ": {}"
         args = ", ".join((f"{error}.Error", *(() if message is None else (message,)), *after_args))
-        ends.append(sfn.Pass(scope, f"{id}Failed{suffix}",
-                             parameters=parameters(f"States.Format('{words} ({{}}){said}{after}', {args})")).next(then))
+        reason = f"States.Format('{words} ({{}}){said}{after}', {args})"
+        ends.append(sfn.Pass(scope, f"{id}Failed{suffix}", parameters={
+            **(keep or {}),
+            "decision": launcher_error(reason),
+            "result": {"succeeded": False, "message.$": reason, "category": LAUNCHER_ERROR, "reason.$": reason,
+                       "subject.$": f"States.Format('Training run {{}} failed: {LAUNCHER_ERROR}', {name_path})"},
+        }).next(then))
     # Into the same path: the rest of the state (the run) goes on.
     parsed = sfn.Pass(scope, f"{id}FaultParsed", result_path=error, parameters={
         "Error.$": f"{error}.Error", "Cause.$": f"States.StringToJson({error}.Cause)"})
@@ -326,15 +318,13 @@ def fault_in_words(scope: Construct, id: str, error: str, words: str, after: str
 def prepare_failed(scope: Construct, notify: sfn.IChainable) -> sfn.IChainable:
     """Prepare's own fault past its retries (a refused request is RequestInvalid's): no run was taken and nothing
     launched, so there is nothing to summarize; the operator is told in words and notified."""
-    def state(reason: str) -> dict[str, Any]:
-        return {
-            "decision": {"action": "fail", "wait_seconds": 0, "category": "launcher_error", "reason.$": reason},
-            "result": {"succeeded": False, "message.$": reason, "category": "launcher_error", "reason.$": reason,
-                       "subject.$": "States.Format('Training run {} failed: launcher_error', $$.Execution.Name)"},
-        }
-
     return fault_in_words(
         scope, "Prepare", "$.prepare_error",
         f"the prepare step failed {times(FUNCTION_RETRIES + 1)} while reading the request and taking the run",
         "; nothing was launched: start the execution again (the same input) once the launcher works, or ask the "
-        "platform team (the logs of the Prepare function hold the trace)", (), state, notify)
+        "platform team (the logs of the Prepare function hold the trace)", (), "$$.Execution.Name", notify)
+
+
+def launcher_error(reason: str, **more: Any) -> dict[str, Any]:
+    """The `fail` decision of a launcher fault, its reason an intrinsic (States.Format) of the state."""
+    return {"action": "fail", "wait_seconds": 0, "category": LAUNCHER_ERROR, "reason.$": reason, **more}

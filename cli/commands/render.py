@@ -120,14 +120,12 @@ def show_plan(request: Path, platform: Path | None, aws: Aws, *, as_json: bool =
 def _refuse_unfit(request: Any, result: Any) -> None:
     """A plan is a promise: a request whose layout does not fit the GPUs is an error (exit 2) naming the nearest
     layout that fits, never "valid" (`trainctl submit` would start a job that runs out of memory); `--json` shows
-    every candidate. What the request runs: auto's pick, or the layout its strategy and degrees name; smp's layout
-    is SMP's own, which the planner does not size."""
-    import json as json_module
-
+    every candidate. What the request runs: auto's pick, or the layout its strategy and degrees name (none for smp,
+    whose layout is SMP's own, which the planner does not size)."""
     from jobs.planning.candidates import requested_layouts
     from jobs.planning.warnings import nearest_fit, shape_words
 
-    if result.recommendation is None or request.strategy.value == "smp":
+    if result.recommendation is None:
         return
     runs = ([result.auto] if result.auto else []) if request.strategy.value == "auto" else \
         requested_layouts(result.every_layout, request)
@@ -136,7 +134,7 @@ def _refuse_unfit(request: Any, result: Any) -> None:
     worst = min(runs, key=lambda c: c.memory_gib)
     nearest = nearest_fit(result)
     fix = (f"nearest that fits: {shape_words(nearest)}, request fields "
-           f"{json_module.dumps(nearest.to_dict()['request'])}" if nearest else
+           f"{json.dumps(nearest.to_dict()['request'])}" if nearest else
            "nothing the plan compared fits: set hyperparameters.activation_checkpointing or lower micro_batch_size")
     raise UserError(f"{request.name} does not fit: {shape_words(worst)} needs {worst.memory_gib:.1f} GiB per GPU of "
                     f"{worst.capacity_gib:.0f}", fix)

@@ -7,11 +7,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from contract.hyperparameters import PIPELINE_SCHEDULES, TRAINING_STRATEGIES
+from contract.hyperparameters import PIPELINE_SCHEDULES
 from contract.parallel import ParallelDims, microbatches, stages_per_rank
 from jobs.catalog import SPOT_SAVINGS, InstanceSpec, lookup
 from jobs.planning.cadence import Cadence, cadence, state_bytes
-from jobs.planning.layout import Layout, Numerics
+from jobs.planning.layout import SIZED_STRATEGIES, Layout, Numerics
 from jobs.planning.memory import memory_per_gpu
 from jobs.planning.shape import ModelFacts
 from jobs.planning.timing import micro_compute, step_time
@@ -62,11 +62,11 @@ class Candidate:
         # (through jobs.planning's own imports) would load twice.
         from jobs.planning.calibration import calibration_of
         band, rows = calibration_of(lookup(self.instance_type).gpu)
+        hyperparameters = self.hyperparameters()
         return {
             "strategy": lay.strategy, "degrees": lay.degrees(),
             # the request's strategy and `parallel` section that run it (and the hyperparameter a grouped batch needs)
-            "request": {**lay.request_fields(), **({"hyperparameters": self.hyperparameters()}
-                                                   if self.hyperparameters() else {})},
+            "request": {**lay.request_fields(), **({"hyperparameters": hyperparameters} if hyperparameters else {})},
             "fsdp_accumulation": self.accumulation,
             "instance_type": self.instance_type, "instance_count": lay.nodes, "gpus": lay.gpus,
             "micro_batch_size": self.micro_batch, "samples_per_step": self.step_samples,
@@ -151,7 +151,7 @@ def requested_layouts(cands: list[Candidate], request: Any) -> list[Candidate]:
     to on each candidate's GPUs (contract.parallel.ParallelDims.resolve: hsdp on one node is fsdp there), and a
     pipeline's schedule. None for auto and smp, which name no degrees."""
     strategy, p = request.strategy.value, request.parallel
-    if strategy not in TRAINING_STRATEGIES or strategy == "smp":
+    if strategy not in SIZED_STRATEGIES:
         return []
     degrees = (p.tensor_parallel_degree, p.pipeline_parallel_degree, p.hybrid_shard_degree) if p else (1, 1, 0)
     return [c for c in cands

@@ -26,10 +26,12 @@ from contract.parallel import (
 from jobs.planning.shape import PlanInputError
 
 DEGREES = ("replicate", "shard", "tensor", "pipeline")
-# What `strategy: auto` may resolve to: every strategy the training package runs but smp (its own image, and
-# SMP's degrees are not the planner's). For hsdp, tp, pp and hybrid the renderer sends the chosen layout's
-# degrees (jobs.planning.auto_strategy.Plan.parallel), so the job runs the mesh the planner sized.
-AUTO_STRATEGIES = tuple(s for s in TRAINING_STRATEGIES if s != "smp")
+# The strategies whose degrees the planner sizes: every one the training package runs but smp (its own image, and
+# SMP's degrees are not the planner's).
+SIZED_STRATEGIES = tuple(s for s in TRAINING_STRATEGIES if s != "smp")
+# What `strategy: auto` may resolve to: every one the planner sizes. For hsdp, tp, pp and hybrid the renderer sends
+# the chosen layout's degrees (jobs.planning.auto_strategy.Plan.parallel), so the job runs the mesh it sized.
+AUTO_STRATEGIES = SIZED_STRATEGIES
 # Strategies that split layers (contract.parallel.LAYER_SPLITTING): the model must opt in (`tp_plan`, `blocks` and
 # `pipeline_edges`), which the reference models do; the planner cannot see whether a model of one's own does.
 

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contract.hyperparameters import (
-    TRAINING_STRATEGIES,
     TrainConfig,
     canonical_hyperparameters,
     decode_hyperparameters,
@@ -34,7 +33,7 @@ from contract.metrics import MFU, STEP_TIME_MS
 from contract.parallel import ParallelDims, microbatches
 from jobs import catalog
 from jobs.planning.candidates import STARTUP_HOURS, Candidate
-from jobs.planning.layout import Layout, numerics
+from jobs.planning.layout import SIZED_STRATEGIES, Layout, numerics
 from jobs.planning.shape import PlanInputError, model_facts
 from jobs.planning.timing import step_time
 
@@ -47,7 +46,7 @@ def job_layout(strategy: str, nodes: int, per_node: int, hps: Mapping[str, Any])
     """The planner's Layout of what the job ran (the training package's own degree rules,
     contract.parallel.ParallelDims.resolve); None for smp (SMP's degrees are not the planner's) or a strategy it
     does not know."""
-    if strategy not in TRAINING_STRATEGIES or strategy == "smp":
+    if strategy not in SIZED_STRATEGIES:
         return None
     d = ParallelDims.resolve(strategy, nodes * per_node, per_node, int(hps.get("tp_degree") or 1),
                              int(hps.get("pp_degree") or 1), int(hps.get("dp_shard") or 0))
