@@ -80,12 +80,18 @@ def resume_request(run_id: str, request: Path | None, aws: Aws, *, name: str | N
 
 def _same_model(loaded: LoadedRequest, view, run_id: str) -> None:
     """A run continues only with its own model (its checkpoints are that model's): refused here, as Prepare would."""
+    import dataclasses
+
+    from jobs.request.schema import JobRequest
+
     earlier = view.executions[-1].request if view is not None and view.executions else None
     if not isinstance(earlier, dict):
         return
-    then = (earlier.get("model", "gpt"), earlier.get("model_size"))
+    # A field the earlier request left out had the request's default (read from the schema, not restated).
+    defaults = {f.name: f.default for f in dataclasses.fields(JobRequest) if f.name in ("model", "model_size")}
+    then = tuple(earlier.get(name, defaults[name]) for name in ("model", "model_size"))
     now = (loaded.request.model, loaded.request.model_size)
-    if then[0] != now[0] or (then[1] is not None and then[1] != now[1]):
+    if then != now:
         raise UserError(f"{loaded.path} trains {now[0]} {now[1]}, but run {run_id} trained {then[0]} {then[1]}: its "
                         "checkpoints are that model's",
                         f"resume with model {then[0]} and model_size {then[1]}, or start a new run from its weights "
