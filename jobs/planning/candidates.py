@@ -185,7 +185,7 @@ def evaluate(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, sizing
     candidate has no cost). Where FSDP accumulates over micro-batches and the request left fsdp_accumulation to the
     planner, the layout is sized both ways: unsharded gradients (one reduce-scatter a step) where they fit, else
     sharded ones (a reduce-scatter every micro-batch, a shard of the gradients' memory)."""
-    if lay.shard > 1 and lay.pipeline == 1 and n.accum(n.readers(lay)) > 1:
+    if lay.fsdp_accumulation_applies and n.accum(n.readers(lay)) > 1:
         if n.accumulation_given:
             return _evaluate(m, n, spec, lay, sizing, spot, price_usd_hour, n.accumulation)
         unsharded = _evaluate(m, dataclasses.replace(n, accumulation="unsharded"), spec, lay, sizing, spot, price_usd_hour,

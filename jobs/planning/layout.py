@@ -73,6 +73,12 @@ class Layout:
         """The strategy these degrees run (and the request's `strategy` that runs them)."""
         return self.dims.strategy
 
+    @property
+    def fsdp_accumulation_applies(self) -> bool:
+        """Does fsdp_accumulation choose how this layout accumulates? FSDP shards a data dimension and no pipeline
+        schedule runs the micro-batches (its PipelineStage decides for itself)."""
+        return self.shard > 1 and self.pipeline == 1
+
     @classmethod
     def of(cls, dims: ParallelDims, nodes: int, gpus_per_node: int, microbatches: int = 1,
            schedule: str = "1f1b") -> Layout:
@@ -158,9 +164,7 @@ class Numerics:
         dimension sharded, no pipeline) only in the `unsharded` mode; a pipeline's schedule always (torch's
         PipelineStage skips the reduce-scatter until its last micro-batch); without FSDP there is nothing to
         shard."""
-        if layout.shard > 1 and layout.pipeline == 1:
-            return self.accumulation == "unsharded"
-        return True
+        return self.accumulation == "unsharded" if layout.fsdp_accumulation_applies else True
 
     def readers(self, layout: Layout) -> int:
         """The ranks that read their own micro-batches on `layout` (contract.parallel.batch_ranks): the world size
