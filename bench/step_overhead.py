@@ -27,7 +27,7 @@ from contract.models import PRESETS
 from training.metrics.flops import honest_flops_per_sample
 from training.metrics.logger import peak_flops
 from training.models import build_model, count_params, materialize
-from training.models.speedups import apply_activation_checkpointing, apply_compile
+from training.models.speedups import apply_speedups
 from training.optim import build_optimizer, build_scheduler
 from training.parallel.process_group import Dist
 from training.parallel.strategies import apply_strategy
@@ -37,13 +37,10 @@ from training.step import TrainStep
 DEFAULT_SIZE = {"gpt": "small", "vit": "tiny"}
 
 
-def build(cfg: TrainConfig, device: torch.device):
-    model = build_model(cfg, {})
+def build(cfg: TrainConfig, device: torch.device, data_meta: dict | None = None):
+    model = build_model(cfg, data_meta or {})
     materialize(model, device, cfg.seed)
-    if cfg.activation_checkpointing:  # as training.job does: before compile and the strategy
-        apply_activation_checkpointing(model)
-    if cfg.compile:
-        apply_compile(model)
+    apply_speedups(model, cfg)  # as training.job does: before the strategy
     return model
 
 
@@ -52,10 +49,11 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def package_step(cfg: TrainConfig, device: torch.device, precision) -> TrainStep:
-    """The package: its strategy wrapper, optimizer groups, schedule, scaler and step."""
+def package_step(cfg: TrainConfig, device: torch.device, precision, data_meta: dict | None = None) -> TrainStep:
+    """The package: its strategy wrapper, optimizer groups, schedule, scaler and step. `data_meta`: what a dataset
+    would say of itself (e.g. {"vocab_size": 8192}), as training.models.build_model reads it."""
     dist = Dist(rank=0, world_size=1, local_rank=0, device=device)
-    par = apply_strategy(build(cfg, device), cfg, dist, precision)
+    par = apply_strategy(build(cfg, device, data_meta), cfg, dist, precision)
     optimizer = build_optimizer(par.model, cfg)
     scheduler = build_scheduler(optimizer, cfg)
     scaler = grad_scaler(precision, device)

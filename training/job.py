@@ -15,7 +15,7 @@ from training.data.datasets import make_datasets, read_meta
 from training.environment import data_mode
 from training.metrics.flops import honest_flops_per_sample
 from training.models import build_model, count_params, data_kind, materialize, model_seq_len
-from training.models.speedups import apply_activation_checkpointing, apply_compile
+from training.models.speedups import apply_speedups
 from training.parallel.process_group import Dist
 from training.parallel.strategies import Parallelized, apply_strategy, job_dims
 from training.precision import Precision, resolve_precision
@@ -77,10 +77,7 @@ def build_job(cfg: TrainConfig, dist: Dist) -> Job:
     export_config = model.export_config() if hasattr(model, "export_config") else {"model": cfg.model}
     # Before any wrapper (activation checkpointing, compile, the strategy) renames or shards the parameters.
     identity = fingerprint(cfg, model, meta)
-    if cfg.activation_checkpointing:
-        apply_activation_checkpointing(model, cfg.activation_checkpointing_policy)
-    if cfg.compile:
-        apply_compile(model)
+    apply_speedups(model, cfg)
     par = apply_strategy(model, cfg, dist, precision)
     if late_init:
         materialize(par.model, dist.device, cfg.seed)

@@ -16,12 +16,19 @@ a.4h; q, k, v 3a.h and the attention output a.h; the GELU input a.4h: 2r.h + 15a
 under autocast (single, ddp, and tp or hybrid without a data dimension: the token table's output is fp32, r = 4)
 and in the compute dtype where FSDP's MixedPrecisionPolicy casts the parameters instead (fsdp, hsdp, and the
 data dimension of tp and pp: training.parallel.strategies, use_autocast=False; r = a). With activation checkpointing a
-block keeps only its input (r.h) and one block is live while it is recomputed. A decoder's loss is the package's
+block keeps only its input (r.h; selective: and the outputs it keeps). A decoder's loss is the package's
 (training.loss, chosen by training.step; `loss_bytes`), over the vocabulary V, the logits gathered whole under
-tensor parallelism (training.parallel.strategies.tp), beside the head's input ((r + a).h a token):
-  - full (loss_chunk_tokens = 0; the calibration rows'): per token the logits (a), their fp32 copy (4) and its
-    log-softmax (4): (a + 8).V. (Measured on CPU with a bf16 head: 12.V, at backward's start the kept log-softmax,
-    its gradient and the input's; the H100 calibration rows are fitted with the forward's (a + 8).V.)
+tensor parallelism (training.parallel.strategies.tp), beside the head's input ((r + a).h a token).
+Backward adds to what forward kept one thing after another, never two at once: first the loss's temporaries and the
+logits' gradient, which the head's backward frees; then, with checkpointing, one block recomputed at a time. So the
+peak is what forward kept plus the larger of the two (`activation_phases`). Autocast's bf16 weight cache (2 B/param,
+single and DDP) is kept for backward by the matmuls without checkpointing; with it, autocast frees the cache as the
+forward leaves it (the loss runs outside autocast), so it counts only where it exceeds what backward adds.
+Measured on CPU with the package's step, the bytes per token each policy and loss form add per sample (gpt small at a
+8,192 vocabulary, tests/jobs/test_planner_memory.py): none +2.4% (full loss) and +3.7% (chunked), full and selective
+checkpointing within 0.2%.
+  - full (loss_chunk_tokens = 0; the calibration rows'): FULL_LOSS_BYTES.V a token at backward's log-softmax (its
+    kept output, the NLL's gradient and its own input's gradient, fp32 each; the forward holds (a + 8).V, less).
   - chunked (the default, c = loss_chunk_tokens tokens a chunk, each under torch.utils.checkpoint): per token
     the logits (a) and their gradient (a, filled chunk by chunk during backward, then concatenated once the
     logits are freed): 2a.V; and once, one chunk's fp32 temporaries at backward's peak (the recomputed
@@ -45,18 +52,21 @@ from jobs.planning.shape import ModelFacts
 GIB = 2 ** 30
 ALLOCATOR_SLACK = 0.10  # reserved beyond allocated (fragmentation of PyTorch's caching allocator)
 CONTEXT_GIB = 1.5  # CUDA context, cuBLAS workspace and NCCL buffers: outside PyTorch's allocated bytes
+# The full loss's peak per token per vocabulary entry, at backward's log-softmax: its kept output, the NLL's gradient
+# and its own input's gradient, fp32 each, whatever the logits' dtype (measured on CPU: 12.3 with the head's bytes).
+FULL_LOSS_BYTES = 12
 
-# (model, size, micro-batch, activation checkpointing) -> measured peak allocated GiB on one H100 80GB,
+# (model, size, micro-batch, checkpointing policy or None) -> measured peak allocated GiB on one H100 80GB,
 # torch 2.11, bf16 autocast, fp32 weights, fused AdamW, the full fp32 loss (loss_chunk_tokens = 0: the package's only
 # loss then; tests/jobs/test_planner_memory.py evaluates them with it) (the brief of issue 11; vit base once read 21.5 GiB
 # in an older run, we fit to the newer 17.70). `python -m bench.peak_memory` re-measures them (its docstring has the
-# command); tests/jobs/test_planner_memory.py holds the model to each within 10%.
+# command); tests/jobs/test_planner_memory.py holds the model to each within 5%.
 CALIBRATION = {
-    ("gpt", "1b", 8, False): 40.53,
-    ("gpt", "1b", 8, True): 23.01,
-    ("gpt", "350m", 16, False): 28.10,
-    ("vit", "base", 256, False): 17.70,
-    ("vit", "large", 128, False): 25.52,
+    ("gpt", "1b", 8, None): 40.53,
+    ("gpt", "1b", 8, "full"): 23.01,
+    ("gpt", "350m", 16, None): 28.10,
+    ("vit", "base", 256, None): 17.70,
+    ("vit", "large", 128, None): 25.52,
 }
 
 
@@ -121,7 +131,7 @@ def loss_bytes(m: ModelFacts, n: Numerics, tokens: float, form: str) -> float:
         return 0.0
     a = n.compute_bytes
     if form == "full":
-        return tokens * (a + 8) * m.vocab
+        return tokens * FULL_LOSS_BYTES * m.vocab
     chunk = 12 * m.vocab * min(n.loss_chunk_tokens, tokens) if form == "chunked" else 0.0
     return tokens * 2 * a * m.vocab + chunk
 
@@ -129,20 +139,29 @@ def loss_bytes(m: ModelFacts, n: Numerics, tokens: float, form: str) -> float:
 def activation_bytes(m: ModelFacts, n: Numerics, layout: Layout, loss: str | None = None) -> float:
     """Peak activations on the busiest GPU: the first pipeline stage holds `in_flight` micro-batches. `loss`: the
     loss's form (LOSS_FORMS; default the run's, `loss_form`)."""
+    return sum(activation_phases(m, n, layout, loss))
+
+
+def activation_phases(m: ModelFacts, n: Numerics, layout: Layout, loss: str | None = None) -> tuple[float, float]:
+    """(kept, after): what forward keeps for backward (the blocks', the head's input, a ViT's patches), and the
+    largest of what backward adds to it one after the other: the loss (its temporaries and the logits' gradient),
+    then, with checkpointing, one block recomputed. The head's backward frees the first before any block is
+    recomputed, so the two never meet (measured on CPU: tests/jobs/test_planner_memory.py)."""
     a, t, r = n.compute_bytes, layout.tensor, residual_bytes(n, layout)
     if m.kind == "other" and not m.hidden:
-        return m.other_activation_bytes * n.micro_batch * a / 2
+        return m.other_activation_bytes * n.micro_batch * a / 2, 0.0
     tokens = n.micro_batch * m.tokens
     layers = -(-m.layers // layout.pipeline)
     per_block = block_activation_bytes(m, n, layout) / t
-    # With checkpointing, block inputs are kept (selective: and the outputs it keeps), and one block is recomputed
-    # at a time.
+    # What each block keeps from forward to backward: with checkpointing its input (selective: and the outputs it
+    # keeps); without, everything.
     if n.selective:
-        blocks = layers * selective_block_bytes(m, n, layout) / t + per_block
+        kept = selective_block_bytes(m, n, layout) / t
     elif n.activation_checkpointing:
-        blocks = layers * r * m.hidden / t + per_block
+        kept = r * m.hidden / t
     else:
-        blocks = layers * per_block
+        kept = per_block
+    blocks = layers * kept
     # 1F1B's first stage holds at most one micro-batch per stage before its first backward; GPipe runs every
     # forward before any backward, so it holds them all.
     in_flight = (layout.microbatches if layout.schedule == "gpipe" else min(layout.pipeline, layout.microbatches)) \
@@ -154,7 +173,9 @@ def activation_bytes(m: ModelFacts, n: Numerics, layout: Layout, loss: str | Non
     # The head's input split; the loss over the whole vocabulary (tensor parallelism gathers the logits).
     head = (r + a) * m.hidden / t if m.kind == "decoder" else 0.0
     inputs = a * m.image_bytes / m.tokens if m.kind == "vit" else 0.0  # the patch conv's saved input
-    return tokens * (blocks * in_flight + head + inputs) + loss_bytes(m, n, tokens, loss or loss_form(n, layout))
+    recompute = tokens * per_block if n.activation_checkpointing else 0.0
+    return tokens * (blocks * in_flight + head + inputs), max(loss_bytes(m, n, tokens, loss or loss_form(n, layout)),
+                                                              recompute)
 
 
 def memory_per_gpu(m: ModelFacts, n: Numerics, layout: Layout) -> Memory:
@@ -165,12 +186,18 @@ def memory_per_gpu(m: ModelFacts, n: Numerics, layout: Layout) -> Memory:
     grads = 4 * m.params / split
     opt = optimizer_bytes(m.params, m.param_tensors, n.optimizer) / split
     extra = 0.0
+    fwd_n = replace(n, micro_batch=layout.forward_batch(n.micro_batch, n.per_group))
+    kept, after = activation_phases(m, fwd_n, layout)
     sharded = layout.shard > 1 or layout.tensor > 1 or layout.pipeline > 1
     if not sharded:
         if layout.gpus > 1:
             extra += 4 * m.params  # DDP's gradient buckets
         if n.compute_bytes < 4:
-            extra += 2 * m.params  # autocast's bf16 weight cache, alive until the step ends
+            # Autocast's bf16 weight cache: without checkpointing the matmuls keep its copies for backward; with it,
+            # autocast frees the cache as the forward leaves it (training.step computes the loss outside): the
+            # forward's end holds it beside what forward kept, backward's phases do not.
+            cache = 2 * m.params
+            extra += max(0.0, cache - after) if n.activation_checkpointing else cache
         if n.accum(n.readers(layout)) > 1:
             extra += grads  # the gradients accumulate in .grad: a later micro-step's forward runs beside them
     else:
@@ -194,5 +221,4 @@ def memory_per_gpu(m: ModelFacts, n: Numerics, layout: Layout) -> Memory:
                 # fsdp_accumulation sharded: each micro-batch reduce-scatters, the shards accumulate in .grad, beside
                 # the later micro-steps' forward.
                 extra += grads
-    fwd_n = replace(n, micro_batch=layout.forward_batch(n.micro_batch, n.per_group))
-    return Memory(weights, grads, opt, activation_bytes(m, fwd_n, layout), extra)
+    return Memory(weights, grads, opt, kept + after, extra)

@@ -35,27 +35,31 @@ def test_state_bytes_equal_what_pytorch_allocates(model, size, optimizer):
     assert (mem.weights, mem.gradients, mem.optimizer) == (weights, grads, state)
 
 
+def policy_numerics(micro: int, policy: str | None, loss_chunk_tokens: int):
+    return numerics({"micro_batch_size": micro, "activation_checkpointing": policy is not None,
+                     "activation_checkpointing_policy": policy or "full", "precision": "bf16",
+                     "loss_chunk_tokens": loss_chunk_tokens})
+
+
 @pytest.mark.parametrize(("key", "measured_gib"), CALIBRATION.items())
-def test_peak_memory_within_10_percent_of_the_h100_runs(key, measured_gib):
-    """Issue 19's bar: the planner's peak within 10% of each H100 calibration row (bench.peak_memory measures them).
-    Model against measured (GiB): 40.11/40.53 (-1.0%), 24.29/23.01 (checkpointed, +5.6%), 27.32/28.10 (-2.8%),
-    17.65/17.70 (-0.3%), 25.94/25.52 (+1.6%)."""
-    model, size, micro, checkpointing = key
+def test_peak_memory_within_5_percent_of_the_h100_runs(key, measured_gib):
+    """The planner's peak within 5% of each H100 calibration row (bench.peak_memory measures them). Model against
+    measured (GiB): 41.64/40.53 (+2.7%), 22.75/23.01 (checkpointed, -1.1%; +5.6% before backward's phases were
+    charged one after the other), 28.85/28.10 (+2.7%), 17.65/17.70 (-0.3%), 25.94/25.52 (+1.6%)."""
+    model, size, micro, policy = key
     # Measured with the full fp32 loss (the package's only one then): evaluated with it.
-    n = numerics({"micro_batch_size": micro, "activation_checkpointing": checkpointing, "precision": "bf16",
-                  "loss_chunk_tokens": 0})
-    mem = memory_per_gpu(model_facts(model, size), n, Layout(1, 1))
-    assert mem.allocated / GIB == pytest.approx(measured_gib, rel=0.10)
-    # The activations alone (the peak less the state, which equals PyTorch's bytes: the test above) are looser: the
-    # checkpointed gpt 1b's 11.05 GiB against 9.77 implied is +13.1%, the others within 3.4%.
+    mem = memory_per_gpu(model_facts(model, size), policy_numerics(micro, policy, 0), Layout(1, 1))
+    assert mem.allocated / GIB == pytest.approx(measured_gib, rel=0.05)
+    # The activations alone (the peak less the state, which equals PyTorch's bytes: the test above): within 4.1%
+    # (gpt 1b, 28.40 against 27.29 implied; the checkpointed one 11.40 against 11.66).
     state = (mem.allocated - mem.activations) / GIB
-    assert mem.activations / GIB == pytest.approx(measured_gib - state, rel=0.15)
+    assert mem.activations / GIB == pytest.approx(measured_gib - state, rel=0.05)
 
 
 # The chunked loss (loss_chunk_tokens 1024, the package's default) on one H200 (torch 2.11.0+cu130, 2026-11-28): `python
 # -m bench.peak_memory gpt:1b:8 gpt:350m:16 --loss-chunk-tokens 1024`. The same command without the flag read 40.53
 # and 28.10 there, CALIBRATION's H100 figures exactly; the chunks saved 5.66 and 5.67 GiB.
-CHUNKED_H200 = {("gpt", "1b", 8, False): 34.87, ("gpt", "350m", 16, False): 22.43}
+CHUNKED_H200 = {("gpt", "1b", 8, None): 34.87, ("gpt", "350m", 16, None): 22.43}
 
 
 @pytest.mark.parametrize(("key", "measured_gib"), CHUNKED_H200.items())
@@ -63,10 +67,8 @@ def test_the_chunked_loss_peak_within_10_percent_of_the_h200_runs(key, measured_
     """What the planner charges for the package's default loss, against the GPU: 36.08/34.87 (+3.5%), 23.29/22.43
     (+3.8%); above the measurement, as the CPU measurement of the chunk's bytes was (tests/training/
     test_chunked_loss.py)."""
-    model, size, micro, checkpointing = key
-    n = numerics({"micro_batch_size": micro, "activation_checkpointing": checkpointing, "precision": "bf16",
-                  "loss_chunk_tokens": 1024})
-    allocated = memory_per_gpu(model_facts(model, size), n, Layout(1, 1)).allocated / GIB
+    model, size, micro, policy = key
+    allocated = memory_per_gpu(model_facts(model, size), policy_numerics(micro, policy, 1024), Layout(1, 1)).allocated / GIB
     assert allocated == pytest.approx(measured_gib, rel=0.10)
     assert allocated >= measured_gib
 
@@ -78,7 +80,7 @@ def test_the_bench_command_re_measures_exactly_the_calibration_rows():
 
     (command,) = [line.split() for line in bench.__doc__.splitlines() if line.startswith("    python -m bench.peak_memory ")]
     rows = [bench.Row.parse(text).key() for text in command[3:]]
-    assert sorted(rows) == sorted(CALIBRATION) and len(rows) == len(CALIBRATION)
+    assert set(rows) == set(CALIBRATION) and len(rows) == len(CALIBRATION)
 
 
 @pytest.mark.parametrize(("model", "size", "micro", "flags", "measured_ms"), [
@@ -149,3 +151,38 @@ def test_fsdp_accumulation_of_8_fits_sharded_where_unsharded_gradients_would_not
     chosen = evaluate(small, numerics(hps), spec, nodes, None, spot=False)
     assert chosen.accumulation == "unsharded" and chosen.hyperparameters() == {"fsdp_accumulation": "unsharded"}
     assert chosen.to_dict()["request"]["hyperparameters"] == {"fsdp_accumulation": "unsharded"}
+
+
+# Backward's phases, measured on CPU (bench.peak_memory: the allocator's running total over forward and backward):
+# what one more sample adds to the peak, per token, under each checkpointing policy and loss form, on gpt small
+# (6 layers, width 384) at 256 tokens and an 8,192-entry vocabulary, between micro-batches 8 and 16 (smaller ones
+# leave the peak where fixed terms, the head's gradient, decide it). Measured on torch 2.13 (bytes a token):
+#   none 183,800 (full loss) / 118,272 (chunks of 128); full 109,832 / 44,304; selective 146,840 / 81,312.
+# The planner: none +2.4% / +3.7% (the block's 2r.h + 15a.h, a little above), full and selective within 0.2%. Before
+# the loss and a recomputed block were charged one after the other (and the full loss at 10 bytes an entry, its
+# forward's): full -1.6% / +32.9%, selective -1.3% / +17.7%.
+PHASE_SHAPE = {"seq_len": 256, "data_meta": {"vocab_size": 8192}}
+
+
+@pytest.mark.parametrize("loss_chunk_tokens", [0, 128], ids=["full-loss", "chunked-loss"])
+@pytest.mark.parametrize("policy", [None, "full", "selective"], ids=["none", "full", "selective"])
+def test_each_checkpointing_policy_is_charged_what_the_package_keeps(policy, loss_chunk_tokens):
+    from types import SimpleNamespace
+
+    import bench.peak_memory as bench
+    from jobs.planning.memory import activation_bytes
+    from jobs.planning.shape import shape_facts
+
+    cpu = torch.device("cpu")
+    peaks = {micro: bench.peak_gib(bench.Row("gpt", "small", micro, policy), cpu, loss_chunk_tokens=loss_chunk_tokens,
+                                   **PHASE_SHAPE) * GIB for micro in (8, 16)}
+    c = PRESETS["gpt"]["small"]
+    shape = SimpleNamespace(kind="decoder", layers=c.n_layer, hidden=c.d_model, heads=c.n_head, vocab_size=8192,
+                            seq_len=256, params=None, flops_per_sample=None, image_size=None, patch_size=None)
+    m = shape_facts(shape, 256)
+    charged = {micro: activation_bytes(m, policy_numerics(micro, policy, loss_chunk_tokens), Layout(1, 1))
+               for micro in (8, 16)}
+    measured_per_token, charged_per_token = ((v[16] - v[8]) / (8 * 256) for v in (peaks, charged))
+    print(f"\n{policy} {loss_chunk_tokens}: measured {measured_per_token:.0f} B a token, charged {charged_per_token:.0f}")
+    assert charged_per_token == pytest.approx(measured_per_token, rel=0.05)
+    assert charged_per_token >= 0.99 * measured_per_token

@@ -68,6 +68,15 @@ def apply_activation_checkpointing(model: nn.Module, policy: str = "full") -> No
         blocks[i] = wrap(block)
 
 
+def apply_speedups(model: nn.Module, cfg) -> None:
+    """What a run's config asks of its model before the strategy wraps it: checkpointing (its policy) first, then
+    compile, as training.job and bench.step_overhead both build it. `cfg`: a contract.hyperparameters.TrainConfig."""
+    if cfg.activation_checkpointing:
+        apply_activation_checkpointing(model, cfg.activation_checkpointing_policy)
+    if cfg.compile:
+        apply_compile(model)
+
+
 def apply_compile(model: nn.Module) -> None:
     blocks = getattr(model, "blocks", None)
     if isinstance(blocks, nn.ModuleList):
