@@ -313,10 +313,10 @@ def calibration_line(candidate: Any) -> str:
                 f"{runs['matched_on']}): measured step time {runs['measured_over_predicted']:.2f}x the model's "
                 f"(median){band} (--json: measured_runs, calibrated_from)")
     if d["error_band"] is None:
-        return ("no published run on this GPU generation: its matmul efficiency is borrowed from another "
+        return ("no published run on this GPU generation: its efficiencies are borrowed from another "
                 "(--json: calibrated_from)")
-    return (f"throughput within {d['error_band']:.0%} of {len(d['calibrated_from'])} published runs on this GPU "
-            "generation (--json: error_band, calibrated_from)")
+    return (f"throughput within {d['error_band']:.0%} of every published run on this GPU generation the fit was "
+            "not given (--json: error_band, calibrated_from)")
 
 
 def print_sizing(console: Console, result: Any, prices: Any = None, runs: Any = None) -> None:

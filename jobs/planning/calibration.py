@@ -1,29 +1,43 @@
-"""Published training runs the time model is fitted to, the planner's figure for each, and what that says about
-the planner's error per GPU generation (the `error_band` and `calibrated_from` of `trainctl plan --json`).
+"""Published training runs and the package's own runs the time model is fitted to, the planner's figure for each,
+and what that says about the planner's error per GPU generation (the `error_band` and `calibrated_from` of
+`trainctl plan --json`).
 
-Each row is laid out as the planner lays a run out and sized by its real functions (shape_facts, numerics,
-step_time). Where the planner cannot express a row's layout, the closest it can is used and `expressed` says how.
-Other rows of the same sources are held out (not fitted to): they check the fit, they are not listed here.
+Each published row is laid out as the planner lays a run out and sized by its real functions (shape_facts, numerics,
+step_time with the published stacks' efficiencies, PUBLISHED). Where the planner cannot express a row's layout, the
+closest it can is used and `expressed` says how. The rows of jobs/planning/published_runs.json carry their source,
+the commit that published them, their table and their text; every second row of each table, in its published order,
+is held out (chosen before any fit): those check the fit, the others and ROWS are fitted to.
 
-    python -m jobs.planning.calibration     # each row: predicted, measured, error
+    python -m jobs.planning.calibration          # each row: predicted, measured, error; held-out summary
+    python -m jobs.planning.calibration --fit    # fit the constants again (scipy), print them beside the current ones
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import math
+import statistics
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from jobs.catalog import GpuSpec, lookup
+from jobs.catalog import GPUS, GpuSpec, lookup
+from jobs.planning import timing
 from jobs.planning.layout import Layout, numerics
-from jobs.planning.shape import shape_facts
-from jobs.planning.timing import generation, step_time
+from jobs.planning.shape import model_facts, shape_facts
+from jobs.planning.timing import Efficiency, generation, step_time
 
 LLM_FOUNDRY = "llm-foundry scripts/train/benchmarking/README.md"
 TORCHTITAN = "torchtitan docs/performance.md (Apr 2024)"
 KORTHIKANTI = "Korthikanti et al. 2022, Tables 3 and 5"
+PUBLISHED_RUNS = Path(__file__).with_name("published_runs.json")
+
+# The published runs' stacks (see jobs.planning.timing): fitted with the package's own constants.
+PUBLISHED = {"ampere": Efficiency(matmul=0.68, attention=0.53, traffic=3.68),
+             "hopper": Efficiency(matmul=0.54, attention=0.30, traffic=3.68)}
 
 
 @dataclass(frozen=True)
@@ -38,6 +52,7 @@ class Row:
     unit: str  # "tokens/s/GPU" or "s/iteration"
     expressed: str = ""  # how the planner expresses a layout it has no exact form for
     extra: dict = field(default_factory=dict)
+    held_out: bool = False
 
     @property
     def gpu(self) -> GpuSpec:
@@ -50,15 +65,7 @@ def mpt_shape(layers: int, hidden: int, heads: int) -> dict[str, Any]:
 
 
 A100, H100 = "ml.p4de.24xlarge", "ml.p5.48xlarge"  # A100 80GB and H100 80GB, 8 per node, NVLink, EFA
-ROWS: tuple[Row, ...] = (
-    Row("MPT-7B, 8 x A100 80GB, FSDP", LLM_FOUNDRY, mpt_shape(32, 4096, 32), A100, Layout(1, 8, shard=8),
-        {"micro_batch_size": 6, "grad_accum": 1}, 4641, "tokens/s/GPU"),
-    Row("MPT-30B, 8 x A100 80GB, FSDP, AC", LLM_FOUNDRY, mpt_shape(48, 7168, 56), A100, Layout(1, 8, shard=8),
-        {"micro_batch_size": 3, "grad_accum": 1, "activation_checkpointing": True}, 916, "tokens/s/GPU"),
-    Row("MPT-1B, 8 x H100 80GB, FSDP", LLM_FOUNDRY, mpt_shape(24, 2048, 16), H100, Layout(1, 8, shard=8),
-        {"micro_batch_size": 14, "grad_accum": 1}, 45455, "tokens/s/GPU"),
-    Row("MPT-7B, 8 x H100 80GB, FSDP", LLM_FOUNDRY, mpt_shape(32, 4096, 32), H100, Layout(1, 8, shard=8),
-        {"micro_batch_size": 6, "grad_accum": 1}, 10643, "tokens/s/GPU"),
+HAND_ROWS: tuple[Row, ...] = (
     Row("Llama 3 8B, 64 x A100 80GB, FSDP2, selective AC", TORCHTITAN,
         {"layers": 32, "hidden": 4096, "heads": 32, "vocab_size": 128256, "seq_len": 8192, "params": 8_030_000_000},
         A100, Layout(8, 8, shard=64), {"micro_batch_size": 1, "grad_accum": 1,
@@ -75,15 +82,56 @@ ROWS: tuple[Row, ...] = (
 )
 
 
+def _published_row(source: str, run: dict[str, Any]) -> Row:
+    """A row of published_runs.json as the planner lays it out: FSDP over every GPU, 8 to a node."""
+    gpus, sh = run["gpus"], run["shape"]
+    per_node = min(gpus, 8)
+    hyperparameters = {"micro_batch_size": run["micro_batch_size"], "grad_accum": run["grad_accum"],
+                       "activation_checkpointing": run["activation_checkpointing"]}
+    if run["sharding"] == "SHARD_GRAD_OP":  # the gathered weights kept from forward to backward
+        hyperparameters["fsdp_reshard_after_forward"] = False
+    spec = lookup(run["instance_type"])
+    label = (f"{source.split()[0]} {sh['layers']}x{sh['hidden']} seq {sh['seq_len']}, {gpus} x {spec.accelerator} "
+             f"{spec.accelerator_memory_gib}GB, micro {run['micro_batch_size']} x {run['grad_accum']}"
+             f"{', AC' if run['activation_checkpointing'] else ''}")
+    return Row(label, source, sh, run["instance_type"], Layout(gpus // per_node, per_node, shard=gpus),
+               hyperparameters, run["tokens_per_s_per_gpu"], "tokens/s/GPU", held_out=run["set"] == "held_out",
+               extra={"table": run["table"], "commit": run["commit"], "row": run["row"]})
+
+
+def _load_published() -> tuple[Row, ...]:
+    doc = json.loads(PUBLISHED_RUNS.read_text())
+    return tuple(_published_row(source, run) for source, entry in doc.items() for run in entry["rows"])
+
+
+ROWS: tuple[Row, ...] = HAND_ROWS + _load_published()
+FITTED = tuple(r for r in ROWS if not r.held_out)
+HELD_OUT = tuple(r for r in ROWS if r.held_out)
+
+# The package's own step on one H100 80GB (torch 2.11, bf16 autocast, eager unless compiled; bench.step_overhead):
+# (model, size, micro-batch, hyperparameters, milliseconds a step).
+OWN_RUNS = (("gpt", "1b", 8, {}, 225.7), ("gpt", "1b", 8, {"activation_checkpointing": True}, 269.9),
+            ("gpt", "1b", 8, {"compile": True}, 205.5), ("gpt", "350m", 16, {}, 121.3),
+            ("vit", "base", 256, {}, 101.3), ("vit", "large", 128, {}, 148.5))
+OWN_INSTANCE = "ml.p5.48xlarge"
+
+
+def own_seconds(run: tuple) -> float:
+    """The planner's seconds a step for one of OWN_RUNS (the package's stack)."""
+    model, size, micro, flags, _ = run
+    n = numerics({"micro_batch_size": micro, "precision": "bf16", **flags})
+    return step_time(model_facts(model, size), n, lookup(OWN_INSTANCE), Layout(1, 1)).total
+
+
 def predict(row: Row) -> float:
-    """The planner's figure for a row, in the row's unit."""
+    """The planner's figure for a row, in the row's unit, with the published stacks' efficiencies."""
     sh = row.shape
     shape = SimpleNamespace(kind="decoder", layers=sh["layers"], hidden=sh["hidden"], heads=sh["heads"],
                             vocab_size=sh["vocab_size"], seq_len=sh["seq_len"], params=sh.get("params"),
                             flops_per_sample=None, image_size=None, patch_size=None)
     m = shape_facts(shape, sh["seq_len"])
     n = numerics({"precision": "bf16", **row.hyperparameters})
-    seconds = step_time(m, n, lookup(row.instance_type), row.layout).total
+    seconds = step_time(m, n, lookup(row.instance_type), row.layout, PUBLISHED).total
     if row.unit == "s/iteration":
         return seconds
     return n.step_samples(n.readers(row.layout)) * m.tokens / seconds / row.layout.gpus
@@ -95,39 +143,141 @@ def throughput_error(row: Row) -> float:
     return (1 / ratio if row.unit == "s/iteration" else ratio) - 1
 
 
+def own_error(run: tuple) -> float:
+    """The same for one of OWN_RUNS: measured seconds over predicted, minus 1."""
+    return run[-1] / 1e3 / own_seconds(run) - 1
+
+
 @functools.cache
-def _bands() -> dict[str, tuple[float, tuple[Row, ...]]]:
-    out: dict[str, tuple[float, tuple[Row, ...]]] = {}
-    for gen in {generation(r.gpu) for r in ROWS}:
-        rows = tuple(r for r in ROWS if generation(r.gpu) == gen)
-        worst = max(abs(throughput_error(r)) for r in rows)
-        out[gen] = (math.ceil(worst * 100) / 100, rows)
+def _bands() -> dict[str, float]:
+    """Per generation, the largest held-out throughput error, rounded up to a percent."""
+    out: dict[str, float] = {}
+    for gen in {generation(r.gpu) for r in HELD_OUT}:
+        worst = max(abs(throughput_error(r)) for r in HELD_OUT if generation(r.gpu) == gen)
+        out[gen] = math.ceil(worst * 100) / 100
+    return out
+
+
+def gpu_name(gpu: GpuSpec) -> str:
+    return next(name for name, spec in GPUS.items() if spec == gpu)
+
+
+def _sources(gpu: GpuSpec, gen: str) -> list[str]:
+    """What a generation's fit rests on, by source: runs on this GPU, and on the generation's others."""
+    out = []
+    for source in dict.fromkeys(r.source for r in ROWS):
+        rows = [r for r in ROWS if r.source == source and generation(r.gpu) == gen]
+        if not rows:
+            continue
+        same = [r for r in rows if r.gpu == gpu]
+        held = sum(r.held_out for r in rows)
+        where = f"{len(same)} on {gpu_name(gpu)}" + (f", {len(rows) - len(same)} on another {gen} GPU"
+                                                 if len(same) < len(rows) else "")
+        out.append(f"{source}: {len(rows)} published runs ({where}; {held} held out to check the fit)")
+    if gen == generation(lookup(OWN_INSTANCE).gpu):
+        out.append(f"the package's own runs on one {gpu_name(lookup(OWN_INSTANCE).gpu)}: {len(OWN_RUNS)}")
     return out
 
 
 def calibration_of(gpu: GpuSpec) -> tuple[float | None, list[str]]:
     """(error_band, calibrated_from) for a candidate on `gpu`: the largest relative throughput error of the
-    published rows of its generation, rounded up to a percent, and those rows (marked where they ran on another
-    GPU of the generation, e.g. A100 rows for an A10G). A generation without rows of its own borrows another's
-    constant (jobs.planning.timing.BORROWED): no band, and calibrated_from says whose rows it borrows."""
+    held-out published rows of its generation, rounded up to a percent, and what the fit rests on (runs on
+    another GPU of the generation said as such, e.g. A100 rows for an A10G). A generation without rows of its own
+    borrows another's constants (jobs.planning.timing.BORROWED): no band, and calibrated_from says whose."""
+    gen = generation(gpu)
     bands = _bands()
-    borrowed = generation(gpu)
-    if borrowed not in bands:
+    if gen not in bands:
         return None, []
-    band, rows = bands[borrowed]
-    named = [f"{r.label} ({r.source})" for r in rows]
-    if gpu.generation != borrowed:
-        return None, [f"none of its own: {gpu.generation} borrows {borrowed}'s fit to {n}" for n in named]
-    return band, [n if r.gpu == gpu else f"another {borrowed} GPU: {n}" for r, n in zip(rows, named, strict=True)]
+    if gpu.generation != gen:
+        return None, [f"none of its own: {gpu.generation} borrows {gen}'s fit to {s}" for s in _sources(gpu, gen)]
+    return bands[gen], _sources(gpu, gen)
+
+
+def summary(rows: tuple[Row, ...]) -> dict[str, dict[str, float]]:
+    """Per generation: rows, mean and largest |throughput error|, and how many are beyond 15%."""
+    out = {}
+    for gen in sorted({generation(r.gpu) for r in rows}):
+        errors = [abs(throughput_error(r)) for r in rows if generation(r.gpu) == gen]
+        out[gen] = {"rows": len(errors), "mean": statistics.mean(errors), "max": max(errors),
+                    "beyond_15": sum(e > 0.15 for e in errors)}
+    return out
+
+
+# What `--fit` moves: (name, read, write) over the constants of jobs.planning.timing and PUBLISHED.
+def _fields() -> list[tuple[str, Any, Any]]:
+    def eff(stack: dict, gen: str, attr: str, also: tuple[tuple[dict, str], ...] = ()):
+        def write(v):
+            for target, g in ((stack, gen), *also):
+                target[g] = Efficiency(**{**target[g].__dict__, attr: v})
+        return lambda: getattr(stack[gen], attr), write
+
+    def module(name: str):
+        return lambda: getattr(timing, name), lambda v: setattr(timing, name, v)
+
+    def traffic(stack: dict):
+        def write(v):
+            for g in stack:
+                stack[g] = Efficiency(**{**stack[g].__dict__, "traffic": v})
+        return lambda: stack["hopper"].traffic, write
+
+    both = ((timing.PACKAGE, "ampere"),)  # no own A100 run: the package borrows the published ampere efficiency
+    return [("ampere matmul", *eff(PUBLISHED, "ampere", "matmul", both)),
+            ("ampere attention", *eff(PUBLISHED, "ampere", "attention", both)),
+            ("published hopper matmul", *eff(PUBLISHED, "hopper", "matmul")),
+            ("published hopper attention", *eff(PUBLISHED, "hopper", "attention")),
+            ("package hopper matmul = attention", *eff(timing.PACKAGE, "hopper", "matmul",
+                                                       ((timing.PACKAGE, "hopper"),))),
+            ("package traffic", *traffic(timing.PACKAGE)), ("published traffic", *traffic(PUBLISHED)),
+            ("WIDTH_HALF", *module("WIDTH_HALF")), ("OVERLAP", *module("OVERLAP"))]
+
+
+def fit() -> dict[str, float]:
+    """Least squares on log(predicted / measured) throughput over FITTED and OWN_RUNS (scipy; a dev dependency),
+    from the current constants. Leaves the constants as they were; returns the fitted ones by name."""
+    from scipy.optimize import least_squares
+
+    fields = _fields()
+    start = [read() for _, read, _ in fields]
+
+    def package_attention_follows(x):  # the package's attention on hopper is taken at its matmul rate
+        for (_, _, write), v in zip(fields, x, strict=True):
+            write(v)
+        timing.PACKAGE["hopper"] = Efficiency(**{**timing.PACKAGE["hopper"].__dict__,
+                                                 "attention": timing.PACKAGE["hopper"].matmul})
+
+    def residuals(x):
+        package_attention_follows(x)
+        return [math.log1p(throughput_error(r)) for r in FITTED] + [math.log1p(own_error(o)) for o in OWN_RUNS]
+
+    saved = (dict(timing.PACKAGE), dict(PUBLISHED), timing.WIDTH_HALF, timing.OVERLAP)
+    try:
+        result = least_squares(residuals, start, bounds=([0.1] * 5 + [1, 1, 0, 0.1], [1] * 5 + [30, 30, 5000, 1]))
+    finally:
+        timing.PACKAGE.update(saved[0])
+        PUBLISHED.update(saved[1])
+        timing.WIDTH_HALF, timing.OVERLAP = saved[2], saved[3]
+    return {name: float(v) for (name, _, _), v in zip(fields, result.x, strict=True)}
 
 
 def table() -> str:
-    lines = [f"{'row':48s} {'unit':>13s} {'predicted':>10s} {'measured':>10s} {'throughput':>10s}"]
+    lines = [f"{'row':72s} {'unit':>13s} {'predicted':>10s} {'measured':>10s} {'throughput':>10s}"]
     for r in ROWS:
-        lines.append(f"{r.label:48s} {r.unit:>13s} {predict(r):10.5g} {r.measured:10.5g} "
-                     f"{100 * throughput_error(r):+9.1f}%")
+        lines.append(f"{r.label + (' [held out]' if r.held_out else ''):72s} {r.unit:>13s} {predict(r):10.5g} "
+                     f"{r.measured:10.5g} {100 * throughput_error(r):+9.1f}%")
+    for o in OWN_RUNS:
+        lines.append(f"{'the package: ' + ' '.join(map(str, o[:4])):72s} {'ms/step':>13s} {own_seconds(o) * 1e3:10.5g} "
+                     f"{o[-1]:10.5g} {100 * own_error(o):+9.1f}%")
+    for name, rows in (("fitted", FITTED), ("held out", HELD_OUT)):
+        for gen, s in summary(rows).items():
+            lines.append(f"{name} {gen}: {s['rows']} rows, mean |error| {100 * s['mean']:.1f}%, largest "
+                         f"{100 * s['max']:.1f}%, {s['beyond_15']} beyond 15%")
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    print(table())
+    if "--fit" in sys.argv[1:]:
+        current = {name: read() for name, read, _ in _fields()}
+        for name, value in fit().items():
+            print(f"{name:36s} fitted {value:10.4g}   in the code {current[name]:10.4g}")
+    else:
+        print(table())

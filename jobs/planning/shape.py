@@ -50,6 +50,12 @@ class ModelFacts:
     label: str = ""
 
     @property
+    def attention_flops_per_sample(self) -> float:
+        """The part of flops_per_sample attention's score and value products make (12 x width x sequence per token
+        per layer): it runs in the attention kernel, not in the matmuls."""
+        return 12.0 * self.layers * self.hidden * self.tokens * self.tokens if self.kind != "other" else 0.0
+
+    @property
     def block_params(self) -> int:
         """One repeated block's matrices (the unit FSDP gathers at a time)."""
         return 12 * self.hidden * self.hidden if self.hidden else self.params // max(self.layers, 1)

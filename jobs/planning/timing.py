@@ -1,10 +1,11 @@
 """Seconds per optimizer step: compute at an achievable fraction of peak, memory traffic, and the collectives
 each strategy runs, overlapped where the strategy overlaps them.
 
-Compute per micro-batch on one GPU = FLOPs / (peak x matmul_efficiency(GPU, width)) + TRAFFIC x activation
-bytes / memory bandwidth, plus the fused AdamW pass (28 B per local parameter: read p, g, m, v; write p, m, v).
-The efficiency per GPU generation and matmul width, and TRAFFIC, are fitted to published runs on A100 and H100
-and to the package's runs on one H100 (the constants below carry the data and the fit's residuals).
+Compute per micro-batch on one GPU = matmul FLOPs / (peak x matmul_efficiency(GPU, width)) + attention FLOPs /
+(peak x attention efficiency) + traffic x activation bytes / memory bandwidth, plus the fused AdamW pass (28 B per
+local parameter: read p, g, m, v; write p, m, v). The efficiencies per GPU generation and software stack, and the
+traffic, are fitted to published runs on A100 and H100 and to the package's runs on one H100 (the constants below
+say how, and what the fit leaves).
 Communication: ring collectives on NVLink/PCIe inside a node and EFA between nodes at LINK_EFFICIENCY of the
 published rates; a node's NIC carries every group that crosses it. A pipeline runs at its slowest stage: the
 even share of compute is scaled by ModelFacts.pipeline_bottleneck, the same cut the training package makes
@@ -20,42 +21,44 @@ from jobs.planning.layout import Layout, Numerics
 from jobs.planning.memory import activation_bytes, optimizer_bytes
 from jobs.planning.shape import ModelFacts
 
-# Matmul efficiency: the share of the data-sheet peak (contract.gpus) a step's FLOPs (training.metrics.flops' count) run
-# at, per GPU generation, times width / (width + WIDTH_HALF) for the per-GPU matmul width (hidden / tensor degree:
-# tensor parallelism's smaller matmuls run slower). One efficiency for every GPU (0.75) made H100 runs 10-20% too
-# fast (H100:A100 2.9x where MPT measured 2.3x). Fitted by least squares on log(predicted / measured) over
-#   the six published rows of jobs.planning.calibration.ROWS (throughput, tokens/s/GPU; 175B in s/iteration):
-#     MPT-7B 8xA100 FSDP 6x2048: 4,641 | MPT-30B 8xA100 FSDP AC 3x2048: 916 | Llama 3 8B 64xA100 FSDP2 1x8192:
-#     2,904 | GPT 175B 64xA100 TP8xPP8 1x2048 x64: 13.75 s | MPT-1B 8xH100 FSDP 14x2048: 45,455 |
-#     MPT-7B 8xH100 FSDP 6x2048: 10,643
-#   and, weighted 0.3, the package's own runs on one H100 (tests/jobs/test_planner_memory.py: gpt 1b 8x2048
-#   225.7 ms, checkpointed 269.9, compiled 205.5; gpt 350m 16x1024 121.3; vit base 256 101.3; vit large 128 148.5),
-#   which TRAFFIC was fitted to alone before (at 9.34, with 0.75 for every GPU).
-# Free: the two efficiencies, WIDTH_HALF and TRAFFIC (fit: 0.753, 0.608, 201, 6.56; kept rounded). Result,
-#   predicted against measured (throughput; in the order above): published -0.5 +0.2 -0.6 -0.6 | +2.4 +5.5 %;
-#   the package's H100 step times (time) +10.3 +9.9 +11.3 +5.0 -9.6 -4.6 % (were +5.6 +5.2 +6.2 +6.1 -14.3 -11.4).
-#   `python -m jobs.planning.calibration` prints the published rows. Without the package's runs the published
-#   rows fit to within 0.2%, but the compiled gpt 1b run then comes out +18%. WIDTH_HALF rests on one
-#   tensor-parallel row (175B, width 1,536) and on the spread of widths (2,048-12,288) across the others: a rough
-#   constant (tensor 8 on a 4,096-wide model runs its matmuls at 72% of the full share).
-# Ampere refitted alone (the others held) once the planner expressed two rows exactly: GPT 175B's interleaved
-#   schedule (its bubble 7/135, was 7/71) and Llama 3 8B's selective checkpointing (was full): at 0.75 those came
-#   out +4.4% and +8.7%. Least squares on log(predicted / measured) over the four A100 rows, scanned by 0.01:
-#   0.74: -1.6 -1.0 +7.4 +3.2 (sum of squares 68.5) | 0.73: -2.8 -2.2 +6.1 +1.9 (53.5) | 0.72: -4.0 -3.4 +4.8
-#   +0.7 (51.1) | 0.71: ~60; kept 0.72 (rows in the order above; `python -m jobs.planning.calibration`).
-# Generations without a published row borrow a neighbour's constant (BORROWED): an assumption, and their
-# candidates carry no error band (jobs.planning.calibration.calibration_of).
-MATMUL_EFFICIENCY = {"ampere": 0.72, "hopper": 0.61}
+# Compute efficiency depends on the GPU generation and on the software stack that runs on it: kernels improve (MPT's
+# 2023 H100 runs, flash-attention 1 and torch 2.1, reach 54% of the peak in their matmuls and 30% in attention; the
+# package on torch 2.11 reaches 81%, what an 8192^3 bf16 matmul does alone), and fused stacks move fewer bytes. So
+# each stack has its Efficiency per generation: PACKAGE is what the planner predicts the package with;
+# jobs.planning.calibration.PUBLISHED is the published runs' (llm-foundry, torchtitan, Megatron), through which the
+# shared shape constants (WIDTH_HALF, OVERLAP) are fitted. Both are fitted at once by `python -m
+# jobs.planning.calibration --fit` (scipy's least squares on log(predicted / measured) throughput) over the published
+# rows kept for fitting (every second row of each table, jobs/planning/published_runs.json, and calibration.ROWS)
+# and the package's own runs on one H100 (calibration.OWN_RUNS); the other published rows are held out and checked by
+# tests/jobs/test_planner_calibration.py. The fit (2026-11-29): package hopper matmul 0.814 (attention taken at the
+# matmul rate: six runs cannot tell them apart), ampere 0.675 / attention 0.529 (no own A100 run: the published
+# stack's, borrowed), package traffic 10.52; published hopper 0.538 / 0.296, traffic 3.685; WIDTH_HALF 88, OVERLAP
+# 0.596. Held out: A100 mean |error| 3.7% (69 rows, 5 beyond 15%), H100 4.5% (35 rows, 1 at 15.1%); the package's
+# runs within 10.2%.
+# Generations without a row borrow a neighbour's Efficiency (BORROWED): an assumption, and their candidates carry no
+# error band (jobs.planning.calibration.calibration_of).
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    matmul: float  # share of the data-sheet peak (contract.gpus) the matmuls' FLOPs run at, at full width
+    attention: float  # share attention's FLOPs (ModelFacts.attention_flops_per_sample) run at
+    traffic: float  # bytes of memory traffic per activation byte saved (every elementwise pass's reads and writes)
+
+
+PACKAGE = {"ampere": Efficiency(matmul=0.68, attention=0.53, traffic=10.5),
+           "hopper": Efficiency(matmul=0.81, attention=0.81, traffic=10.5)}
 BORROWED = {"volta": "ampere", "turing": "ampere", "ada": "ampere", "blackwell": "hopper"}
-WIDTH_HALF = 200.0
-TRAFFIC = 6.56  # activation bytes moved per byte saved (reads and writes of every elementwise pass), fitted above
-# torch.compile fuses elementwise passes: gpt 1b 225.7 -> 205.5 ms, the 20.2 ms taken from its 56.5 ms of traffic.
+# Per-GPU matmul width w (hidden / tensor degree) runs at w / (w + WIDTH_HALF) of the full-width share: tensor
+# parallelism's narrower matmuls run slower (tensor 8 on a 4,096-wide model: 85%).
+WIDTH_HALF = 88.0
+# torch.compile fuses elementwise passes: gpt 1b 225.7 -> 205.5 ms on one H100, measured.
 COMPILED_TRAFFIC = 0.64
 # Checkpointing repeats each block's forward (not the head's): measured 269.9 / 225.7 ms on gpt 1b.
 RECOMPUTE_FACTOR = 269.9 / 225.7
 SELECTIVE_MATMUL_SHARE = 5 / 12  # proj (h^2) and out (4h^2) of a GPT block's 12 h^2 matmul weights
 LINK_EFFICIENCY = 0.8  # NCCL bus bandwidth against the link rate (nccl-tests on NVLink and EFA reach 75-90%)
-OVERLAP = 0.8  # share of a compute phase a bucketed/prefetched collective can hide behind
+OVERLAP = 0.60  # share of a compute phase a bucketed/prefetched collective hides behind (fitted, see above)
 COLLECTIVE_LATENCY_S = 30e-6  # per collective call (NCCL ring start-up over NVLink/EFA)
 
 
@@ -71,35 +74,42 @@ class StepTime:
 
 
 def generation(gpu: GpuSpec) -> str:
-    """The generation whose fitted constant this GPU uses (its own, or the one it borrows)."""
-    return gpu.generation if gpu.generation in MATMUL_EFFICIENCY else BORROWED[gpu.generation]
+    """The generation whose fitted constants this GPU uses (its own, or the one it borrows)."""
+    return gpu.generation if gpu.generation in PACKAGE else BORROWED[gpu.generation]
 
 
-def matmul_efficiency(gpu: GpuSpec, width: float) -> float:
-    """Share of `gpu`'s peak a step's FLOPs run at, for per-GPU matmuls `width` wide (0: unknown, the full share)."""
-    e = MATMUL_EFFICIENCY[generation(gpu)]
+Stack = dict  # generation -> Efficiency (PACKAGE, or calibration.PUBLISHED)
+
+
+def matmul_efficiency(gpu: GpuSpec, width: float, stack: Stack | None = None) -> float:
+    """Share of `gpu`'s peak the matmuls run at, for per-GPU matmuls `width` wide (0: unknown, the full share)."""
+    e = (stack or PACKAGE)[generation(gpu)].matmul
     return e * width / (width + WIDTH_HALF) if width else e
 
 
-def micro_compute(m: ModelFacts, n: Numerics, spec: InstanceSpec, layout: Layout) -> float:
-    """Seconds of one micro-batch's forward and backward on one GPU of this layout."""
-    gpu = spec.gpu
+def micro_compute(m: ModelFacts, n: Numerics, spec: InstanceSpec, layout: Layout, stack: Stack | None = None) -> float:
+    """Seconds of one micro-batch's forward and backward on one GPU of this layout (`stack`: whose efficiencies,
+    the package's by default)."""
+    gpu, eff = spec.gpu, (stack or PACKAGE)[generation(spec.gpu)]
     split = layout.tensor * layout.pipeline
     flops = m.flops_per_sample * n.micro_batch / split
     # The traffic proxy the constants were fitted with: the full loss's bytes, whichever form the run computes
     # (jobs.planning.memory: the chunked and the compiled loss run the same passes over the logits).
     saved = activation_bytes(m, replace(n, activation_checkpointing=False), Layout(1, 1), loss="full") / split
-    traffic = saved * TRAFFIC * (COMPILED_TRAFFIC if n.compile else 1.0)
-    efficiency = matmul_efficiency(gpu, m.hidden / layout.tensor)
-    matmul_s = flops / (gpu.peak_tflops * 1e12 * efficiency)
+    traffic = saved * eff.traffic * (COMPILED_TRAFFIC if n.compile else 1.0)
+    attention = m.attention_flops_per_sample * n.micro_batch / split
+    efficiency = matmul_efficiency(gpu, m.hidden / layout.tensor, stack)
+    matmul_s = (flops - attention) / (gpu.peak_tflops * 1e12 * efficiency)
+    attention_s = attention / (gpu.peak_tflops * 1e12 * eff.attention)
     traffic_s = traffic / (gpu.memory_gbps * 1e9)
+    total = matmul_s + attention_s + traffic_s
     if n.selective:
         # Selective checkpointing recomputes the elementwise passes (all of the traffic) and 5 of a block's 12 h^2
         # matmul weights (proj and out, training.models.speedups), not attention: that share of full recomputation's
         # measured cost.
-        share = (SELECTIVE_MATMUL_SHARE * matmul_s + traffic_s) / (matmul_s + traffic_s)
-        return (matmul_s + traffic_s) * (1 + (RECOMPUTE_FACTOR - 1) * share)
-    return (matmul_s + traffic_s) * (RECOMPUTE_FACTOR if n.activation_checkpointing else 1.0)
+        share = (SELECTIVE_MATMUL_SHARE * matmul_s + traffic_s) / total
+        return total * (1 + (RECOMPUTE_FACTOR - 1) * share)
+    return total * (RECOMPUTE_FACTOR if n.activation_checkpointing else 1.0)
 
 
 def collective(kind: str, payload: float, spec: InstanceSpec, per_node: int, nodes: int, groups: int) -> float:
@@ -147,14 +157,14 @@ def _data_parallel_comm(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Lay
     return exposed
 
 
-def step_time(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout) -> StepTime:
+def step_time(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, stack: Stack | None = None) -> StepTime:
     """`n`: the rank's numerics (micro_batch_size per rank). Each of the rank's `accum` micro-batches is one forward
     and backward of the batch group's pooled samples; with a pipeline, one pipeline step of `chunks` forward
     passes that fills and drains the pipeline (training.parallel.pipeline_parallel.PipelineSchedule.step runs a schedule per micro-batch)."""
     accum, chunks, stages, v = n.accum(n.readers(lay)), lay.chunks(), lay.pipeline, lay.stages_per_rank
     fwd_n = replace(n, micro_batch=lay.forward_batch(n.micro_batch, n.per_group))
     # A pipeline runs at its slowest stage's pace: an even split of the work is the best case.
-    micro = micro_compute(m, fwd_n, spec, lay) * m.pipeline_bottleneck(stages)
+    micro = micro_compute(m, fwd_n, spec, lay, stack) * m.pipeline_bottleneck(stages)
     fwd, bwd = micro / 3, 2 * micro / 3
     # Forward-backward slots per GPU, bubbles included. Fill and drain take stages - 1 stage-times; a rank holding
     # v stages (interleaved 1F1B) runs each in 1/v of a slot, so its bubble is (p - 1) / (v m + p - 1), as torch's

@@ -71,7 +71,7 @@ def test_without_runs_the_plan_is_the_published_one(request_file, platform_file)
     assert not any("measured_runs" in c for c in doc["candidates"])
     assert doc["measured_runs"]["given"] == 0 and doc["measured_runs"]["source"] == "none"
     text = plan(request_file, platform_file, "--runs", "none").stdout
-    assert "published runs" in text and "the published rows only" in text
+    assert "every published run on this GPU generation" in text and "the published rows only" in text
 
 
 def test_malformed_and_old_records_are_left_out_and_counted(request_file, platform_file, tmp_path):

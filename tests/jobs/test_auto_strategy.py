@@ -170,13 +170,14 @@ def req_doc(req) -> dict:
 
 def test_auto_keeps_its_pipeline_schedule_and_micro_batches():
     # The pipeline's micro-batch count and schedule are not degrees: auto uses them for the pipelines it sizes.
-    # 8 samples per rank x 2 stages x tensor 2 pool 32, which 16 micro-batches divide (with 3 the training package
+    # 16 samples per rank x 2 stages x tensor 2 pool 64, which 16 micro-batches divide (with 3 the training package
     # would refuse this pipeline). (gpipe, this test's schedule before the planner charged GPipe for holding every
-    # micro-batch's activations, fits no pipeline here: see tests/jobs/test_planner_layouts.py.)
+    # micro-batch's activations, fits no pipeline here: see tests/jobs/test_planner_layouts.py. At micro-batch 8,
+    # this test's before FSDP's cheaper per-GPU compute was fitted, auto now runs FSDP.)
     req = parse_request({"name": "auto-mb", "strategy": "auto", "model": "gpt", "model_size": "7b", "dataset": DATASET,
                          "instance": {"type": "ml.g5.12xlarge", "count": 4},
                          "parallel": {"pipeline_microbatches": 16, "pipeline_schedule": "interleaved_1f1b"},
-                         "hyperparameters": {"micro_batch_size": 8, "activation_checkpointing": True}})
+                         "hyperparameters": {"micro_batch_size": 16, "activation_checkpointing": True}})
     chosen = plan_for_request(req).parallel
     assert (chosen["pp_degree"], chosen["pp_microbatches"], chosen["pp_schedule"]) == (2, 16, "interleaved_1f1b")
     # The same request on the default schedule never gets an interleaved pipeline: auto keeps the request's.
