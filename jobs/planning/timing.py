@@ -6,8 +6,9 @@ Compute per micro-batch on one GPU = matmul FLOPs / (peak x matmul_efficiency(GP
 local parameter: read p, g, m, v; write p, m, v). The efficiencies per GPU generation and software stack, and the
 traffic, are fitted to published runs on A100 and H100 and to the package's runs on one H100 (the constants below
 say how, and what the fit leaves).
-Communication: ring collectives on NVLink/PCIe inside a node and EFA between nodes at LINK_EFFICIENCY of the
-published rates; a node's NIC carries every group that crosses it. A pipeline runs at its slowest stage: the
+Communication: ring collectives on NVLink/PCIe inside a node and EFA between nodes (`collective`: the slower of the
+two for a ring that crosses nodes, a latency and a message-size knee; fitted to nccl-tests on AWS); a node's NIC
+carries every group that crosses it. A pipeline runs at its slowest stage: the
 even share of compute is scaled by ModelFacts.pipeline_bottleneck, the same cut the training package makes
 (contract.pipeline_cut; gpt/125m on 8 stages: 2.66x, its last stage holding the output projection).
 """
@@ -30,10 +31,10 @@ from jobs.planning.shape import ModelFacts
 # jobs.planning.calibration --fit` (scipy's least squares on log(predicted / measured) throughput) over the published
 # rows kept for fitting (every second row of each table, jobs/planning/published_runs.json, and calibration.ROWS)
 # and the package's own runs on one H100 (calibration.OWN_RUNS); the other published rows are held out and checked by
-# tests/jobs/test_planner_calibration.py. The fit (2026-11-29): package hopper matmul 0.814 (attention taken at the
-# matmul rate: six runs cannot tell them apart), ampere 0.675 / attention 0.529 (no own A100 run: the published
-# stack's, borrowed), package traffic 10.52; published hopper 0.538 / 0.296, traffic 3.685; WIDTH_HALF 88, OVERLAP
-# 0.596. Held out: A100 mean |error| 3.7% (69 rows, 5 beyond 15%), H100 4.5% (35 rows, 1 at 15.1%); the package's
+# tests/jobs/test_planner_calibration.py. The fit (2026-11-29): package hopper matmul 0.813 (attention taken at the
+# matmul rate: six runs cannot tell them apart), ampere 0.676 / attention 0.529 (no own A100 run: the published
+# stack's, borrowed), package traffic 10.46; published hopper 0.538 / 0.296, traffic 3.62; WIDTH_HALF 96, OVERLAP
+# 0.62. Held out: A100 mean |error| 3.7% (69 rows, 5 beyond 15%), H100 4.4% (35 rows, 1 at 15.1%); the package's
 # runs within 10.2%.
 # Generations without a row borrow a neighbour's Efficiency (BORROWED): an assumption, and their candidates carry no
 # error band (jobs.planning.calibration.calibration_of).
@@ -50,16 +51,27 @@ PACKAGE = {"ampere": Efficiency(matmul=0.68, attention=0.53, traffic=10.5),
            "hopper": Efficiency(matmul=0.81, attention=0.81, traffic=10.5)}
 BORROWED = {"volta": "ampere", "turing": "ampere", "ada": "ampere", "blackwell": "hopper"}
 # Per-GPU matmul width w (hidden / tensor degree) runs at w / (w + WIDTH_HALF) of the full-width share: tensor
-# parallelism's narrower matmuls run slower (tensor 8 on a 4,096-wide model: 85%).
-WIDTH_HALF = 88.0
+# parallelism's narrower matmuls run slower (tensor 8 on a 4,096-wide model: 84%).
+WIDTH_HALF = 96.0
 # torch.compile fuses elementwise passes: gpt 1b 225.7 -> 205.5 ms on one H100, measured.
 COMPILED_TRAFFIC = 0.64
 # Checkpointing repeats each block's forward (not the head's): measured 269.9 / 225.7 ms on gpt 1b.
 RECOMPUTE_FACTOR = 269.9 / 225.7
 SELECTIVE_MATMUL_SHARE = 5 / 12  # proj (h^2) and out (4h^2) of a GPT block's 12 h^2 matmul weights
-LINK_EFFICIENCY = 0.8  # NCCL bus bandwidth against the link rate (nccl-tests on NVLink and EFA reach 75-90%)
-OVERLAP = 0.60  # share of a compute phase a bucketed/prefetched collective hides behind (fitted, see above)
-COLLECTIVE_LATENCY_S = 30e-6  # per collective call (NCCL ring start-up over NVLink/EFA)
+# Collectives, fitted (`python -m jobs.planning.calibration --fit`) to nccl-tests all_reduce on AWS from 64 KiB to
+# 16 GiB (jobs/planning/published_collectives.json: one p5, two p5s, two p4des): the share of the link's rate a ring
+# reaches on large messages, inside a node (NVLink) and between nodes (EFA, the instance's network_gbits), the time
+# any collective takes, and the message size at which half the rate is reached (NCCL's protocols and chunks).
+# Fitted 2026-11-29: within 35% of every measured size, mean 16%; the rule before (rates at 80%, 30 us, the NVLink and
+# network phases one after the other) was up to 2.1x slow on two p5s' large messages and 4-7x fast on small ones.
+# Node counts beyond two have no public AWS measurement here: the network's latency is taken as two nodes'.
+NVLINK_EFFICIENCY = 0.90
+EFA_EFFICIENCY = 0.67
+NODE_LATENCY_S = 20.5e-6  # a collective inside one node
+NETWORK_LATENCY_S = 118e-6  # one that crosses nodes
+NODE_HALF_BYTES = 0.50e6
+NETWORK_HALF_BYTES = 5.5e6
+OVERLAP = 0.62  # share of a compute phase a bucketed/prefetched collective hides behind (fitted, see above)
 
 
 @dataclass(frozen=True)
@@ -115,14 +127,13 @@ def micro_compute(m: ModelFacts, n: Numerics, spec: InstanceSpec, layout: Layout
 def collective(kind: str, payload: float, spec: InstanceSpec, per_node: int, nodes: int, groups: int) -> float:
     """Seconds of a ring all-reduce ('ar') or all-gather/reduce-scatter ('ag') of `payload` bytes per GPU over a
     group with `per_node` GPUs in each of `nodes` nodes; `groups` such groups share each node's NIC."""
-    f = 2.0 if kind == "ar" else 1.0
-    seconds = COLLECTIVE_LATENCY_S
-    if per_node > 1:
-        seconds += f * (per_node - 1) / per_node * payload / (spec.gpu.link_gbps * 1e9 * LINK_EFFICIENCY)
-    if nodes > 1:
-        nic = spec.network_gbits / 8 * 1e9 * LINK_EFFICIENCY
-        seconds += groups * f * (nodes - 1) / nodes * payload / nic
-    return seconds
+    f, payload = (2.0 if kind == "ar" else 1.0), max(payload, 1.0)
+    inside = f * (per_node - 1) / per_node * payload / (spec.gpu.link_gbps * 1e9 * NVLINK_EFFICIENCY)
+    if nodes == 1:
+        return NODE_LATENCY_S + inside * (1 + NODE_HALF_BYTES / payload)
+    # A ring through several nodes moves its chunks over every link at once: the slower one sets the pace.
+    between = groups * f * (nodes - 1) / nodes * payload / (spec.network_gbits / 8 * 1e9 * EFA_EFFICIENCY)
+    return NETWORK_LATENCY_S + max(inside, between) * (1 + NETWORK_HALF_BYTES / payload)
 
 
 def _data_parallel_comm(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, fwd: float, bwd: float,

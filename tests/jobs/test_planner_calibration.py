@@ -92,9 +92,25 @@ def test_each_hand_written_row_is_predicted_within_10_percent(row):
 
 def test_the_constants_are_the_fit_s():
     # The code's constants are the fit's, rounded: data added without refitting fails here.
+    from jobs.planning import timing
+
+    for name, value in calibration.fit_collectives().items():
+        assert getattr(timing, name) == pytest.approx(value, rel=0.02), name
     current = {name: read() for name, read, _ in calibration._fields()}
     for name, value in calibration.fit().items():
         assert current[name] == pytest.approx(value, rel=0.02), name
+
+
+def test_collectives_within_35_percent_of_nccl_tests_on_aws():
+    # 54 all_reduce sizes (64 KiB to 16 GiB; one p5, two p5s, two p4des): mean |error| 16.3%, largest 34.8% (NCCL's
+    # protocol switches between 2 and 32 MiB, which one knee does not follow). The rule before: up to 2.1x slow on
+    # two p5s' large messages (NVLink's and the network's phases added, where a ring runs them at once), 4-7x fast on
+    # small ones (30 us for any collective).
+    errors = [calibration.collective_error(r) for r in calibration.COLLECTIVES]
+    print(f"\n{len(errors)} sizes: mean |error| {100 * sum(map(abs, errors)) / len(errors):.1f}%, largest "
+          f"{100 * max(map(abs, errors)):.1f}%")
+    assert len(errors) == 54 and all(abs(e) <= 0.35 for e in errors)
+    assert sum(map(abs, errors)) / len(errors) <= 0.17
 
 
 def test_the_error_band_covers_every_held_out_error():
