@@ -27,8 +27,8 @@ from jobs.planning.shape import ModelFacts
 # package on torch 2.11 reaches 81%, what an 8192^3 bf16 matmul does alone), and fused stacks move fewer bytes. So
 # each stack has its Efficiency per generation: PACKAGE is what the planner predicts the package with;
 # jobs.planning.calibration.PUBLISHED is the published runs' (llm-foundry, torchtitan, Megatron), through which the
-# shared shape constants (WIDTH_HALF, OVERLAP) are fitted. Both are fitted at once by `python -m
-# jobs.planning.calibration --fit` (scipy's least squares on log(predicted / measured) throughput) over the published
+# shared shape constants (WIDTH_HALF, OVERLAP) are fitted. Both are fitted at once by `python -m tools.fit_planner`
+# (scipy's least squares on log(predicted / measured) throughput) over the published
 # rows kept for fitting (every second row of each table, jobs/planning/published_runs.json, and calibration.ROWS)
 # and the package's own runs on one H100 (calibration.OWN_RUNS); the other published rows are held out and checked by
 # tests/jobs/test_planner_calibration.py. The fit (2026-11-29): package hopper matmul 0.813 (attention taken at the
@@ -58,7 +58,7 @@ COMPILED_TRAFFIC = 0.64
 # Checkpointing repeats each block's forward (not the head's): measured 269.9 / 225.7 ms on gpt 1b.
 RECOMPUTE_FACTOR = 269.9 / 225.7
 SELECTIVE_MATMUL_SHARE = 5 / 12  # proj (h^2) and out (4h^2) of a GPT block's 12 h^2 matmul weights
-# Collectives, fitted (`python -m jobs.planning.calibration --fit`) to nccl-tests all_reduce on AWS from 64 KiB to
+# Collectives, fitted (`python -m tools.fit_planner`) to nccl-tests all_reduce on AWS from 64 KiB to
 # 16 GiB (jobs/planning/published_collectives.json: one p5, two p5s, two p4des): the share of the link's rate a ring
 # reaches on large messages, inside a node (NVLink) and between nodes (EFA, the instance's network_gbits), the time
 # any collective takes, and the message size at which half the rate is reached (NCCL's protocols and chunks).

@@ -4,7 +4,7 @@ as the planner sizes it; and what `trainctl plan --json` says about the fit (`er
 
     python -m pytest -q -n 0 -s tests/jobs/test_planner_calibration.py    # prints the summaries
     python -m jobs.planning.calibration                                    # every row: predicted, measured, error
-    python -m jobs.planning.calibration --fit                              # the fit again, beside the constants
+    python -m tools.fit_planner                                            # the fit again, beside the constants
 
 Rows the planner cannot express exactly are expressed as closely as it can (calibration.Row.expressed): Llama 3
 8B's gated MLP and grouped-query attention as a GPT block (its op-level selective checkpointing is the package's
@@ -93,11 +93,12 @@ def test_each_hand_written_row_is_predicted_within_10_percent(row):
 def test_the_constants_are_the_fit_s():
     # The code's constants are the fit's, rounded: data added without refitting fails here.
     from jobs.planning import timing
+    from tools import fit_planner
 
-    for name, value in calibration.fit_collectives().items():
+    for name, value in fit_planner.fit_collectives().items():
         assert getattr(timing, name) == pytest.approx(value, rel=0.02), name
-    current = {name: read() for name, read, _ in calibration._fields()}
-    for name, value in calibration.fit().items():
+    current = {name: read() for name, read, _ in fit_planner._fields()}
+    for name, value in fit_planner.fit().items():
         assert current[name] == pytest.approx(value, rel=0.02), name
 
 
