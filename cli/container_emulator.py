@@ -55,6 +55,7 @@ from cli.checkpoint_sync import CheckpointSync, SyncSettings
 from contract.container import (
     ENV_CHECKPOINT_DIR,
     ENV_EPOCH,
+    ENV_METRICS_NAMESPACE,
     ENV_STOP_FILE,
     FAILURE_FILE,
     channel_variable,
@@ -217,6 +218,9 @@ def prepare_layout(request: dict, workdir: Path, nproc: int, data_dirs: dict[str
     gpus = _gpu_count()
     user_hps = {k: v for k, v in hps.items() if not k.startswith("sagemaker_")}
     env = {**os.environ, **{str(k): str(v) for k, v in (request.get("Environment") or {}).items()}}
+    # A local run sends nothing to the team's CloudWatch namespace the renderer names: it has no job role, and its
+    # figures would mix with the team's real jobs' (its metrics stay in the work folder's metrics.jsonl).
+    env.pop(ENV_METRICS_NAMESPACE, None)
     env.update({
         "SM_MODEL_DIR": str(model_dir),
         "SM_OUTPUT_DIR": str(output_dir),

@@ -52,6 +52,23 @@ def test_renders_for_this_machine_and_maps_the_request_folders(corpus_dir):
     assert kwargs["workdir"] == Path(".trainctl/local/cli-local-tiny") and kwargs["workdir"].is_dir()
 
 
+def test_a_local_run_sends_no_metrics_to_the_teams_cloudwatch(corpus_dir, tmp_path, monkeypatch):
+    # The rendered request names the platform's metrics namespace (a SageMaker job sends its lines there); the
+    # emulated container drops it, even when the user's own shell sets it: a laptop's run must not write the team's
+    # namespace (it did: "[metrics] could not send metrics to CloudWatch namespace TrainingPlatform/local").
+    from cli.container_emulator import prepare_layout
+    from contract.container import ENV_METRICS_NAMESPACE
+
+    fake = FakeRunLocal()
+    assert run_request_locally(load_request(DATA / "local-tiny.json"), workdir=None, nproc=1, data=None,
+                               run_local=fake) == 0
+    ((create, kwargs),) = fake.calls
+    assert ENV_METRICS_NAMESPACE in create["Environment"]
+    monkeypatch.setenv(ENV_METRICS_NAMESPACE, "TrainingPlatform/mine")
+    _, env, _ = prepare_layout(create, tmp_path / "work", 1, kwargs["data_dirs"], None)
+    assert ENV_METRICS_NAMESPACE not in env
+
+
 def test_data_dir_with_splits(corpus_dir, tmp_path):
     other = tmp_path / "other"
     (other / "train").mkdir(parents=True)

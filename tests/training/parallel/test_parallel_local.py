@@ -70,3 +70,47 @@ def test_a_model_parallel_request_runs_through_trainctl_local(tmp_path, corpus, 
     with torch.no_grad():
         logits = model(torch.randint(0, config["vocab_size"], (1, SEQ)))
     assert logits.shape == (1, SEQ, config["vocab_size"]) and torch.isfinite(logits).all()
+
+
+# Llama 3 70B's shape on 32 x ml.p5.48xlarge: the layout the issue asks the plan to propose.
+LLAMA_70B_ON_32_P5 = {"name": "l70", "model": "my.pkg:llama", "dataset": "s3://bucket/data/", "strategy": "auto",
+                      "instance": {"type": "ml.p5.48xlarge", "count": 32},
+                      "model_shape": {"kind": "decoder", "layers": 80, "hidden": 8192, "heads": 64, "seq_len": 8192,
+                                      "vocab_size": 128256},
+                      "hyperparameters": {"micro_batch_size": 1, "activation_checkpointing": True}}
+
+
+def test_the_plans_fsdp_by_tensor_parallel_for_a_70b_runs_in_miniature_matching_one_process(tmp_path, corpus):
+    """trainctl plan shows FSDP x TP for a 70B on 32 x p5 (tensor 2 x shard 128, 1% behind pure FSDP's 256 shards
+    in its time model), with the request fields that run it; those fields on a tiny model, on 4 CPU processes
+    (tensor 2 x shard 2 through trainctl local), end on the weights of one process given the same global batch."""
+    from cli.commands.local import run_request_locally
+    from cli.request_file import load_request
+    from jobs.planning import plan_request
+    from jobs.request.parse import parse_request
+    from tests.training.helpers import max_diff
+
+    doc = plan_request(parse_request(LLAMA_70B_ON_32_P5)).to_dict()
+    shown = [c for c in doc["candidates"] if c["instance_count"] == 32 and c["instance_type"] == "ml.p5.48xlarge"]
+    [two_d] = [c for c in shown if c["degrees"] == {"replicate": 1, "shard": 128, "tensor": 2, "pipeline": 1}]
+    assert two_d["fits"] and two_d["request"] == {"strategy": "tp", "parallel": {"tensor_parallel_degree": 2}}
+
+    def run(name: str, nproc: int, fields: dict) -> Path:
+        request = {k: v for k, v in json.loads((EXAMPLES / "local-tp.json").read_text()).items() if k != "parallel"}
+        request.update(name=name, dataset=str(corpus / "train"), validation_dataset=str(corpus / "validation"),
+                       checkpoint_interval=100, **fields)
+        request["hyperparameters"].update(max_steps=STEPS, seq_len=SEQ, micro_batch_size=2, global_batch_size=8,
+                                          eval_interval=0, log_interval=1, warmup_steps=1)
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(request))
+        work = tmp_path / name
+        assert run_request_locally(load_request(path), workdir=work, nproc=nproc, data=None) == 0
+        return work
+
+    miniature = run("fsdp-by-tp", 4, two_d["request"])
+    one = run("one-process", 1, {"strategy": "single"})
+    hps = json.loads((miniature / "input" / "config" / "hyperparameters.json").read_text())
+    # dp_shard 0: FSDP over the rest, 4 / 2 = 2 ranks.
+    assert (hps["strategy"], hps["tp_degree"], hps["dp_shard"]) == ('"tp"', "2", "0")
+    # fp32 on CPU (gloo): the conformance matrix's weight tolerance for every layout against one process.
+    assert max_diff(weights(miniature), weights(one)) <= 1e-6
