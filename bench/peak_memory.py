@@ -49,6 +49,7 @@ class Row:
     size: str
     micro: int
     policy: str | None  # None: no activation checkpointing
+    every: int = 1  # activation_checkpointing_every (not in the row's text: the calibration rows checkpoint all)
 
     @classmethod
     def parse(cls, text: str) -> Row:
@@ -69,7 +70,8 @@ class Row:
 def train_config(row: Row, loss_chunk_tokens: int = 0, seq_len: int | None = None) -> TrainConfig:
     return TrainConfig(model=row.model, model_size=row.size, micro_batch_size=row.micro, precision="bf16",
                        activation_checkpointing=row.policy is not None,
-                       activation_checkpointing_policy=row.policy or "full", seq_len=seq_len, max_steps=10 ** 6,
+                       activation_checkpointing_policy=row.policy or "full",
+                       activation_checkpointing_every=row.every, seq_len=seq_len, max_steps=10 ** 6,
                        warmup_steps=0, data="synthetic", loss_chunk_tokens=loss_chunk_tokens)
 
 

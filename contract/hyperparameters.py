@@ -148,6 +148,10 @@ class TrainConfig:
         "what activation_checkpointing recomputes: full (a block's whole forward) or selective (keeps attention's "
         "and every other matmul's outputs, recomputes the norms, activations and the matmuls between)",
         choices=CHECKPOINTING_POLICIES))
+    activation_checkpointing_every: int = field(default=1, metadata=_hp(
+        "with activation_checkpointing, checkpoint every this many blocks (torchtitan's layer-wise selective "
+        "checkpointing): 1 every block, 2 every second one (the 1st, 3rd, ...); the others keep all their "
+        "activations and recompute nothing", min=1))
     loss_chunk_tokens: int = field(default=LOSS_CHUNK_TOKENS, metadata=_hp(
         "the cross-entropy in chunks of this many tokens (a classifier's: samples), each chunk's fp32 log-softmax recomputed in backward, "
         "so one chunk's fp32 temporaries are alive at a time beside the logits and their gradient (0: the whole "

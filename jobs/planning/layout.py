@@ -152,6 +152,7 @@ class Numerics:
     compile: bool
     async_checkpoint: bool
     checkpointing_policy: str = "full"  # what activation_checkpointing recomputes (training.models.speedups)
+    checkpoint_every: int = 1  # activation_checkpointing_every: every k-th block checkpointed
     per_group: bool = False  # micro_batch_per_group: a tensor/pipeline batch group reads one micro-batch
     loss_chunk_tokens: int = LOSS_CHUNK_TOKENS  # the cross-entropy's chunk (training.loss); 0: computed whole
     # FSDP's accumulation (contract.hyperparameters' fsdp_accumulation), and whether the request chose it (else
@@ -175,6 +176,12 @@ class Numerics:
     def selective(self) -> bool:
         """Per-op (selective) activation checkpointing: attention's and every other matmul's outputs kept."""
         return self.activation_checkpointing and self.checkpointing_policy == "selective"
+
+    def checkpointed_share(self, layers: int) -> float:
+        """The share of `layers` blocks that are checkpointed (every checkpoint_every-th, the first included)."""
+        if not self.activation_checkpointing or layers <= 0:
+            return 0.0
+        return -(-layers // self.checkpoint_every) / layers
 
     def accum(self, world: int) -> int:
         """Micro-batches per optimizer step per rank, as TrainConfig.batch_layout computes it over the world size
@@ -205,7 +212,7 @@ def numerics(hyperparameters: dict[str, Any]) -> Numerics:
     given = canonical_hyperparameters(hyperparameters)
     known = {f.name for f in dataclasses.fields(TrainConfig)}
     cfg = TrainConfig(**{k: v for k, v in given.items() if k in known and k not in ("strategy", "model")})
-    for name in ("micro_batch_size", "max_steps"):
+    for name in ("micro_batch_size", "max_steps", "activation_checkpointing_every"):
         value = getattr(cfg, name)
         if not isinstance(value, int) or value < 1:
             raise PlanInputError(f"hyperparameters.{name}", value, "must be a whole number of at least 1")
@@ -220,5 +227,6 @@ def numerics(hyperparameters: dict[str, Any]) -> Numerics:
                     max_steps=cfg.max_steps, reshard_after_forward=bool(cfg.fsdp_reshard_after_forward),
                     compile=bool(cfg.compile), async_checkpoint=bool(cfg.async_checkpoint),
                     checkpointing_policy=cfg.activation_checkpointing_policy,
+                    checkpoint_every=cfg.activation_checkpointing_every,
                     per_group=bool(cfg.micro_batch_per_group), loss_chunk_tokens=cfg.loss_chunk_tokens,
                     accumulation=cfg.fsdp_accumulation, accumulation_given="fsdp_accumulation" in given)

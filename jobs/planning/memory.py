@@ -153,15 +153,12 @@ def activation_phases(m: ModelFacts, n: Numerics, layout: Layout, loss: str | No
     tokens = n.micro_batch * m.tokens
     layers = -(-m.layers // layout.pipeline)
     per_block = block_activation_bytes(m, n, layout) / t
-    # What each block keeps from forward to backward: with checkpointing its input (selective: and the outputs it
-    # keeps); without, everything.
-    if n.selective:
-        kept = selective_block_bytes(m, n, layout) / t
-    elif n.activation_checkpointing:
-        kept = r * m.hidden / t
-    else:
-        kept = per_block
-    blocks = layers * kept
+    # What each block keeps from forward to backward: a checkpointed one its input (selective: and the outputs it
+    # keeps); the others (all of them without checkpointing, those between every k-th with
+    # activation_checkpointing_every k) everything.
+    checkpointed = selective_block_bytes(m, n, layout) / t if n.selective else r * m.hidden / t
+    share = n.checkpointed_share(layers)
+    blocks = layers * (share * checkpointed + (1 - share) * per_block)
     # 1F1B's first stage holds at most one micro-batch per stage before its first backward; GPipe runs every
     # forward before any backward, so it holds them all.
     in_flight = (layout.microbatches if layout.schedule == "gpipe" else min(layout.pipeline, layout.microbatches)) \

@@ -115,13 +115,12 @@ def micro_compute(m: ModelFacts, n: Numerics, spec: InstanceSpec, layout: Layout
     attention_s = attention / (gpu.peak_tflops * 1e12 * eff.attention)
     traffic_s = traffic / (gpu.memory_gbps * 1e9)
     total = matmul_s + attention_s + traffic_s
-    if n.selective:
-        # Selective checkpointing recomputes the elementwise passes (all of the traffic) and 5 of a block's 12 h^2
-        # matmul weights (proj and out, training.models.speedups), not attention: that share of full recomputation's
-        # measured cost.
-        share = (SELECTIVE_MATMUL_SHARE * matmul_s + traffic_s) / total
-        return total * (1 + (RECOMPUTE_FACTOR - 1) * share)
-    return total * (RECOMPUTE_FACTOR if n.activation_checkpointing else 1.0)
+    # Checkpointing repeats the checkpointed blocks' forward (every one, or every k-th: checkpointed_share).
+    # Selective checkpointing recomputes the elementwise passes (all of the traffic) and 5 of a block's 12 h^2 matmul
+    # weights (proj and out, training.models.speedups), not attention: that share of full recomputation's measured
+    # cost.
+    share = (SELECTIVE_MATMUL_SHARE * matmul_s + traffic_s) / total if n.selective else 1.0
+    return total * (1 + (RECOMPUTE_FACTOR - 1) * share * n.checkpointed_share(m.layers or 1))
 
 
 def collective(kind: str, payload: float, spec: InstanceSpec, per_node: int, nodes: int, groups: int) -> float:

@@ -15,7 +15,7 @@ from jobs.planning import plan_request
 from jobs.planning.candidates import SHOWN_PER_STRATEGY, best, evaluate, layouts, shown
 from jobs.planning.layout import Layout, numerics
 from jobs.planning.memory import memory_per_gpu
-from jobs.planning.shape import model_facts
+from jobs.planning.shape import PlanInputError, model_facts
 from jobs.planning.timing import step_time
 from jobs.render.training_job import render_create_training_job
 from jobs.request.parallelism import check_parallelism
@@ -162,6 +162,23 @@ def test_selective_checkpointing_costs_between_none_and_full():
     # Without activation_checkpointing the policy changes nothing.
     off = numerics({"micro_batch_size": 4, "activation_checkpointing_policy": "selective"})
     assert memory_per_gpu(GPT_7B, off, lay).activations == mem["none"]
+
+
+def test_checkpointing_every_second_block_costs_half_of_everything_s_recompute():
+    # activation_checkpointing_every 2 (torchtitan's layer-wise selective checkpointing): 16 of gpt 7b's 32 blocks
+    # recompute, the other 16 keep all their activations.
+    spec = catalog.lookup("ml.p4de.24xlarge")
+    lay = Layout(1, 8, shard=8)
+    n = {every: numerics({"micro_batch_size": 4, "activation_checkpointing": every > 0,
+                          "activation_checkpointing_every": max(every, 1)}) for every in (0, 1, 2)}
+    time = {k: step_time(GPT_7B, v, spec, lay).compute for k, v in n.items()}
+    mem = {k: memory_per_gpu(GPT_7B, v, lay).activations for k, v in n.items()}
+    assert time[2] - time[0] == pytest.approx((time[1] - time[0]) / 2, rel=1e-9)
+    h, tokens, layers = GPT_7B.hidden, 4 * GPT_7B.tokens, GPT_7B.layers
+    per_block = (2 * 2 + 15 * 2) * h  # bf16 under FSDP: 2r.h + 15a.h a token
+    assert mem[2] - mem[1] == pytest.approx(tokens * layers / 2 * (per_block - 2 * h))
+    with pytest.raises(PlanInputError, match="activation_checkpointing_every"):
+        numerics({"activation_checkpointing": True, "activation_checkpointing_every": 0})
 
 
 def grouped_request(per_group: bool | None, **fields):

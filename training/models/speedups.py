@@ -11,6 +11,8 @@ Two checkpointing policies (contract.hyperparameters.CHECKPOINTING_POLICIES):
   while their outputs (a LayerNorm's, the GELU's 4 x width) are a large part of the memory. Keeping every
   other matmul's output rather than all of them halves what the matmuls keep for one recomputed matmul in two
   (tests/training/models/test_selective_checkpointing.py measures both against no checkpointing).
+Either applies to every block, or to every k-th (activation_checkpointing_every, torchtitan's layer-wise
+selective checkpointing): the blocks between keep everything and recompute nothing.
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ def selective_policy():
     return create_selective_checkpoint_contexts(policy)
 
 
-def apply_activation_checkpointing(model: nn.Module, policy: str = "full") -> None:
+def apply_activation_checkpointing(model: nn.Module, policy: str = "full", every: int = 1) -> None:
+    """Wrap every `every`-th block (the 1st, then each `every` on) in a checkpoint of `policy`."""
     blocks = getattr(model, "blocks", None)
     if not isinstance(blocks, nn.ModuleList):
         raise ConfigError("activation_checkpointing needs the model to keep its layers in `model.blocks`")
@@ -65,14 +68,15 @@ def apply_activation_checkpointing(model: nn.Module, policy: str = "full") -> No
     if policy == "selective":
         wrap = functools.partial(wrap, context_fn=selective_policy)
     for i, block in enumerate(blocks):
-        blocks[i] = wrap(block)
+        if i % every == 0:
+            blocks[i] = wrap(block)
 
 
 def apply_speedups(model: nn.Module, cfg) -> None:
     """What a run's config asks of its model before the strategy wraps it: checkpointing (its policy) first, then
     compile, as training.job and bench.step_overhead both build it. `cfg`: a contract.hyperparameters.TrainConfig."""
     if cfg.activation_checkpointing:
-        apply_activation_checkpointing(model, cfg.activation_checkpointing_policy)
+        apply_activation_checkpointing(model, cfg.activation_checkpointing_policy, cfg.activation_checkpointing_every)
     if cfg.compile:
         apply_compile(model)
 

@@ -40,10 +40,10 @@ def vit():
     return ViT(c), torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,))
 
 
-def gradients(model, x, y, policy: str | None) -> dict[str, torch.Tensor]:
+def gradients(model, x, y, policy: str | None, every: int = 1) -> dict[str, torch.Tensor]:
     model = copy.deepcopy(model)
     if policy:
-        apply_activation_checkpointing(model, policy)
+        apply_activation_checkpointing(model, policy, every)
     out = model(x)
     F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1)).backward()
     # The wrapper's prefix aside, the names are the model's.
@@ -51,23 +51,24 @@ def gradients(model, x, y, policy: str | None) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize("build", [gpt, vit], ids=["gpt", "vit"])
+@pytest.mark.parametrize("every", [1, 2], ids=["every-block", "every-second-block"])
 @pytest.mark.parametrize("policy", ["selective", "full"])
-def test_gradients_equal_no_checkpointing(build, policy):
+def test_gradients_equal_no_checkpointing(build, policy, every):
     # Exactly equal on CPU in fp32: recomputation runs the same kernels on the same inputs.
     model, x, y = build()
-    reference, checkpointed = gradients(model, x, y, None), gradients(model, x, y, policy)
+    reference, checkpointed = gradients(model, x, y, None), gradients(model, x, y, policy, every)
     assert reference.keys() == checkpointed.keys()
     assert all(torch.equal(reference[n], checkpointed[n]) for n in reference)
 
 
-def forward_bytes(model, x, policy: str | None) -> int:
+def forward_bytes(model, x, policy: str | None, every: int = 1) -> int:
     """Bytes the forward leaves allocated (the saved activations and the output), from the CPU allocator's
     running total as torch.profiler records it."""
     from torch.profiler import ProfilerActivity, profile
 
     model = copy.deepcopy(model)
     if policy:
-        apply_activation_checkpointing(model, policy)
+        apply_activation_checkpointing(model, policy, every)
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         out = model(x)
     del out
@@ -100,3 +101,14 @@ def test_the_policy_is_a_hyperparameter_with_its_choices():
         == "selective"
     with pytest.raises(ConfigError, match="'activation_checkpointing_policy' is 'some': use one of full, selective"):
         from_environment({"activation_checkpointing_policy": "some"}, {})
+
+
+def test_every_second_block_checkpointed_keeps_the_mean_of_none_and_all():
+    # activation_checkpointing_every 2 wraps blocks 0 and 2 of 4: they keep their inputs, 1 and 3 everything.
+    model, x, _ = gpt()
+    wrapped = copy.deepcopy(model)
+    apply_activation_checkpointing(wrapped, "full", 2)
+    assert [type(b).__name__ for b in wrapped.blocks] == ["CheckpointWrapper", "Block", "CheckpointWrapper", "Block"]
+    kept = {every: forward_bytes(model, x, "full", every) for every in (1, 2)}
+    none = forward_bytes(model, x, None)
+    assert kept[2] == pytest.approx((none + kept[1]) / 2, rel=0.02)
