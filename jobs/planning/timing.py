@@ -35,7 +35,7 @@ from jobs.planning.shape import ModelFacts
 # matmul rate: six runs cannot tell them apart), ampere 0.676 / attention 0.529 (no own A100 run: the published
 # stack's, borrowed), package traffic 10.46; published hopper 0.538 / 0.296, traffic 3.62; WIDTH_HALF 96, OVERLAP
 # 0.62. Held out: A100 mean |error| 3.7% (69 rows, 5 beyond 15%), H100 4.4% (35 rows, 1 at 15.1%); the package's
-# runs within 10.2%.
+# runs within 11.6% (gpt 350m predicted slower).
 # Generations without a row borrow a neighbour's Efficiency (BORROWED): an assumption, and their candidates carry no
 # error band (jobs.planning.calibration.calibration_of).
 
