@@ -18,8 +18,11 @@ END = "<!-- DEMO-TRANSCRIPT:END -->"
 FENCE = "```"
 # A measured figure: a decimal (3.017, 1.7), a number with thousands commas (19,743), or seconds (19 s).
 MEASURED = re.compile(r"\d[\d,]*\.\d+|\d{1,3}(?:,\d{3})+|\d+(?= s\b)")
-# The step a SIGTERM stops run 1 at depends on timing (the signal lands a step or two after step 70).
+# The step a SIGTERM stops run 1 at depends on timing (the signal lands at step 70 or a step or two after): the step
+# the demo signals at and the step the run stops at are both `<stop>`, so a transcript that stopped at 70 has the
+# shape of one that stopped at 71.
 STOPPED = re.compile(r"\[train\] stopped at step (\d+)")
+SIGNALLED = re.compile(r"sending SIGTERM at step (\d+)")
 
 
 def readme_block(readme: str) -> str:
@@ -41,13 +44,13 @@ def with_block(readme: str, transcript: str) -> str:
 
 
 def shape(transcript: str) -> list[str]:
-    """The transcript with every measured figure as `#` and run 1's stop step as `<stop>`, whitespace and rule
-    lengths collapsed (the table's column widths follow its numbers); blank lines dropped."""
-    stopped = STOPPED.search(transcript)
+    """The transcript with every measured figure as `#` and run 1's signal and stop steps as `<stop>`, whitespace
+    and rule lengths collapsed (the table's column widths follow its numbers); blank lines dropped."""
+    steps = {m.group(1) for m in (STOPPED.search(transcript), SIGNALLED.search(transcript)) if m}
     lines = []
     for line in transcript.splitlines():
-        if stopped:
-            line = re.sub(rf"\b{stopped.group(1)}\b", "<stop>", line)
+        for step in steps:
+            line = re.sub(rf"\b{step}\b", "<stop>", line)
         line = MEASURED.sub("#", line)
         line = re.sub(r"([─━═])\1+", r"\1", line)
         line = " ".join(line.split())

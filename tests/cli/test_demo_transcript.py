@@ -41,6 +41,8 @@ def test_the_shape_keeps_steps_and_lines_and_drops_measured_figures():
     assert shape(other_run) == shape(SAMPLE)
     # The stop step follows the signal's timing: wherever it lands, the shape is the same.
     assert shape(SAMPLE.replace("71", "73")) == shape(SAMPLE)
+    # Stopped at the very step it was signalled at (a fresh demo did, where README's had stopped a step later).
+    assert shape(SAMPLE.replace("71", "70")) == shape(SAMPLE)
     assert "checkpoints after the interruption: step-50, step-<stop>; run 2 logged first at step 80" in shape(SAMPLE)
     # What must be regenerated: a step number, a stage, a line, a name.
     for changed in (SAMPLE.replace("│   70 │", "│   60 │"), SAMPLE.replace("run 1:", "run one:"),

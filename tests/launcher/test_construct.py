@@ -154,11 +154,12 @@ def test_lambdas_run_only_the_jobs_package(launcher_template, cdk_out: Path):
         assert "KmsKeyId" in log_group and "RetentionInDays" in log_group
         asset = cdk_out / f"asset.{props['Code']['S3Key'].removesuffix('.zip')}"
         shipped = sorted(str(p.relative_to(asset)) for p in asset.rglob("*") if p.is_file())
-        # jobs/ and the shared facts it reads (contract/), nothing else.
+        # jobs/ and the shared facts it reads (contract/), nothing else: their modules and the planner's published
+        # measurements (jobs/planning/*.json, which the candidates' error bands read).
         expected = sorted(
             str(p.relative_to(ROOT))
             for package in ("jobs", "contract")
-            for p in (ROOT / package).rglob("*.py")
+            for p in [*(ROOT / package).rglob("*.py"), *(ROOT / package).rglob("*.json")]
             if "__pycache__" not in p.parts
         )
         assert shipped == expected
