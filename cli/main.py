@@ -74,6 +74,12 @@ def _options(
     pass
 
 
+@app.command("version", hidden=True)
+def version_command() -> None:
+    """Print trainctl's version (`trainctl --version` is the documented form; this spelling works too)."""
+    typer.echo(f"trainctl {version.package_version()}")
+
+
 # ---- offline: plan, render, schema ---------------------------------------------------------------------
 
 

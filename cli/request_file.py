@@ -33,6 +33,9 @@ def read_json_object(path: Path, what: str) -> dict[str, Any]:
         raise UserError(f"{what} path is a directory, not a file: {path}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"cannot read {what} file {path}: {exc}") from None
+    if not text.strip():
+        start = " (examples/ has requests to start from, e.g. examples/local-fsdp.json)" if "request" in what else ""
+        raise UserError(f"{path} is empty: a {what} is a JSON object", f"write its fields into it{start}")
     try:
         data = _StrictKeysDecoder().decode(text)
     except DuplicateKey as exc:

@@ -57,6 +57,9 @@ INIT_CHANNEL = "init"  # a request's init_from_run: that run's checkpoints, whic
 
 # ---- what the training package leaves behind ----
 STATUS_FILE = "training_status.json"  # in the output data dir: how the run ended (stopped, completed, step)
+# A checkpoint is a `step-N` folder of CHECKPOINT_DIR; the marker written last makes it complete
+# (training.checkpoint.markers says what it holds; trainctl local reads whether any exists).
+CHECKPOINT_MARKER = "COMPLETE.json"
 METRICS_FILE = "metrics.jsonl"  # in the output data dir: every metrics record with its time
 
 # ---- stopping ----

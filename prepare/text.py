@@ -90,12 +90,28 @@ def _jsonl(path: Path, field: str) -> Iterator[str]:
             except ValueError as e:
                 raise PrepareError(f"{path}:{number} is not JSON ({e}): write one JSON object per line") from None
             text = record.get(field) if isinstance(record, dict) else None
+            if isinstance(record, dict) and field in record and not isinstance(text, str):
+                # The key is there; its value is not text: say what it holds, not that the key is missing.
+                raise PrepareError(f"{path}:{number}: field {field!r} holds {_json_kind(text)} "
+                                   f"({json.dumps(text)[:40]}), not a string: write the text as a JSON string, or set "
+                                   "--field to the key that holds it")
             if not isinstance(text, str):
                 has = f"its keys are {sorted(record)[:10]}" if isinstance(record, dict) else \
                     f"it is a JSON {type(record).__name__}"
                 raise PrepareError(f"{path}:{number} has no string field {field!r} ({has}): set --field to the "
                                    "key that holds the text")
             yield text
+
+
+def _json_kind(value: object) -> str:
+    """What a decoded JSON value is, in JSON's words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "an array" if isinstance(value, list) else "an object"
 
 
 def _parquet(path: Path, field: str) -> Iterator[str]:

@@ -18,7 +18,7 @@ from cli.console import out
 from cli.errors import UserError
 from cli.platform_source import local_platform
 from cli.request_file import LoadedRequest, load_request, validate_for_platform
-from contract.container import STATUS_FILE
+from contract.container import CHECKPOINT_MARKER, STATUS_FILE
 from contract.errors import ConfigError
 from contract.hyperparameters import (
     TrainConfig,
@@ -29,6 +29,9 @@ from contract.hyperparameters import (
 
 # Where `trainctl local` keeps a request's run when no --workdir is given; running again resumes it.
 DEFAULT_WORKDIR_ROOT = Path(".trainctl") / "local"
+# trainctl local's exit status when the run stopped before its last step (Ctrl-C, SIGTERM): not a success a script
+# should go on from (`trainctl local r.json && next` stops there), nor a failure (run again to resume). 0: completed.
+EXIT_STOPPED = 3
 
 
 def data_channels(data: Path | None) -> dict[str, Path] | None:
@@ -237,7 +240,7 @@ def run_local_command(request: Path, *, nproc: int | None, workdir: Path | None,
     started = time.time()
     code = run_request_locally(loaded, workdir=workdir, nproc=nproc, data=data, hosts=hosts)
     out().print(local_outcome(code, workdir, since=started, hosts=hosts))
-    return code
+    return EXIT_STOPPED if code == 0 and _ended(workdir, started, hosts).get("status") == "stopped" else code
 
 
 def _killed_by(code: int) -> str | None:
@@ -255,16 +258,23 @@ def _why(signal_name: str) -> str:
     return ""
 
 
+def _ended(workdir: Path, since: float, hosts: int) -> dict:
+    """The status file the training loop wrote in this run (since `since`), or {}."""
+    from cli.container_emulator import instance_root
+
+    path = instance_root(workdir, hosts) / "output" / "data" / STATUS_FILE
+    with contextlib.suppress(OSError, json.JSONDecodeError):
+        if path.stat().st_mtime >= since:
+            return json.loads(path.read_text())
+    return {}
+
+
 def local_outcome(code: int, workdir: Path, *, since: float, hosts: int = 1) -> str:
     """One line on how a local run ended, from the status file the training loop writes (this run's only)."""
     from cli.container_emulator import checkpoint_store, instance_root
 
-    status: dict = {}
+    status = _ended(workdir, since, hosts)
     root = instance_root(workdir, hosts)
-    path = root / "output" / "data" / STATUS_FILE
-    with contextlib.suppress(OSError, json.JSONDecodeError):
-        if path.stat().st_mtime >= since:
-            status = json.loads(path.read_text())
     checkpoints = checkpoint_store(workdir, hosts)
     if code != 0:
         logs = root / "output" / "logs" if root == workdir else workdir / "algo-*" / "output" / "logs"
@@ -272,6 +282,10 @@ def local_outcome(code: int, workdir: Path, *, since: float, hosts: int = 1) -> 
             return (f"[red]a process of the run was killed by {signal_name}[/] (status {code}){_why(signal_name)}; "
                     f"worker logs: {logs}")
         return f"[red]the run exited with status {code}[/]; worker logs: {logs}"
+    if status.get("status") == "stopped" and not any(checkpoints.glob(f"step-*/{CHECKPOINT_MARKER}")):
+        # Stopped before its first checkpoint was written (Ctrl-C just after the start): nothing to resume from.
+        return (f"stopped at step {status.get('step')}, before any checkpoint was written: nothing to resume; run "
+                "again to start over")
     if status.get("status") == "stopped":
         return (f"stopped at step {status.get('step')} with a checkpoint in {checkpoints}; "
                 f"run again with --workdir {workdir} to resume")

@@ -81,6 +81,11 @@ def check_dataset(uri: str) -> str | None:
 
 
 def _s3_problem(uri: str) -> str | None:
+    bucket = uri[len("s3://"):].partition("/")[0] if uri.startswith("s3://") else ""
+    if bucket and not 3 <= len(bucket) <= 63:
+        # The form is right; the name is not one S3 allows: say which part.
+        return (f"{uri[:80]!r}: the bucket name {bucket[:70]!r} has {len(bucket)} characters; S3 bucket names have 3 "
+                "to 63 (lower-case letters, digits, '.' and '-')")
     if not _S3_URI.fullmatch(uri) or any(ord(c) < 32 or ord(c) == 127 for c in uri):
         return f"{uri[:80]!r} is not a valid S3 URI (s3://bucket/prefix/)"
     if len(uri) > MAX_S3_URI:

@@ -39,9 +39,10 @@ from typing import NamedTuple
 import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
+from contract.container import CHECKPOINT_MARKER
 from training.parallel.process_group import Dist
 
-MARKER = "COMPLETE.json"
+MARKER = CHECKPOINT_MARKER
 
 CHECKSUM = "crc32"  # the marker's algorithm: zlib.crc32 of each file, 8 hex digits
 

@@ -1,0 +1,81 @@
+"""The mistakes a new user made trying trainctl from a fresh clone (issue 32), each answered with what is wrong and
+the fix, never a traceback or a message about something else. Each test failed on the code before its fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from cli.commands.version import package_version
+from jobs.request.field_rules import check_dataset
+from tests.cli.conftest import run
+
+
+@pytest.mark.parametrize("text", ["", "\n", "  \n\t\n", "\ufeff"], ids=["empty", "newline", "blanks", "bom-only"])
+def test_an_empty_request_file_is_said_to_be_empty(tmp_path, platform_file, text):
+    # Was: "not valid JSON: line 1 column 1: Expecting value".
+    path = tmp_path / "request.json"
+    path.write_text(text, encoding="utf-8")
+    result = run("render", path, "--platform", platform_file)
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert f"{path} is empty: a job request is a JSON object" in result.stderr
+    assert "Expecting value" not in result.stderr and "examples/" in result.stderr
+
+
+@pytest.mark.parametrize(("uri", "length"), [("s3://b/p/", 1), ("s3://ab/p/", 2), (f"s3://{'a' * 64}/p/", 64)])
+def test_a_bucket_name_of_the_wrong_length_is_named_as_such(uri, length):
+    # Was: "'s3://b/p/' is not a valid S3 URI (s3://bucket/prefix/)", of a URI of exactly that form.
+    problem = check_dataset(uri)
+    assert problem and f"has {length} characters; S3 bucket names have 3 to 63" in problem
+    assert "not a valid S3 URI" not in problem
+
+
+def test_trainctl_version_as_a_command_prints_the_version():
+    # Was: "No such command 'version'." (only --version worked).
+    result = run("version")
+    assert result.exit_code == 0 and result.stdout.strip() == f"trainctl {package_version()}"
+    assert run("--version").stdout == result.stdout
+
+
+@pytest.mark.parametrize(("value", "kind"), [("123", "a number"), ("null", "null"), ('["a"]', "an array"),
+                                             ('{"t": 1}', "an object"), ("true", "a boolean")])
+def test_a_text_field_that_is_not_a_string_is_said_to_hold_what_it_holds(tmp_path, value, kind):
+    # Was: "has no string field 'text' (its keys are ['text'])": the key named as missing while listed.
+    from prepare.text import PrepareError, _jsonl
+
+    path = tmp_path / "c.jsonl"
+    path.write_text(f'{{"text": "fine"}}\n{{"text": {value}}}\n')
+    with pytest.raises(PrepareError) as info:
+        list(_jsonl(path, "text"))
+    assert f"{path}:2: field 'text' holds {kind}" in str(info.value) and "its keys are" not in str(info.value)
+
+
+@pytest.mark.parametrize(("ended", "checkpointed", "code", "says"), [
+    ("completed", True, 0, "done at step 5"),
+    ("stopped", True, 3, "stopped at step 5 with a checkpoint in"),
+    # Ctrl-C just after the start: no checkpoint yet. Was: "stopped at step 0 with a checkpoint in ..." (empty).
+    ("stopped", False, 3, "stopped at step 5, before any checkpoint was written: nothing to resume"),
+], ids=["completed", "stopped", "stopped-before-any-checkpoint"])
+def test_a_local_run_s_exit_status_says_stopped_or_completed(tmp_path, monkeypatch, ended, checkpointed, code, says):
+    # Was: 0 both when stopped and when completed, so `trainctl local r.json && next` went on after a Ctrl-C.
+    import json
+
+    import cli.container_emulator
+    from cli.commands.local import EXIT_STOPPED
+    from contract.container import CHECKPOINT_MARKER, STATUS_FILE
+    from tests.cli.conftest import DATA
+
+    def run_local(create: dict, *, workdir, **_: object) -> int:
+        (workdir / "output" / "data").mkdir(parents=True, exist_ok=True)
+        (workdir / "output" / "data" / STATUS_FILE).write_text(json.dumps({"status": ended, "step": 5}))
+        (workdir / "checkpoints" / "step-4").mkdir(parents=True)
+        if checkpointed:
+            (workdir / "checkpoints" / "step-4" / CHECKPOINT_MARKER).write_text("{}")
+        return 0
+
+    monkeypatch.chdir(tmp_path)
+    for split in ("train", "validation"):
+        (tmp_path / "corpus" / split).mkdir(parents=True)
+    monkeypatch.setattr(cli.container_emulator, "run_local", run_local)
+    result = run("local", DATA / "local-tiny.json", "--workdir", tmp_path / "w")
+    assert result.exit_code == code and (code != 3 or code == EXIT_STOPPED)
+    assert says in " ".join(result.stdout.split())
