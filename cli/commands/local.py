@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -184,6 +185,13 @@ def _check_workdir(workdir: Path) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"--workdir {workdir}: cannot create it ({exc.strerror})", "pass another --workdir") from None
+    try:  # an existing folder the run cannot write in (a read-only mount, a system folder such as /sys/kernel)
+        with tempfile.TemporaryFile(dir=workdir):
+            pass
+    except OSError as exc:
+        raise UserError(f"--workdir {workdir}: cannot write in it ({exc.strerror or exc})",
+                        f"pass another --workdir, a folder you can write (the default is {DEFAULT_WORKDIR_ROOT}/"
+                        "<request name>)") from None
     checkpoints = workdir / "checkpoints"
     if checkpoints.is_dir() and not os.access(checkpoints, os.R_OK | os.X_OK):
         raise UserError(f"the checkpoint folder {checkpoints} cannot be read",

@@ -79,3 +79,16 @@ def test_a_local_run_s_exit_status_says_stopped_or_completed(tmp_path, monkeypat
     result = run("local", DATA / "local-tiny.json", "--workdir", tmp_path / "w")
     assert result.exit_code == code and (code != 3 or code == EXIT_STOPPED)
     assert says in " ".join(result.stdout.split())
+
+
+def test_an_existing_workdir_the_run_cannot_write_in_is_refused_up_front(tmp_path, monkeypatch):
+    # /proc/self: a system folder that exists and takes no new files, even as root (a read-only mount behaves
+    # alike). Was: a PermissionError/FileNotFoundError traceback from deep in the checkpoint epoch's lock file.
+    from tests.cli.conftest import DATA
+
+    monkeypatch.chdir(tmp_path)
+    for split in ("train", "validation"):
+        (tmp_path / "corpus" / split).mkdir(parents=True)
+    result = run("local", DATA / "local-tiny.json", "--workdir", "/proc/self", "--nproc", "1")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "--workdir /proc/self: cannot write in it" in result.stderr and "pass another --workdir" in result.stderr
