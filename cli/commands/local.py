@@ -69,8 +69,9 @@ def with_local_data(loaded: LoadedRequest, channels: dict[str, Path] | None) -> 
     if not channels:
         return loaded
     changes: dict[str, Any] = {"dataset": channels["train"].resolve().as_uri(), "input_mode": None}
-    if "validation" in channels:
-        changes["validation_dataset"] = channels["validation"].resolve().as_uri()
+    # The request's validation set belongs to its own dataset: with another one (another tokenizer, another corpus)
+    # its loss would mean nothing. --data's validation folder, or none.
+    changes["validation_dataset"] = channels["validation"].resolve().as_uri() if "validation" in channels else None
     return dataclasses.replace(loaded, request=dataclasses.replace(loaded.request, **changes))
 
 
@@ -94,6 +95,9 @@ def run_request_locally(loaded: LoadedRequest, *, workdir: Path | None, nproc: i
     cli.container_emulator.run_local (imported here, not at the top: it brings torch, which the other commands do
     not need); `emulation` goes to it as it is (a test's checkpoint-sync settings)."""
     given = data_channels(data)
+    if given and "validation" not in given and loaded.request.validation_dataset:
+        out().print(f"[local] --data {data} has no validation/ folder: this run validates on nothing (the request's "
+                    f"validation_dataset belongs to its own data); add {data}/train and {data}/validation to have one")
     create = render_for_local(with_local_data(loaded, given))
     values = canonical_hyperparameters(decode_hyperparameters(create.get("HyperParameters") or {}))
     if values.get("strategy") == "single":

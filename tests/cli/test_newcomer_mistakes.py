@@ -92,3 +92,26 @@ def test_an_existing_workdir_the_run_cannot_write_in_is_refused_up_front(tmp_pat
     result = run("local", DATA / "local-tiny.json", "--workdir", "/proc/self", "--nproc", "1")
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "--workdir /proc/self: cannot write in it" in result.stderr and "pass another --workdir" in result.stderr
+
+
+def test_data_without_a_validation_folder_does_not_validate_on_the_request_s_own_set(tmp_path, monkeypatch, capsys):
+    # --data DIR with no validation/: DIR is the train channel. Was: the request's validation_dataset (another
+    # corpus, other tokens) still rendered and read, a meaningless validation loss without a word.
+    from cli.commands.local import run_request_locally
+    from cli.request_file import load_request
+    from tests.cli.conftest import DATA
+    from tests.cli.test_local import FakeRunLocal
+
+    monkeypatch.chdir(tmp_path)
+    for split in ("train", "validation"):
+        (tmp_path / "corpus" / split).mkdir(parents=True)
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    fake = FakeRunLocal()
+    run_request_locally(load_request(DATA / "local-tiny.json"), workdir=tmp_path / "w", nproc=1, data=flat,
+                        run_local=fake)
+    ((create, kwargs),) = fake.calls
+    assert [c["ChannelName"] for c in create["InputDataConfig"]] == ["train"]
+    assert kwargs["data_dirs"] == {"train": flat}
+    said = " ".join(capsys.readouterr().out.split())
+    assert f"--data {flat} has no validation/ folder: this run validates on nothing" in said
