@@ -64,6 +64,10 @@ from contract.container import (
 from contract.failures import parse_failure_line
 from contract.hyperparameters import decode_hyperparameters
 
+# run_local's status when the user's second Ctrl-C (or SIGTERM) killed the run: a shell's for an interrupt, so that
+# trainctl never reads the SIGKILL it sent as the kernel's out-of-memory killer.
+KILLED_ON_SECOND_SIGNAL = 128 + signal.SIGINT
+
 # torchrun, minus the traceback it prints when a worker fails (the worker's own error is what to read). A worker
 # killed by a signal exits it as a shell reports one, 128 + the signal, so that trainctl can name the signal
 # (torchrun's own status is 1 for every failure: an out-of-memory SIGKILL read as an error exit).
@@ -349,10 +353,12 @@ def run_local(create_request: dict, *, workdir: Path, nproc: int | None = None, 
         if on_start is not None:
             on_start(procs)
         stop_files = [root / "stop" for _, _, root in launches.values()]
-        codes = _wait_stopping_on_signal(list(procs.values()), lambda: _stopping(stop_files, syncs))
+        codes, killed = _wait_stopping_on_signal(list(procs.values()), lambda: _stopping(stop_files, syncs))
     finally:
         for each in syncs:
             each.finish()
+    if killed:  # the user's second signal killed it (not the kernel): a shell's status for an interrupt
+        return KILLED_ON_SECOND_SIGNAL
     # A process itself killed (torchrun, or the one process of strategy single): as a shell says.
     codes = [128 - code if code < 0 else code for code in codes]
     code = next((c for c in codes if c != 0), 0)
@@ -381,8 +387,9 @@ def _stopping(stop_files: list[Path], syncs: list[CheckpointSync]) -> None:
         each.stopping()
 
 
-def _wait_stopping_on_signal(procs: list[subprocess.Popen], stop: Callable[[], None]) -> list[int]:
-    """Wait for every process; the first SIGINT/SIGTERM stops the run (`stop`), the second kills it."""
+def _wait_stopping_on_signal(procs: list[subprocess.Popen], stop: Callable[[], None]) -> tuple[list[int], bool]:
+    """Wait for every process; the first SIGINT/SIGTERM stops the run (`stop`), the second kills it. Returns the
+    statuses and whether a second signal killed them."""
     signals: list[int] = []
 
     def on_signal(signum, frame) -> None:
@@ -403,7 +410,7 @@ def _wait_stopping_on_signal(procs: list[subprocess.Popen], stop: Callable[[], N
     except ValueError:  # not the main thread: the caller owns the signals
         previous = {}
     try:
-        return [proc.wait() for proc in procs]
+        return [proc.wait() for proc in procs], len(signals) > 1
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

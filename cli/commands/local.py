@@ -283,11 +283,14 @@ def _ended(workdir: Path, since: float, hosts: int) -> dict:
 
 def local_outcome(code: int, workdir: Path, *, since: float, hosts: int = 1) -> str:
     """One line on how a local run ended, from the status file the training loop writes (this run's only)."""
-    from cli.container_emulator import checkpoint_store, instance_root
+    from cli.container_emulator import KILLED_ON_SECOND_SIGNAL, checkpoint_store, instance_root
 
     status = _ended(workdir, since, hosts)
     root = instance_root(workdir, hosts)
     checkpoints = checkpoint_store(workdir, hosts)
+    if code == KILLED_ON_SECOND_SIGNAL:
+        return (f"[red]killed at your second interrupt[/], without the stop's checkpoint; a rerun with --workdir "
+                f"{workdir} resumes from the newest complete one in {checkpoints}, if any")
     if code != 0:
         logs = root / "output" / "logs" if root == workdir else workdir / "algo-*" / "output" / "logs"
         if signal_name := _killed_by(code):

@@ -115,3 +115,25 @@ def test_data_without_a_validation_folder_does_not_validate_on_the_request_s_own
     assert kwargs["data_dirs"] == {"train": flat}
     said = " ".join(capsys.readouterr().out.split())
     assert f"--data {flat} has no validation/ folder: this run validates on nothing" in said
+
+
+def test_the_second_interrupt_kills_the_run_and_is_not_blamed_on_memory(tmp_path):
+    # The documented "signal again to kill": the emulator's own SIGKILL. Was: "killed by SIGKILL ... usually means
+    # this machine ran out of memory".
+    import os
+    import signal
+    import subprocess
+    import threading
+
+    from cli.commands.local import local_outcome
+    from cli.container_emulator import KILLED_ON_SECOND_SIGNAL, _wait_stopping_on_signal
+
+    procs = [subprocess.Popen(["sleep", "30"], start_new_session=True) for _ in range(2)]
+    stopped = []
+    timers = [threading.Timer(t, os.kill, (os.getpid(), signal.SIGINT)) for t in (0.3, 0.6)]
+    for t in timers:
+        t.start()
+    codes, killed = _wait_stopping_on_signal(procs, lambda: stopped.append(True))
+    assert stopped == [True] and killed and codes == [-signal.SIGKILL] * 2
+    said = local_outcome(KILLED_ON_SECOND_SIGNAL, tmp_path, since=0.0)
+    assert "killed at your second interrupt" in said and "memory" not in said
