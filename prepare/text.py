@@ -23,6 +23,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +32,7 @@ import numpy as np
 
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "[SEP]", "<eos>")
 ENCODE_BATCH = 1024  # documents per encode_batch call: the Rust side tokenizes a batch on every core
+PROGRESS_EVERY = 100_000  # documents between progress lines (a large corpus takes minutes)
 
 
 class PrepareError(SystemExit):
@@ -140,12 +143,14 @@ def _parquet(path: Path, field: str) -> Iterator[str]:
 
 
 class ShardWriter:
-    """Token ids appended in order, cut into `shard-NNNNN.bin` files of about `shard_tokens` tokens."""
+    """Token ids appended in order, cut into `shard-NNNNN.bin` files of about `shard_tokens` tokens, in a partial
+    folder beside the split's (`.train.partial`) that `publish` moves into place once the split is whole."""
 
     def __init__(self, out: Path, dtype: np.dtype, shard_tokens: int) -> None:
-        out.mkdir(parents=True, exist_ok=True)
-        for old in out.glob("shard-*.bin"):  # a rerun replaces the split, never mixes two
-            old.unlink()
+        self.final = out
+        out = out.with_name(f".{out.name}.partial")
+        shutil.rmtree(out, ignore_errors=True)  # an interrupted run's leftovers
+        out.mkdir(parents=True)
         self.out, self.dtype, self.shard_tokens = out, dtype, shard_tokens
         self.pending: list[np.ndarray] = []
         self.size = self.index = self.tokens = self.documents = 0
@@ -163,11 +168,21 @@ class ShardWriter:
             np.concatenate(self.pending).tofile(self.out / f"shard-{self.index:05d}.bin")
             self.pending, self.size, self.index = [], 0, self.index + 1
 
+    def publish(self) -> None:
+        """The whole split in place of the old one (a rerun replaces a split, never mixes two)."""
+        shutil.rmtree(self.final, ignore_errors=True)
+        self.out.rename(self.final)
+
+    def discard(self) -> None:
+        shutil.rmtree(self.out, ignore_errors=True)
+
 
 def prepare_text(files: list[Path], tokenizer_path: Path, out: Path, field: str = "text",
                  eos_token: str | None = None, val_fraction: float = 0.05,
-                 shard_tokens: int = 50_000_000) -> dict:
-    """Tokenize `files` into out/train and out/validation; returns the counts and the meta written."""
+                 shard_tokens: int = 50_000_000, progress=None) -> dict:
+    """Tokenize `files` into out/train and out/validation; returns the counts and the meta written. The splits are
+    written beside their folders and moved into place at the end: an interruption (Ctrl-C) or an error leaves the
+    folders as they were. `progress(line)` hears of each file and every PROGRESS_EVERY documents."""
     if not 0 <= val_fraction < 1:
         raise PrepareError(f"--val-fraction {val_fraction}: give a fraction in [0, 1), e.g. 0.05 (0: no validation)")
     if not files:
@@ -181,10 +196,29 @@ def prepare_text(files: list[Path], tokenizer_path: Path, out: Path, field: str 
     splits = {"train": ShardWriter(out / "train", dtype, shard_tokens)}
     if every:
         splits["validation"] = ShardWriter(out / "validation", dtype, shard_tokens)
+    try:
+        done = _write_splits(files, tokenizer, tokenizer_path, field, splits, every, eos, eos_name, vocab, dtype,
+                             progress or (lambda line: None))
+    except BaseException:
+        for writer in splits.values():
+            writer.discard()
+        raise
+    for writer in splits.values():
+        writer.publish()
+    return done
+
+
+def _write_splits(files, tokenizer, tokenizer_path, field, splits, every, eos, eos_name, vocab, dtype,
+                  progress) -> dict:
+    total = sum(p.stat().st_size for p in files if p.is_file())
+    read = 0
 
     def documents() -> Iterator[str]:
-        for path in files:
+        nonlocal read
+        for i, path in enumerate(files, 1):
+            progress(f"[prepare] {path} ({i} of {len(files)}, {read / 2**20:,.0f} of {total / 2**20:,.0f} MiB read)")
             yield from read_documents(path, field)
+            read += path.stat().st_size
 
     number = 0
     batch: list[str] = []
@@ -196,6 +230,8 @@ def prepare_text(files: list[Path], tokenizer_path: Path, out: Path, field: str 
             number += 1
             split = "validation" if every and number % every == 0 else "train"
             splits[split].add(ids)
+            if number % PROGRESS_EVERY == 0:
+                progress(f"[prepare] {number:,} documents, {sum(w.tokens for w in splits.values()):,} tokens")
 
     for text in documents():
         batch.append(text)
@@ -230,8 +266,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--val-fraction", type=float, default=0.05)
     parser.add_argument("--shard-tokens", type=int, default=50_000_000)
     args = parser.parse_args(argv)
-    done = prepare_text(args.files, args.tokenizer, args.out, args.field, args.eos_token, args.val_fraction,
-                        args.shard_tokens)
+    try:
+        done = prepare_text(args.files, args.tokenizer, args.out, args.field, args.eos_token, args.val_fraction,
+                            args.shard_tokens, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    except KeyboardInterrupt:
+        print(f"interrupted: {args.out} is as it was (the partial splits were removed); run the command again",
+              file=sys.stderr)
+        return 130  # a shell's status for an interrupt
     eos = done["eos_token"] or "none (the vocabulary has no end-of-text token; give --eos-token)"
     print(f"wrote {done['counts'].get('train', 0):,} train and {done['counts'].get('validation', 0):,} validation "
           f"tokens ({done['dtype']}, vocab {done['vocab_size']:,}, eos {eos}) from {done['documents']:,} "

@@ -137,3 +137,34 @@ def test_the_second_interrupt_kills_the_run_and_is_not_blamed_on_memory(tmp_path
     assert stopped == [True] and killed and codes == [-signal.SIGKILL] * 2
     said = local_outcome(KILLED_ON_SECOND_SIGNAL, tmp_path, since=0.0)
     assert "killed at your second interrupt" in said and "memory" not in said
+
+
+def test_ctrl_c_while_preparing_text_leaves_the_output_as_it_was(tmp_path, monkeypatch, capsys):
+    # Was: a KeyboardInterrupt traceback and a half-written train/ (its old shards already deleted).
+    import prepare.text as text
+    from tests.training.formats import documents, train_tokenizer, write_jsonl
+
+    docs = documents(60)
+    tokenizer = train_tokenizer(tmp_path / "tokenizer.json", docs)
+    write_jsonl(tmp_path / "a.jsonl", docs)
+    write_jsonl(tmp_path / "b.jsonl", docs)
+    out = tmp_path / "tokens"
+    assert text.main([str(tmp_path / "a.jsonl"), "--tokenizer", str(tokenizer), "--out", str(out)]) == 0
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    said = capsys.readouterr().err
+    assert f"[prepare] {tmp_path / 'a.jsonl'} (1 of 1, 0 of 0 MiB read)" in said  # progress, on stderr
+
+    real = text.read_documents
+
+    def interrupted(path, field):
+        if path.name == "b.jsonl":  # the second file: the first one's shards are being written
+            raise KeyboardInterrupt
+        yield from real(path, field)
+
+    monkeypatch.setattr(text, "read_documents", interrupted)
+    monkeypatch.setattr(text, "ENCODE_BATCH", 7)  # several encode batches, so shards are on disk when it stops
+    assert text.main([str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl"), "--tokenizer", str(tokenizer),
+                      "--out", str(out), "--shard-tokens", "50"]) == 130
+    assert f"interrupted: {out} is as it was" in capsys.readouterr().err
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert after == before and not list(out.glob(".*.partial"))
