@@ -17,9 +17,11 @@ import argparse
 import io
 import json
 import random
+import sys
 import tarfile
 from pathlib import Path
 
+from prepare.staging import StagedFolder, interrupted, written_whole
 from training.data.tar_shards import IMAGE_SUFFIXES
 
 
@@ -54,11 +56,13 @@ def _check_image(path: Path) -> None:
         raise PrepareError(f"{path} is not a readable image ({e}): remove or replace it") from None
 
 
-def write_shards(samples: list[tuple[Path, int]], out: Path, shard_samples: int) -> int:
+def write_shards(samples: list[tuple[Path, int]], out: Path, shard_samples: int, on_shard=None) -> int:
+    """`samples` in tar shards of `shard_samples` into `out` (a split's staged folder: prepare.staging);
+    `on_shard(number, of)` before each."""
     out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("*.tar"):  # a rerun replaces the split, never mixes two
-        old.unlink()
     for start in range(0, len(samples), shard_samples):
+        if on_shard is not None:
+            on_shard(start // shard_samples + 1, -(-len(samples) // shard_samples))
         with tarfile.open(out / f"{start // shard_samples:05d}.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
             for n, (path, label) in enumerate(samples[start : start + shard_samples], start):
                 key = f"{n:08d}"
@@ -71,7 +75,9 @@ def write_shards(samples: list[tuple[Path, int]], out: Path, shard_samples: int)
 
 
 def prepare_images(root: Path, out: Path, image_size: int, channels: int = 3, val_fraction: float = 0.05,
-                   shard_samples: int = 1000, seed: int = 0) -> dict:
+                   shard_samples: int = 1000, seed: int = 0, progress=None) -> dict:
+    """ImageFolder `root` into tar shards in out/train and out/validation, written whole or not at all
+    (prepare.staging); `progress(line)` hears of each shard."""
     if image_size < 1 or channels not in (1, 3) or shard_samples < 1 or not 0 <= val_fraction < 1:
         raise PrepareError(f"--image-size {image_size}, --channels {channels}, --shard-samples {shard_samples}, "
                            f"--val-fraction {val_fraction}: give a positive size, channels 1 or 3, at least one "
@@ -84,16 +90,23 @@ def prepare_images(root: Path, out: Path, image_size: int, channels: int = 3, va
     splits = {"train": [s for n, s in enumerate(samples, 1) if not every or n % every]}
     if every:
         splits["validation"] = [s for n, s in enumerate(samples, 1) if n % every == 0]
-    counts = {}
     for name, items in splits.items():
         if not items:
             raise PrepareError(f"the {name} split got no images of {len(samples)}: add images, or lower "
                                "--val-fraction")
-        counts[name] = write_shards(items, out / name, shard_samples)
-        meta = {"format": "webdataset", "num_classes": len(classes), "image_size": image_size,
-                "channels": channels, "classes": classes, "samples": counts[name]}
-        (out / name / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-    return {"counts": counts, "classes": classes}
+    staged = {name: StagedFolder(out / name) for name in splits}
+
+    def write() -> dict:
+        counts = {}
+        for name, items in splits.items():
+            counts[name] = write_shards(items, staged[name].path, shard_samples, progress and (
+                lambda i, of, name=name: progress(f"[prepare] {name}: shard {i} of {of}")))
+            meta = {"format": "webdataset", "num_classes": len(classes), "image_size": image_size,
+                    "channels": channels, "classes": classes, "samples": counts[name]}
+            (staged[name].path / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+        return {"counts": counts, "classes": classes}
+
+    return written_whole(list(staged.values()), write)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,8 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shard-samples", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0, help="seed of the shuffled order")
     args = parser.parse_args(argv)
-    done = prepare_images(args.imagefolder, args.out, args.image_size, args.channels, args.val_fraction,
-                          args.shard_samples, args.seed)
+    try:
+        done = prepare_images(args.imagefolder, args.out, args.image_size, args.channels, args.val_fraction,
+                              args.shard_samples, args.seed, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    except KeyboardInterrupt:
+        return interrupted(args.out)
     print(f"wrote {done['counts']['train']:,} train and {done['counts'].get('validation', 0):,} validation images "
           f"of {len(done['classes'])} classes to {args.out}")
     return 0

@@ -23,12 +23,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+
+from prepare.staging import StagedFolder, interrupted, written_whole
 
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "[SEP]", "<eos>")
 ENCODE_BATCH = 1024  # documents per encode_batch call: the Rust side tokenizes a batch on every core
@@ -143,15 +144,12 @@ def _parquet(path: Path, field: str) -> Iterator[str]:
 
 
 class ShardWriter:
-    """Token ids appended in order, cut into `shard-NNNNN.bin` files of about `shard_tokens` tokens, in a partial
-    folder beside the split's (`.train.partial`) that `publish` moves into place once the split is whole."""
+    """Token ids appended in order, cut into `shard-NNNNN.bin` files of about `shard_tokens` tokens, in the split's
+    staged folder (prepare.staging: moved into place once every split is whole)."""
 
     def __init__(self, out: Path, dtype: np.dtype, shard_tokens: int) -> None:
-        self.final = out
-        out = out.with_name(f".{out.name}.partial")
-        shutil.rmtree(out, ignore_errors=True)  # an interrupted run's leftovers
-        out.mkdir(parents=True)
-        self.out, self.dtype, self.shard_tokens = out, dtype, shard_tokens
+        self.staged = StagedFolder(out)
+        self.out, self.dtype, self.shard_tokens = self.staged.path, dtype, shard_tokens
         self.pending: list[np.ndarray] = []
         self.size = self.index = self.tokens = self.documents = 0
 
@@ -168,13 +166,6 @@ class ShardWriter:
             np.concatenate(self.pending).tofile(self.out / f"shard-{self.index:05d}.bin")
             self.pending, self.size, self.index = [], 0, self.index + 1
 
-    def publish(self) -> None:
-        """The whole split in place of the old one (a rerun replaces a split, never mixes two)."""
-        shutil.rmtree(self.final, ignore_errors=True)
-        self.out.rename(self.final)
-
-    def discard(self) -> None:
-        shutil.rmtree(self.out, ignore_errors=True)
 
 
 def prepare_text(files: list[Path], tokenizer_path: Path, out: Path, field: str = "text",
@@ -196,16 +187,12 @@ def prepare_text(files: list[Path], tokenizer_path: Path, out: Path, field: str 
     splits = {"train": ShardWriter(out / "train", dtype, shard_tokens)}
     if every:
         splits["validation"] = ShardWriter(out / "validation", dtype, shard_tokens)
-    try:
-        done = _write_splits(files, tokenizer, tokenizer_path, field, splits, every, eos, eos_name, vocab, dtype,
-                             progress or (lambda line: None))
-    except BaseException:
-        for writer in splits.values():
-            writer.discard()
-        raise
-    for writer in splits.values():
-        writer.publish()
-    return done
+    return written_whole([w.staged for w in splits.values()], lambda: _write_splits(
+        files, tokenizer, tokenizer_path, field, splits, every, eos, eos_name, vocab, dtype, progress or print_nothing))
+
+
+def print_nothing(line: str) -> None:
+    pass
 
 
 def _write_splits(files, tokenizer, tokenizer_path, field, splits, every, eos, eos_name, vocab, dtype,
@@ -270,9 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         done = prepare_text(args.files, args.tokenizer, args.out, args.field, args.eos_token, args.val_fraction,
                             args.shard_tokens, progress=lambda line: print(line, file=sys.stderr, flush=True))
     except KeyboardInterrupt:
-        print(f"interrupted: {args.out} is as it was (the partial splits were removed); run the command again",
-              file=sys.stderr)
-        return 130  # a shell's status for an interrupt
+        return interrupted(args.out)
     eos = done["eos_token"] or "none (the vocabulary has no end-of-text token; give --eos-token)"
     print(f"wrote {done['counts'].get('train', 0):,} train and {done['counts'].get('validation', 0):,} validation "
           f"tokens ({done['dtype']}, vocab {done['vocab_size']:,}, eos {eos}) from {done['documents']:,} "

@@ -168,3 +168,29 @@ def test_ctrl_c_while_preparing_text_leaves_the_output_as_it_was(tmp_path, monke
     assert f"interrupted: {out} is as it was" in capsys.readouterr().err
     after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert after == before and not list(out.glob(".*.partial"))
+
+
+def test_ctrl_c_while_preparing_images_leaves_the_output_as_it_was(tmp_path, monkeypatch, capsys):
+    import prepare.images as images
+    from tests.training.formats import write_imagefolder
+
+    write_imagefolder(tmp_path / "folder")
+    out = tmp_path / "shards"
+    args = ["--imagefolder", str(tmp_path / "folder"), "--out", str(out), "--image-size", "16", "--shard-samples", "5",
+            "--val-fraction", "0.25"]
+    assert images.main(args) == 0
+    assert "[prepare] train: shard 1 of" in capsys.readouterr().err
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    real, calls = images.write_shards, []
+
+    def stopped_in_validation(samples, folder, shard_samples, on_shard=None):
+        calls.append(folder)
+        if len(calls) == 2:  # train written in full, validation under way
+            raise KeyboardInterrupt
+        return real(samples, folder, shard_samples, on_shard)
+
+    monkeypatch.setattr(images, "write_shards", stopped_in_validation)
+    assert images.main([*args, "--seed", "1"]) == 130
+    assert f"interrupted: {out} is as it was" in capsys.readouterr().err
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert not list(out.glob(".*.partial"))
