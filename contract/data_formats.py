@@ -87,3 +87,26 @@ def load_rate(data_format: str, work: float, worker: bool) -> float:
     (w0, t0), (w1, t1) = times[i - 1], times[i]
     seconds = t0 + (t1 - t0) * (work - w0) / (w1 - w0)
     return 1 / max(seconds, min(t0, t1) / 10)  # far below the first row: never faster than 10x its rate
+
+
+# What a folder without a channel's meta.json holds, by its files' suffixes, and the preparer that makes it a
+# channel (the training package's refusal and trainctl local's check before any process starts say the same).
+_RAW_TEXT = (".jsonl", ".parquet")
+_IMAGE_FILES = (".jpg", ".jpeg", ".png")
+
+
+def how_to_prepare(folder: str, names: list[str], subfolders: list[str]) -> str:
+    """The preparer for a folder that is not yet a channel, from the names of its files and sub-folders."""
+    suffixes = {n[n.rfind("."):].lower() for n in names if "." in n}
+    if suffixes & set(_RAW_TEXT):
+        return (f"{folder} holds raw text ({', '.join(sorted(suffixes & set(_RAW_TEXT)))}): tokenize it into a "
+                f"channel first: python -m prepare.text {folder}/*.jsonl --tokenizer tokenizer.json --out DIR "
+                "(give --data DIR)")
+    if ".tar" in suffixes:
+        return (f"{folder} holds tar shards but no meta.json: a webdataset channel needs one beside them (format, "
+                "image_size, num_classes); python -m prepare.images --imagefolder ROOT --out DIR writes both")
+    if suffixes & set(_IMAGE_FILES) or (subfolders and not names):
+        return (f"{folder} looks like images (or an ImageFolder tree of class folders): make tar shards of them "
+                f"first: python -m prepare.images --imagefolder {folder} --out DIR --image-size N (give --data DIR)")
+    return ("write the channel with python -m prepare.corpus (byte tokens), prepare.text (JSONL or Parquet through a "
+            "tokenizer) or prepare.images (an ImageFolder tree); each writes the meta.json a channel needs")

@@ -119,6 +119,7 @@ def run_request_locally(loaded: LoadedRequest, *, workdir: Path | None, nproc: i
         if not path.is_dir():
             raise UserError(f"the {name} data folder {path} does not exist",
                             "create it (python -m prepare.corpus --out DIR), or pass --data DIR")
+        _check_channel(name, path)
     from cli.container_emulator import LocalRunError
 
     if run_local is None:
@@ -129,6 +130,20 @@ def run_request_locally(loaded: LoadedRequest, *, workdir: Path | None, nproc: i
         return run_local(create, workdir=workdir, nproc=nproc, hosts=hosts, data_dirs=channels, **emulation)
     except LocalRunError as exc:  # e.g. a channel on S3 or FSx with no local folder given
         raise UserError(str(exc), "pass --data DIR with the dataset's local copy") from None
+
+
+def _check_channel(name: str, path: Path) -> None:
+    """A channel folder without its meta.json, refused before any process starts (the job would say it after its
+    start-up, naming the work folder's link), with the preparer its files call for."""
+    if (path / "meta.json").is_file():
+        return
+    from contract.data_formats import how_to_prepare
+
+    entries = list(path.iterdir())
+    where = f"{path} (relative to the current folder, {Path.cwd()})" if not path.is_absolute() else str(path)
+    raise UserError(f"the {name} data folder {where} is not a channel: it has no meta.json",
+                    how_to_prepare(str(path), [p.name for p in entries if p.is_file()],
+                                   [p.name for p in entries if p.is_dir()]))
 
 
 def _check_parallelism(loaded: LoadedRequest, values: dict[str, Any], processes: int, hosts: int) -> None:

@@ -23,6 +23,13 @@ REGION = "us-east-1"
 ROLE = "arn:aws:iam::123456789012:role/stepfunctions"
 
 
+def channel_folder(path: Path) -> Path:
+    """An (empty) token channel: the folder and the meta.json trainctl local checks before it starts anything."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "meta.json").write_text(json.dumps({"format": "tokens", "dtype": "uint16", "vocab_size": 256}))
+    return path
+
+
 def run(*args: str, **kwargs: Any):
     """Invoke trainctl in-process; returns click's Result (exit_code, stdout, stderr, output)."""
     return CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False, **kwargs)

@@ -23,7 +23,7 @@ from cli.views.charts import (
 )
 from contract.metrics import format_metrics
 from tests.cli import machines
-from tests.cli.conftest import DATA, REGION, run
+from tests.cli.conftest import DATA, REGION, channel_folder, run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -182,7 +182,7 @@ def test_local_chart_draws_the_work_folders_runs(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     for split in ("train", "validation"):
-        (tmp_path / "corpus" / split).mkdir(parents=True)
+        channel_folder(tmp_path / "corpus" / split)
     workdir = tmp_path / "w"
     _jsonl(workdir / "output" / "data" / "metrics.jsonl", [_record(1, train_loss=3.0, time=1.0)])
 

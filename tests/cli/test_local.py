@@ -11,7 +11,7 @@ import pytest
 from cli.commands.local import run_request_locally
 from cli.errors import UserError
 from cli.request_file import load_request
-from tests.cli.conftest import DATA, run
+from tests.cli.conftest import DATA, channel_folder, run
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,7 +33,7 @@ def corpus_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The request's relative ./corpus/{train,validation} folders, under a temporary working directory."""
     monkeypatch.chdir(tmp_path)
     for split in ("train", "validation"):
-        (tmp_path / "corpus" / split).mkdir(parents=True)
+        channel_folder(tmp_path / "corpus" / split)
     return tmp_path / "corpus"
 
 
@@ -71,8 +71,8 @@ def test_a_local_run_sends_no_metrics_to_the_teams_cloudwatch(corpus_dir, tmp_pa
 
 def test_data_dir_with_splits(corpus_dir, tmp_path):
     other = tmp_path / "other"
-    (other / "train").mkdir(parents=True)
-    (other / "validation").mkdir()
+    channel_folder(other / "train")
+    channel_folder(other / "validation")
     fake = FakeRunLocal(code=3)
     loaded = load_request(DATA / "local-tiny.json")
     assert run_request_locally(loaded, workdir=tmp_path / "w", nproc=None, data=other, run_local=fake) == 3
@@ -81,8 +81,7 @@ def test_data_dir_with_splits(corpus_dir, tmp_path):
 
 
 def test_data_dir_without_splits_is_the_train_channel(corpus_dir, tmp_path):
-    flat = tmp_path / "flat"
-    flat.mkdir()
+    flat = channel_folder(tmp_path / "flat")
     fake = FakeRunLocal()
     run_request_locally(load_request(DATA / "local-tiny.json"), workdir=tmp_path / "w", nproc=1, data=flat,
                         run_local=fake)
