@@ -55,6 +55,7 @@ from cli.checkpoint_sync import CheckpointSync, SyncSettings
 from contract.container import (
     ENV_CHECKPOINT_DIR,
     ENV_EPOCH,
+    ENV_LOCAL_WORKDIR,
     ENV_METRICS_NAMESPACE,
     ENV_STOP_FILE,
     FAILURE_FILE,
@@ -225,6 +226,7 @@ def prepare_layout(request: dict, workdir: Path, nproc: int, data_dirs: dict[str
     # A local run sends nothing to the team's CloudWatch namespace the renderer names: it has no job role, and its
     # figures would mix with the team's real jobs' (its metrics stay in the work folder's metrics.jsonl).
     env.pop(ENV_METRICS_NAMESPACE, None)
+    env[ENV_LOCAL_WORKDIR] = str(workdir)  # the job's fixes name --workdir, the knob a local user has
     env.update({
         "SM_MODEL_DIR": str(model_dir),
         "SM_OUTPUT_DIR": str(output_dir),

@@ -74,6 +74,9 @@ STOP_KILL_AFTER_SECONDS = 120
 STOP_FILE = "/tmp/trainctl-stop"
 # Not a SageMaker variable: `trainctl local` and tests move the stop file with it.
 ENV_STOP_FILE = "TRAINING_STOP_FILE"
+# Not a SageMaker variable: `trainctl local` names its --workdir, so that a fix the job suggests is one its user
+# can apply (another --workdir, not a checkpoint_dir the request does not let them set).
+ENV_LOCAL_WORKDIR = "TRAINCTL_LOCAL_WORKDIR"
 # What torchrun (from torch 2.12) waits for its workers after forwarding the signal: inside the 120 s, with
 # room for the process tree to exit. Older torchrun ignores it and waits a fixed 30 s.
 TORCHRUN_SHUTDOWN_SECONDS = 110

@@ -52,6 +52,20 @@ def stop_file_path(env: typing.Mapping[str, str]) -> Path | None:
     return Path(sm.STOP_FILE) if sm.ENV_HOSTS in env else None
 
 
+def checkpoint_folder_fix(folder: str, env: typing.Mapping[str, str] | None = None) -> str:
+    """How the one who started this job points it at another checkpoint `folder` (e.g. "an empty folder"): under
+    trainctl local, another --workdir; on SageMaker the folder is the run's own (its S3 prefix, the platform's):
+    a new run; a plain process on a workstation, the checkpoint_dir hyperparameter."""
+    env = os.environ if env is None else env
+    if workdir := env.get(sm.ENV_LOCAL_WORKDIR):
+        return (f"run trainctl local with another --workdir for {folder} (this one keeps its checkpoints in "
+                f"{workdir}/checkpoints)")
+    if sm.ENV_HOSTS in env:
+        return (f"the checkpoint folder is the run's own (its S3 prefix): for {folder}, submit the request as a new "
+                "run (trainctl submit)")
+    return f"point checkpoint_dir at {folder}"
+
+
 def path_defaults(env: typing.Mapping[str, str]) -> dict[str, str]:
     """The path hyperparameters as the container sets them; a channel that is absent is left out."""
     paths = {

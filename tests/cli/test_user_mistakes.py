@@ -436,3 +436,21 @@ def test_the_job_itself_names_the_preparer_its_channel_calls_for(tmp_path):
     (tmp_path / "docs.jsonl").write_text('{"text": "x"}\n')
     with pytest.raises(DataMissing, match=r"has no meta.json: .* holds raw text \(.jsonl\): tokenize it"):
         read_meta(tmp_path)
+
+
+def test_a_checkpoint_folder_fix_is_one_its_user_can_apply(tmp_path):
+    # Was "point checkpoint_dir at ..." everywhere, where trainctl local's request refuses checkpoint_dir: the local
+    # user's knob is --workdir, a SageMaker run's folder is the platform's.
+    from cli.container_emulator import prepare_layout
+    from contract.container import ENV_HOSTS, ENV_LOCAL_WORKDIR
+    from tests.training.helpers import LOCAL_HPS, create_request
+    from training.environment import checkpoint_folder_fix
+
+    data = {"train": channel_folder(tmp_path / "d" / "train"), "validation": channel_folder(tmp_path / "d" / "v")}
+    _, env, _ = prepare_layout(create_request(LOCAL_HPS), tmp_path / "w", 1, data, None)
+    assert env[ENV_LOCAL_WORKDIR] == str((tmp_path / "w").resolve())
+    local = checkpoint_folder_fix("an empty folder", env)
+    assert local.startswith("run trainctl local with another --workdir for an empty folder") and "checkpoint_dir" not in local
+    sagemaker = checkpoint_folder_fix("an empty folder", {ENV_HOSTS: '["algo-1"]'})
+    assert "trainctl submit" in sagemaker and "checkpoint_dir" not in sagemaker
+    assert checkpoint_folder_fix("an empty folder", {}) == "point checkpoint_dir at an empty folder"

@@ -21,6 +21,7 @@ import torch
 
 from contract.errors import error_chain
 from contract.failures import FailureCode
+from training.environment import checkpoint_folder_fix
 from training.resilience.outcome import TrainingFailure
 
 # The free-space check asks for the next save times this, plus a little for .metadata and the marker.
@@ -36,13 +37,15 @@ _DISK_FULL_TEXT = re.compile(r"No space left on device|Disk quota exceeded|\[Err
 _UNWRITABLE_ERRNOS = {errno.ENOSPC: "ENOSPC", errno.EDQUOT: "EDQUOT", errno.EROFS: "EROFS", errno.EACCES: "EACCES",
                       errno.EPERM: "EPERM"}
 
-FOLDER_FIX = "point checkpoint_dir at a folder this job can write, or fix the folder's permissions or mount"
+def folder_fix() -> str:
+    return f"{checkpoint_folder_fix('a folder this job can write')}, or fix the folder's permissions or mount"
+
 
 
 def folder_problem(root: Path, needed: int, basis: str) -> str | None:
     """Why `root` cannot take the next save (made when missing, a probe file written and removed), or None."""
     if root.exists() and not root.is_dir():
-        return f"the checkpoint folder {root} is a file: remove it, or point checkpoint_dir elsewhere"
+        return f"the checkpoint folder {root} is a file: remove it, or {checkpoint_folder_fix('another folder')}"
     probe = root / f".write-probe-{socket.gethostname()}-{os.getpid()}"
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -50,7 +53,7 @@ def folder_problem(root: Path, needed: int, basis: str) -> str | None:
             f.write(b"probe")
         probe.unlink()
     except OSError as e:
-        return f"the checkpoint folder {root} is not writable ({os_error(e)}): {FOLDER_FIX}"
+        return f"the checkpoint folder {root} is not writable ({os_error(e)}): {folder_fix()}"
     free = shutil.disk_usage(root).free
     if free < needed:
         return (f"the checkpoint folder {root} has {human_bytes(free)} free ({free} bytes) and the next checkpoint needs "
@@ -62,14 +65,14 @@ def full_message(name: str, root: Path, path: Path) -> str:
     if name not in ("ENOSPC", "EDQUOT"):
         what = {"EROFS": "the file system became read-only"}.get(name, "permission denied")
         return (f"the checkpoint folder {root} is no longer writable: {what} ({name}) while writing checkpoint "
-                f"{path.name}: {FOLDER_FIX} (a read-only remount follows a disk error: the instance's volume, or "
+                f"{path.name}: {folder_fix()} (a read-only remount follows a disk error: the instance's volume, or "
                 "the file system's health)")
     free = ""
     with contextlib.suppress(OSError):
         free = f", {human_bytes(shutil.disk_usage(root).free)} free now"
     what = "no space left on device" if name == "ENOSPC" else "disk quota exceeded"
     return (f"{what} ({name}) while writing checkpoint {path.name} in {root}{free}: give the instance a larger "
-            "volume (instance.volume_gb), lower keep_checkpoints, or point checkpoint_dir at a larger disk")
+            f"volume (instance.volume_gb), lower keep_checkpoints, or {checkpoint_folder_fix('a larger disk')}")
 
 
 @contextlib.contextmanager

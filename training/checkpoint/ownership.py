@@ -20,6 +20,7 @@ from pathlib import Path
 from contract.container import ENV_RUN_ID
 from contract.failures import FailureCode
 from training.checkpoint.markers import MarkedStep, first_few
+from training.environment import checkpoint_folder_fix
 from training.resilience.outcome import TrainingFailure
 
 
@@ -67,11 +68,11 @@ def foreign_message(root: Path, path: str, theirs: Owner, mine: Owner, other_run
     if differences:
         why.append(f"its model differs from this run's ({first_few(differences, 4)})")
     if other_run:
-        fix = (f"point checkpoint_dir at this run's own folder (an empty one to start afresh), or start from that "
-               f"checkpoint's weights explicitly with init_from={path}")
+        own = checkpoint_folder_fix("this run's own folder (an empty one to start afresh)")
+        fix = f"{own}, or start from that checkpoint's weights explicitly with init_from={path}"
     else:
         fix = ("run with the model settings it was written with (model, model_size, seq_len, the data's vocabulary), "
-               "or point checkpoint_dir at an empty folder (init_from starts from weights of the same shape only)")
+               f"or {checkpoint_folder_fix('an empty folder')} (init_from starts from weights of the same shape only)")
     return (f"{mine.name} cannot resume the checkpoint {Path(path).name} in {root}, written by {theirs.name}: "
             f"{'; '.join(why)}: {fix}")
 

@@ -33,7 +33,7 @@ from contract.failures import FailureCode
 from contract.hyperparameters import TrainConfig
 from training.checkpoint import fencing
 from training.checkpoint.cadence import Cadence
-from training.checkpoint.disk import FOLDER_FIX, host_budget, os_error, unwritable_is_a_failure
+from training.checkpoint.disk import folder_fix, host_budget, os_error, unwritable_is_a_failure
 from training.checkpoint.markers import (
     CHECKSUM,
     MARKER,
@@ -186,7 +186,7 @@ class CheckpointStorage:
                 problem = (e.code, str(e))
             except OSError as e:
                 problem = (FailureCode.CHECKPOINT_UNWRITABLE,
-                           f"the completion marker of {path} cannot be written ({os_error(e)}): {FOLDER_FIX}")
+                           f"the completion marker of {path} cannot be written ({os_error(e)}): {folder_fix()}")
         self.agree(problem)  # a barrier that carries the marker's fate: one rank's error must not hang the others
         self.complete.add(step)
 
