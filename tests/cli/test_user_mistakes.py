@@ -454,3 +454,15 @@ def test_a_checkpoint_folder_fix_is_one_its_user_can_apply(tmp_path):
     sagemaker = checkpoint_folder_fix("an empty folder", {ENV_HOSTS: '["algo-1"]'})
     assert "trainctl submit" in sagemaker and "checkpoint_dir" not in sagemaker
     assert checkpoint_folder_fix("an empty folder", {}) == "point checkpoint_dir at an empty folder"
+
+
+def test_the_local_progress_bar_shows_step_loss_throughput_and_eta(tmp_path):
+    # Was: "[#####.....] 40/120" alone.
+    from contract.metrics import TOKENS_PER_SEC, TRAIN_LOSS
+    from training.metrics.logger import MetricsLogger
+
+    logger = MetricsLogger(tmp_path, enabled=True, total_steps=120)
+    assert logger.progress_line(10, now=100.0) == f"[##{'.' * 28}] 10/120"  # nothing logged, no pace yet
+    logger.log({TRAIN_LOSS: 3.25, TOKENS_PER_SEC: 12345.6})
+    # 30 steps in 60 s: 2 s a step, 80 steps left.
+    assert logger.progress_line(40, now=160.0) == f"[##########{'.' * 20}] 40/120  loss 3.2500  12,346 tokens/s  ETA 2:40"

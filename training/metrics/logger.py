@@ -12,7 +12,7 @@ from pathlib import Path
 
 from contract.container import METRICS_FILE
 from contract.gpus import PEAK_TFLOPS, peak_tflops
-from contract.metrics import format_metrics
+from contract.metrics import SAMPLES_PER_SEC, TOKENS_PER_SEC, TRAIN_LOSS, format_metrics
 
 # Peak dense bf16/fp16 tensor-core FLOP/s per GPU: contract.gpus, the table the planner divides by too.
 PEAK_FLOPS = {name: tflops * 1e12 for name, tflops in PEAK_TFLOPS.items()}
@@ -40,6 +40,12 @@ def _finite(value):
     return value
 
 
+def _clock(seconds: float) -> str:
+    """h:mm:ss (m:ss under an hour)."""
+    s = max(0, round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
 class MetricsLogger:
     """Prints metric lines on stdout and appends the same records to metrics.jsonl (rank 0 only)."""
 
@@ -48,6 +54,8 @@ class MetricsLogger:
         self.total_steps = total_steps
         self.path = Path(output_dir) / METRICS_FILE
         self.tty = enabled and sys.stderr.isatty()
+        self.last: dict = {}  # the last logged record: what the progress bar shows of loss and throughput
+        self.started: tuple[int, float] | None = None  # (step, time) of the first progress: the ETA's rate
         if enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -55,6 +63,7 @@ class MetricsLogger:
         if not self.enabled:
             return
         clean = {k: v for k, v in record.items() if v is not None}
+        self.last = clean
         if self.tty:
             sys.stderr.write("\r\033[K")
         print(format_metrics(clean), flush=True)
@@ -68,15 +77,31 @@ class MetricsLogger:
         if self.enabled:
             print(format_metrics({k: v for k, v in record.items() if v is not None}), flush=True)
 
-    def progress(self, step: int, loss: float | None = None) -> None:
-        """A one-line progress bar on stderr when it is a terminal (never in SageMaker's log stream)."""
+    def progress(self, step: int, now: float | None = None) -> None:
+        """A one-line progress bar on stderr when it is a terminal (never in SageMaker's log stream): the step, the
+        last logged loss and throughput, and the time left at the pace since the first step it drew."""
         if not self.tty:
             return
+        sys.stderr.write(f"\r{self.progress_line(step, time.monotonic() if now is None else now)}")
+        sys.stderr.flush()
+
+    def progress_line(self, step: int, now: float) -> str:
+        if self.started is None:
+            self.started = (step, now)
         width = 30
         done = int(width * step / max(1, self.total_steps))
-        tail = f" loss {loss:.4f}" if loss is not None else ""
-        sys.stderr.write(f"\r[{'#' * done}{'.' * (width - done)}] {step}/{self.total_steps}{tail}")
-        sys.stderr.flush()
+        parts = [f"[{'#' * done}{'.' * (width - done)}] {step}/{self.total_steps}"]
+        if TRAIN_LOSS in self.last:
+            parts.append(f"loss {self.last[TRAIN_LOSS]:.4f}")
+        for key, unit in ((TOKENS_PER_SEC, "tokens/s"), (SAMPLES_PER_SEC, "samples/s")):
+            if key in self.last:
+                parts.append(f"{self.last[key]:,.0f} {unit}")
+                break
+        first_step, first_time = self.started
+        if step > first_step and now > first_time:
+            left = (self.total_steps - step) * (now - first_time) / (step - first_step)
+            parts.append(f"ETA {_clock(left)}")
+        return "  ".join(parts)
 
     def close(self) -> None:
         if self.tty:
