@@ -62,6 +62,12 @@ FOUR_DECIMALS = frozenset({TRAIN_LOSS, VAL_LOSS, GRAD_NORM, MFU, EPOCH, CHECKPOI
 
 LINE_PREFIX = "[metrics]"
 
+# The metrics file's own fields beside the metrics (training.metrics.logger writes them, charts read them): when a
+# record was written, and when the training process that wrote it started (a run on a work folder: the chart tells a
+# resumed run from the one before it by it, even where it resumed at the very step that one stopped).
+RECORD_TIME = "time"
+RUN_STARTED = "run_started"
+
 # SageMaker publishes a training job's MetricDefinitions (and its instance metrics: GPUUtilization,
 # GPUMemoryUtilization...) under this CloudWatch namespace, dimensioned by TrainingJobName or Host.
 # It happens to be spelled like the job's log group (contract.container.LOG_GROUP); they are two facts.

@@ -17,7 +17,16 @@ from typing import Any
 
 from cli.errors import UserError
 from contract.container import METRICS_FILE
-from contract.metrics import METRIC_NAMES, SAMPLES_PER_SEC, STEP, TOKENS_PER_SEC, TRAIN_LOSS, VAL_LOSS
+from contract.metrics import (
+    METRIC_NAMES,
+    RECORD_TIME,
+    RUN_STARTED,
+    SAMPLES_PER_SEC,
+    STEP,
+    TOKENS_PER_SEC,
+    TRAIN_LOSS,
+    VAL_LOSS,
+)
 
 CHART_SUFFIXES = (".png", ".svg", ".pdf")
 INSTALL_HINT = "pip install 'sagemaker-training-platform[chart]' (or: pip install matplotlib)"
@@ -172,20 +181,20 @@ def read_metrics_file(path: Path) -> list[dict[str, float]]:
             continue
         if isinstance(data, dict):
             records.append({k: float(v) for k, v in data.items()
-                            if (k in METRIC_NAMES or k == "time") and isinstance(v, int | float)})
+                            if (k in METRIC_NAMES or k in (RECORD_TIME, RUN_STARTED)) and isinstance(v, int | float)})
     return records
 
 
 def split_runs(records: list[dict[str, float]], started: float | None = None) -> list[RunMetrics]:
-    """One RunMetrics per run on a work folder: a new run starts where the step goes back (a run
-    resumed from an earlier checkpoint) and at `started`, when this command's run began. Runs that
-    resumed exactly where the one before stopped, before `started`, read as one: the file does not
-    mark where a run began."""
+    """One RunMetrics per run on a work folder: a new run starts where the records' run_started changes (each
+    training process stamps its own), where the step goes back (a run resumed from an earlier checkpoint; files
+    written before the stamp) and at `started`, when this command's run began."""
     runs: list[list[dict[str, float]]] = []
     previous: dict[str, float] | None = None
     for record in records:
         if not runs or _restarted(previous, record) or (
-                started is not None and previous.get("time", 0.0) < started <= record.get("time", 0.0)):
+                started is not None and previous.get(RECORD_TIME, 0.0) < started <= record.get(RECORD_TIME, 0.0)) or (
+                previous.get(RUN_STARTED, record.get(RUN_STARTED)) != record.get(RUN_STARTED, previous.get(RUN_STARTED))):
             runs.append([])
         runs[-1].append(record)
         previous = record

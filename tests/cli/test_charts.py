@@ -65,6 +65,33 @@ def test_runs_are_split_where_a_run_began(tmp_path):
     assert [len(run.records) for run in split_runs(read_metrics_file(path))] == [4, 4]  # without `started`
 
 
+def test_runs_that_each_resumed_where_the_one_before_stopped_stay_apart(tmp_path):
+    # Three runs on one work folder, each resumed at the very step the one before stopped (steps 1-2, 3-4, 5-6),
+    # all before this command: the steps never go back. Was: merged into fewer runs (the file did not mark where a
+    # run began); each training process now stamps its records with when it started.
+    from contract.metrics import RUN_STARTED
+
+    path = tmp_path / "metrics.jsonl"
+    _jsonl(path, [_record(s, train_loss=5.0 - s / 10, time=10.0 * s, **{RUN_STARTED: 100.0 * ((s + 1) // 2)})
+                  for s in range(1, 7)])
+    runs = split_runs(read_metrics_file(path))
+    assert [series(run, "train_loss")[0] for run in runs] == [[1, 2], [3, 4], [5, 6]]
+
+
+def test_the_logger_stamps_each_record_with_when_its_run_started(tmp_path):
+    from contract.metrics import RUN_STARTED
+    from training.metrics.logger import MetricsLogger
+
+    first, second = MetricsLogger(tmp_path, enabled=True, total_steps=4), MetricsLogger(tmp_path, enabled=True,
+                                                                                         total_steps=4)
+    second.run_started += 1  # a later process
+    for logger, step in ((first, 1), (first, 2), (second, 3)):
+        logger.log({"step": step, "train_loss": 1.0})
+    records = read_metrics_file(tmp_path / "metrics.jsonl")
+    assert [r[RUN_STARTED] for r in records] == [first.run_started] * 2 + [second.run_started]
+    assert [len(run.records) for run in split_runs(records)] == [2, 1]
+
+
 def test_the_figure_plots_exactly_the_series(tmp_path):
     runs = split_runs([{k: float(v) for k, v in r.items()} for r in FILE], started=150.0)
     runs[1].records.append({"step": 5.0, "train_loss": float("nan")})  # a diverged loss is left out

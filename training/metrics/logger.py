@@ -12,7 +12,14 @@ from pathlib import Path
 
 from contract.container import METRICS_FILE
 from contract.gpus import PEAK_TFLOPS, peak_tflops
-from contract.metrics import SAMPLES_PER_SEC, TOKENS_PER_SEC, TRAIN_LOSS, format_metrics
+from contract.metrics import (
+    RECORD_TIME,
+    RUN_STARTED,
+    SAMPLES_PER_SEC,
+    TOKENS_PER_SEC,
+    TRAIN_LOSS,
+    format_metrics,
+)
 
 # Peak dense bf16/fp16 tensor-core FLOP/s per GPU: contract.gpus, the table the planner divides by too.
 PEAK_FLOPS = {name: tflops * 1e12 for name, tflops in PEAK_TFLOPS.items()}
@@ -56,6 +63,7 @@ class MetricsLogger:
         self.tty = enabled and sys.stderr.isatty()
         self.last: dict = {}  # the last logged record: what the progress bar shows of loss and throughput
         self.started: tuple[int, float] | None = None  # (step, time) of the first progress: the ETA's rate
+        self.run_started = round(time.time(), 3)
         if enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -68,7 +76,7 @@ class MetricsLogger:
             sys.stderr.write("\r\033[K")
         print(format_metrics(clean), flush=True)
         with self.path.open("a") as f:
-            f.write(strict_json({**clean, "time": round(time.time(), 3)}) + "\n")
+            f.write(strict_json({**clean, RECORD_TIME: round(time.time(), 3), RUN_STARTED: self.run_started}) + "\n")
 
     def final(self, record: dict) -> None:
         """The attempt's last metrics line, on stdout only: SageMaker keeps each metric's last value
