@@ -58,6 +58,7 @@ from contract.container import (
     ENV_LOCAL_WORKDIR,
     ENV_METRICS_NAMESPACE,
     ENV_STOP_FILE,
+    ENV_TENSORBOARD_DIR,
     FAILURE_FILE,
     channel_variable,
     fence_claim,
@@ -227,6 +228,8 @@ def prepare_layout(request: dict, workdir: Path, nproc: int, data_dirs: dict[str
     # figures would mix with the team's real jobs' (its metrics stay in the work folder's metrics.jsonl).
     env.pop(ENV_METRICS_NAMESPACE, None)
     env[ENV_LOCAL_WORKDIR] = str(workdir)  # the job's fixes name --workdir, the knob a local user has
+    if env.get(ENV_TENSORBOARD_DIR):  # the request's tensorboard on: the event files in the work folder
+        env[ENV_TENSORBOARD_DIR] = str(output_dir / "tensorboard")
     env.update({
         "SM_MODEL_DIR": str(model_dir),
         "SM_OUTPUT_DIR": str(output_dir),

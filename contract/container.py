@@ -14,6 +14,9 @@ CHECKPOINT_DIR = "/opt/ml/checkpoints"  # CheckpointConfig.LocalPath: synced to 
 MODEL_DIR = "/opt/ml/model"  # tarred into model.tar.gz at the end of the job
 OUTPUT_DATA_DIR = "/opt/ml/output/data"  # tarred into output.tar.gz
 INPUT_DATA_DIR = "/opt/ml/input/data"  # one folder per channel
+# TensorBoardOutputConfig.LocalPath (SageMaker's default): event files here are synced to the run's S3 prefix
+# during training.
+TENSORBOARD_DIR = "/opt/ml/output/tensorboard"
 # One line written here when a job fails becomes the job's FailureReason.
 FAILURE_FILE = "/opt/ml/output/failure"
 
@@ -74,6 +77,9 @@ STOP_KILL_AFTER_SECONDS = 120
 STOP_FILE = "/tmp/trainctl-stop"
 # Not a SageMaker variable: `trainctl local` and tests move the stop file with it.
 ENV_STOP_FILE = "TRAINING_STOP_FILE"
+# Not a SageMaker variable: the folder the job writes TensorBoard event files into, set by the launcher when the
+# request's `tensorboard` is on (TENSORBOARD_DIR on SageMaker; trainctl local moves it into its work folder).
+ENV_TENSORBOARD_DIR = "TRAINING_TENSORBOARD_DIR"
 # Not a SageMaker variable: `trainctl local` names its --workdir, so that a fix the job suggests is one its user
 # can apply (another --workdir, not a checkpoint_dir the request does not let them set).
 ENV_LOCAL_WORKDIR = "TRAINCTL_LOCAL_WORKDIR"

@@ -30,6 +30,7 @@ from training.job import announce, build_job
 from training.metrics.cloudwatch import CloudWatchMetrics
 from training.metrics.logger import MetricsLogger
 from training.metrics.meter import AttemptClock, StepMeter, checkpoint_overdue, input_bound_line
+from training.metrics.tensorboard import TensorBoardWriter
 from training.optim import build_optimizer, build_scheduler
 from training.parallel.process_group import Dist, default_store
 from training.precision import grad_scaler
@@ -106,7 +107,8 @@ def _train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None, ob
                            loss_chunk_tokens=cfg.loss_chunk_tokens)
     evaluator = Evaluator(train_step, job.val_set, cfg, dist, job.global_batch, (job.data_rank, job.data_world),
                           heartbeat=heartbeat)
-    logger = MetricsLogger(cfg.output_data_dir, dist.is_main, cfg.max_steps)
+    logger = MetricsLogger(cfg.output_data_dir, dist.is_main, cfg.max_steps,
+                           tensorboard=TensorBoardWriter.from_environment(is_main=dist.is_main))
     cloud = CloudWatchMetrics.from_environment(os.environ, current_run_id(), is_main=dist.is_main,
                                                local_rank=dist.local_rank)
     meter = StepMeter(dist, job.precision, cfg.effective_log_interval, cfg.max_steps, job.global_batch,

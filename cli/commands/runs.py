@@ -55,6 +55,7 @@ class RunView:
     request_name: str
     checkpoint_s3_uri: str
     started: float
+    tensorboard_s3_uri: str = ""
     executions: list[ExecutionOfRun] = field(default_factory=list)  # oldest first
     attempts: list[Attempt] = field(default_factory=list)  # every execution's, oldest first
     # Each ended execution's `measured` section (its last job against the planner: jobs.planning.measured).
@@ -143,6 +144,7 @@ def collect_runs(aws: Aws, machine: str, limit: int = DEFAULT_LIMIT, run_id: str
         run = RunState.from_dict(state)
         view = runs.setdefault(run.run_id, RunView(run.run_id, run.name, run.checkpoint_s3_uri,
                                                    run.started_epoch))
+        view.tensorboard_s3_uri = run.tensorboard_s3_uri or view.tensorboard_s3_uri
         attempts = [Attempt(**a) for a in summary["attempts"]] if summary else run.attempts
         if not successor:  # a successor carries the attempts of the execution it took the run over from
             view.attempts.extend(attempts)
@@ -238,7 +240,8 @@ def _as_dict(view: RunView, record: dict[str, Any]) -> dict[str, Any]:
     from dataclasses import asdict
 
     return {"run_id": view.run_id, "request_name": view.request_name, "status": view.status,
-            "checkpoint_s3_uri": view.checkpoint_s3_uri, "executions": [asdict(e) for e in view.executions],
+            "checkpoint_s3_uri": view.checkpoint_s3_uri, "tensorboard_s3_uri": view.tensorboard_s3_uri,
+            "executions": [asdict(e) for e in view.executions],
             "attempts": [asdict(a) for a in view.attempts], "record": record, "measured": view.measured}
 
 
@@ -268,6 +271,7 @@ def show_run(aws: Aws, run_id: str, state_machine: str | None, *, limit: int, pr
 
 
 def print_run(view: RunView, record: dict[str, Any], prices: str) -> None:
+    from jobs.render.training_job import tensorboard_command
     from jobs.retry.resume import resume_command
 
     console = out()
@@ -283,6 +287,9 @@ def print_run(view: RunView, record: dict[str, Any], prices: str) -> None:
             ("goodput", _goodput(record) + (f" (attempts {record['unmeasured_attempts']} did not measure their time)"
                                             if record["unmeasured_attempts"] else ""))]
     rows += [("measured", measured_text(m)) for m in view.measured]
+    if view.tensorboard_s3_uri:
+        rows.append(("tensorboard", f"{view.tensorboard_s3_uri}: "
+                                    f"{tensorboard_command(view.tensorboard_s3_uri, view.run_id)}"))
     if view.status == "ended":
         rows.append(("resume", resume_command(view.run_id) + " REQUEST"))
     for name, value in rows:

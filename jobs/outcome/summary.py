@@ -9,6 +9,7 @@ from contract.hyperparameters import INPUT_BOUND_SHARE, canonical_hyperparameter
 from contract.metrics import DATA_WAIT_MS, DATA_WAIT_SHARE
 from jobs.outcome.run_record import run_record
 from jobs.planning.measured import measured_section
+from jobs.render.training_job import tensorboard_command
 from jobs.retry.classify import Category
 from jobs.retry.resume import resume_command
 from jobs.retry.run_state import RunState
@@ -46,6 +47,7 @@ def summary(run: RunState, *, job: dict[str, Any] | None, decision: dict[str, An
         "input_bound": input_bound(metrics, job),
         "model_artifacts": ((job or {}).get("ModelArtifacts") or {}).get("S3ModelArtifacts") if succeeded else None,
         "checkpoint_s3_uri": run.checkpoint_s3_uri,
+        "tensorboard_s3_uri": run.tensorboard_s3_uri,
         "stopped_jobs": list(stopped_jobs),
         "jobs_left_running": list(jobs_left_running),
         # This execution's attempts only: a resumed run's earlier ones are in their executions (trainctl show).
@@ -105,6 +107,8 @@ def describe_in_words(s: dict[str, Any]) -> tuple[str, str]:
     if s["model_artifacts"]:
         lines.append(f"Model: {s['model_artifacts']}")
     lines.append(f"Checkpoints: {s['checkpoint_s3_uri']}")
+    if s.get("tensorboard_s3_uri"):
+        lines.append(f"TensorBoard: {s['tensorboard_s3_uri']} ({tensorboard_command(s['tensorboard_s3_uri'], s['run_id'])})")
     return subject, "\n".join(lines)
 
 

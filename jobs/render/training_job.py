@@ -29,8 +29,10 @@ from contract.container import (
     ENV_METRICS_NAMESPACE,
     ENV_RUN_ID,
     ENV_SECRET_ARNS,
+    ENV_TENSORBOARD_DIR,
     INIT_CHANNEL,
     INPUT_DATA_DIR,
+    TENSORBOARD_DIR,
     TRAIN_CHANNEL,
     VALIDATION_CHANNEL,
 )
@@ -66,6 +68,7 @@ CREATE_REQUEST_KEYS: tuple[str, ...] = (
     "EnableInterContainerTrafficEncryption",
     "EnableManagedSpotTraining",
     "CheckpointConfig",
+    "TensorBoardOutputConfig",
     "Environment",
     "ProfilerConfig",
     "InfraCheckConfig",
@@ -84,6 +87,16 @@ def checkpoint_s3_uri(platform: PlatformSettings, run_id: str) -> str:
 
 def output_s3_uri(platform: PlatformSettings, run_id: str) -> str:
     return f"s3://{platform.output_bucket}/{platform.name_prefix}/{run_id}/output/"
+
+
+def tensorboard_s3_uri(platform: PlatformSettings, run_id: str) -> str:
+    """Where a run's TensorBoard event files go (every attempt of the run adds its own beside the others')."""
+    return f"s3://{platform.output_bucket}/{platform.name_prefix}/{run_id}/tensorboard/"
+
+
+def tensorboard_command(uri: str, run_id: str) -> str:
+    """How an engineer opens a run's event files: a local copy (tensorboard reads s3:// only with extra plugins)."""
+    return f"aws s3 sync {uri} tensorboard/{run_id} && tensorboard --logdir tensorboard/{run_id}"
 
 
 def render_create_training_job(
@@ -138,13 +151,17 @@ def render_create_training_job(
         "EnableInterContainerTrafficEncryption": request.inter_container_encryption,
         "EnableManagedSpotTraining": use_spot,
         "CheckpointConfig": {"S3Uri": checkpoint_s3_uri(platform, run_id), "LocalPath": CHECKPOINT_DIR},
+        # Always rendered (the state machine maps every key): with `tensorboard` off the job writes no event files,
+        # and an empty folder syncs nothing.
+        "TensorBoardOutputConfig": {"LocalPath": TENSORBOARD_DIR, "S3OutputPath": tensorboard_s3_uri(platform, run_id)},
         # The run's marker and the attempt's epoch last: a request may set neither (jobs.request.environment_rules
         # refuses them); the marker tells the run's own job from one that took its name, the epoch fences the
         # checkpoint folder against an older attempt still writing (training.checkpoint.fencing); the namespace is
         # the one the team's role may write (its alarms read it).
         "Environment": {**PLATFORM_ENVIRONMENT, **request.environment, **_secrets(request), ENV_RUN_ID: run_id,
                         ENV_EPOCH: str(attempt if epoch is None else epoch),
-                        ENV_METRICS_NAMESPACE: metrics_namespace(platform.name_prefix)},
+                        ENV_METRICS_NAMESPACE: metrics_namespace(platform.name_prefix),
+                        **({ENV_TENSORBOARD_DIR: TENSORBOARD_DIR} if request.tensorboard else {})},
         "ProfilerConfig": _profiler(request, platform, run_id),
         "InfraCheckConfig": {"EnableInfraCheck": request.infra_check if infra_check is None else infra_check},
         "Tags": _tags(request, platform, run_id, attempt, strategy_and_degrees(request, primary)[0]),

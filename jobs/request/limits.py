@@ -13,6 +13,7 @@ from contract.container import (
     ENV_METRICS_NAMESPACE,
     ENV_RUN_ID,
     ENV_SECRET_ARNS,
+    ENV_TENSORBOARD_DIR,
     TORCHRUN_SHUTDOWN_SECONDS,
 )
 
@@ -49,7 +50,7 @@ PLATFORM_ENVIRONMENT = {
 # Variables the renderer sets per run, not to a fixed value: the run's id, the marker by which the launcher
 # knows its own jobs (jobs.retry.run_state.is_ours), so a request may never set it; the attempt's epoch; the
 # platform's (team's) own metrics namespace.
-RUN_ENVIRONMENT = (ENV_RUN_ID, ENV_EPOCH, ENV_METRICS_NAMESPACE)
+RUN_ENVIRONMENT = (ENV_RUN_ID, ENV_EPOCH, ENV_METRICS_NAMESPACE, ENV_TENSORBOARD_DIR)
 # The variable that carries a request's `secrets` (their ARNs, as JSON; jobs.render.container_entry reads them).
 SECRETS_ENVIRONMENT = (ENV_SECRET_ARNS,)
 MAX_ENVIRONMENT = (MAX_ENVIRONMENT_VARIABLES - len(PLATFORM_ENVIRONMENT) - len(RUN_ENVIRONMENT)

@@ -194,6 +194,9 @@ class JobRequest:
     parallel: Parallelism = field(default_factory=Parallelism, metadata=meta(
         "model-parallel degrees (hsdp, tp, pp, hybrid, smp)"))
     profiler: bool = field(default=False, metadata=meta("SageMaker system profiler (CPU/GPU/network monitoring)"))
+    tensorboard: bool = field(default=True, metadata=meta(
+        "TensorBoard event files of every metric (rank 0), synced to the run's S3 prefix during training "
+        "(`trainctl show RUN` says where and how to open them); under trainctl local, in the work folder"))
     infra_check: bool = field(default=False, metadata=meta("hardware and network health checks before training"))
     network_isolation: bool = field(default=False, metadata=meta(
         "no network from the container; the code arrives as an input channel"))

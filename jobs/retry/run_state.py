@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from contract.container import ENV_RUN_ID
+from contract.container import ENV_RUN_ID, ENV_TENSORBOARD_DIR
 from contract.metrics import (
     CHECKPOINT_AGE_S,
     CHECKPOINT_S,
@@ -132,6 +132,8 @@ class RunState:
     instance_type: str = ""  # of the current attempt
     spot: bool = False  # of the current attempt
     checkpoint_s3_uri: str = ""
+    # Where SageMaker syncs the run's TensorBoard event files (empty when the request turned tensorboard off).
+    tensorboard_s3_uri: str = ""
     counts: Counts = field(default_factory=Counts)
     waited_seconds: int = 0
     attempts: list[Attempt] = field(default_factory=list)
@@ -279,6 +281,8 @@ def start_attempt(run: RunState, create: dict[str, Any], *, attempt: int, now: f
     run.attempt = attempt
     run.job_name = create["TrainingJobName"]
     run.checkpoint_s3_uri = create["CheckpointConfig"]["S3Uri"]
+    run.tensorboard_s3_uri = create["TensorBoardOutputConfig"]["S3OutputPath"] \
+        if ENV_TENSORBOARD_DIR in create["Environment"] else ""
     run.instance_type = resources.get("InstanceType") or run.instance_type
     run.spot = create["EnableManagedSpotTraining"]
     run.attempts.append(Attempt(

@@ -164,6 +164,9 @@ def test_runs_and_show_account_for_a_run_resumed_once(launcher, tmp_path):
     assert f"goodput   {record['goodput']:.0%}" in shown.stdout or f"{record['goodput']:.0%}" in shown.stdout
     assert "redone" in shown.stdout and f"${record['cost']['total_usd']:,.2f}" in shown.stdout
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Where the run's TensorBoard event files are (the request's default), and the command that opens them.
+    said = " ".join(shown.stdout.split())
+    assert f"/{run_id}/tensorboard/: aws s3 sync s3://" in said and f"tensorboard --logdir tensorboard/{run_id}" in said
 
     missing = run("show", "gpt-125m-fsdp-aaaaaaaaaaaaaaaa", "--prices", "none", "--region", REGION)
     assert missing.exit_code == 2 and "no run gpt-125m-fsdp-aaaaaaaaaaaaaaaa" in missing.stderr

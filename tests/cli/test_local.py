@@ -143,6 +143,16 @@ def test_local_runs_the_request_with_two_processes(corpus_dir, tmp_path):
     assert any((workdir / "checkpoints").iterdir())
     hyperparameters = json.loads((workdir / "input/config/hyperparameters.json").read_text())
     assert json.loads(hyperparameters["strategy"]) == "fsdp"
+    # TensorBoard (the request's `tensorboard`, on by default): rank 0's event files in the work folder, read back
+    # with tensorboard's own reader, hold every metric line's values at their steps (float32 in the event file).
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(workdir / "output" / "tensorboard"))
+    events.Reload()
+    for name in ("train_loss", "lr", "tokens_per_sec", "val_loss"):
+        logged = [(r["step"], r[name]) for r in records if name in r]
+        assert logged and [(e.step, e.value) for e in events.Scalars(name)] == [
+            (step, pytest.approx(value, rel=1e-6)) for step, value in logged], name
 
 
 def test_a_workdir_that_is_a_file_and_single_with_several_processes_are_refused(corpus_dir, tmp_path):

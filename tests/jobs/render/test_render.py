@@ -12,7 +12,14 @@ from botocore.exceptions import ParamValidationError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contract.container import ENV_EPOCH, ENV_METRICS_NAMESPACE, ENV_RUN_ID, STOP_FILE
+from contract.container import (
+    ENV_EPOCH,
+    ENV_METRICS_NAMESPACE,
+    ENV_RUN_ID,
+    ENV_TENSORBOARD_DIR,
+    STOP_FILE,
+    TENSORBOARD_DIR,
+)
 from contract.metrics import MAX_METRIC_DEFINITIONS, METRIC_NAMES, metric_definitions
 from jobs import catalog
 from jobs.naming import JOB_NAME, NAME_NONCE_CHARS, RUN_TOKEN_CHARS, job_name, new_name_nonce, new_run_id
@@ -304,7 +311,15 @@ def test_optional_settings_always_have_a_form(platform):
     assert plain["InfraCheckConfig"] == {"EnableInfraCheck": False}
     # The platform's own metrics namespace: the one its job role may write besides SageMaker's, where its alarms read.
     assert plain["Environment"] == {**PLATFORM_ENVIRONMENT, ENV_RUN_ID: RUN_ID, ENV_EPOCH: "1",
-                                    ENV_METRICS_NAMESPACE: f"TrainingPlatform/{platform.name_prefix}"}
+                                    ENV_METRICS_NAMESPACE: f"TrainingPlatform/{platform.name_prefix}",
+                                    ENV_TENSORBOARD_DIR: TENSORBOARD_DIR}
+    # TensorBoard (on by default): SageMaker syncs the folder the job writes to the run's own prefix.
+    assert plain["TensorBoardOutputConfig"] == {
+        "LocalPath": TENSORBOARD_DIR,
+        "S3OutputPath": f"s3://{platform.output_bucket}/{platform.name_prefix}/{RUN_ID}/tensorboard/"}
+    off = render({"tensorboard": False}, platform)
+    assert ENV_TENSORBOARD_DIR not in off["Environment"] and off["TensorBoardOutputConfig"] == \
+        plain["TensorBoardOutputConfig"]  # rendered all the same (the state machine maps it); nothing is written
     assert "KeepAlivePeriodInSeconds" not in plain["ResourceConfig"]
     full = render({"profiler": True, "infra_check": True, "warm_pool_minutes": 30, "environment": {"NCCL_DEBUG": "1"},
                    "max_pending_hours": 1, "training_plan": "p5-reserved",
@@ -316,7 +331,8 @@ def test_optional_settings_always_have_a_form(platform):
     assert full["ResourceConfig"]["TrainingPlanArn"] == platform.training_plans["p5-reserved"].arn
     assert full["StoppingCondition"]["MaxPendingTimeInSeconds"] == 3600
     assert full["Environment"] == {**PLATFORM_ENVIRONMENT, "NCCL_DEBUG": "1", ENV_RUN_ID: RUN_ID, ENV_EPOCH: "1",
-                                   ENV_METRICS_NAMESPACE: f"TrainingPlatform/{platform.name_prefix}"}
+                                   ENV_METRICS_NAMESPACE: f"TrainingPlatform/{platform.name_prefix}",
+                                   ENV_TENSORBOARD_DIR: TENSORBOARD_DIR}
     assert_valid_create_request(full)
     warm_default = dataclasses.replace(platform, default_warm_pool_minutes=10)
     assert render({}, warm_default)["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 600
@@ -506,5 +522,6 @@ def test_torchrun_gets_a_shutdown_grace_that_fits_sagemakers_120_seconds():
                              "environment": {"MY_FLAG": "1"}})
     env = render_create_training_job(request, platform, run_id="r1", attempt=1)["Environment"]
     assert env == {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "110", "MY_FLAG": "1", "TRAINING_RUN_ID": "r1", "TRAINING_EPOCH": "1",
-                   "TRAINING_METRICS_NAMESPACE": f"TrainingPlatform/{platform.name_prefix}"}
+                   "TRAINING_METRICS_NAMESPACE": f"TrainingPlatform/{platform.name_prefix}",
+                   ENV_TENSORBOARD_DIR: TENSORBOARD_DIR}
     assert 30 < int(env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"]) < 120

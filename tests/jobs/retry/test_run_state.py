@@ -13,7 +13,7 @@ from jobs.retry.run_state import Execution, RunState, is_ours
 
 T0 = 1_800_000_000.0
 KEYS = ["run_id", "name", "execution", "started_at", "started_epoch", "attempt", "job_name", "instance_type", "spot",
-        "checkpoint_s3_uri", "counts", "waited_seconds", "attempts", "resumed_after", "plans_ended"]
+        "checkpoint_s3_uri", "tensorboard_s3_uri", "counts", "waited_seconds", "attempts", "resumed_after", "plans_ended"]
 ATTEMPT_KEYS = ["attempt", "job_name", "instance_type", "instance_count", "spot", "status", "secondary_status",
                 "category", "reason", "started_at", "ended_at", "limit_seconds", "training_plan", "infra_check",
                 "training_seconds", "billable_seconds",
