@@ -167,7 +167,6 @@ class ShardWriter:
             self.pending, self.size, self.index = [], 0, self.index + 1
 
 
-
 def prepare_text(files: list[Path], tokenizer_path: Path, out: Path, field: str = "text",
                  eos_token: str | None = None, val_fraction: float = 0.05,
                  shard_tokens: int = 50_000_000, progress=None) -> dict:

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from cli.console import out
 from cli.errors import UserError
 from cli.platform_source import local_platform
@@ -96,8 +98,9 @@ def run_request_locally(loaded: LoadedRequest, *, workdir: Path | None, nproc: i
     not need); `emulation` goes to it as it is (a test's checkpoint-sync settings)."""
     given = data_channels(data)
     if given and "validation" not in given and loaded.request.validation_dataset:
-        out().print(f"[local] --data {data} has no validation/ folder: this run validates on nothing (the request's "
-                    f"validation_dataset belongs to its own data); add {data}/train and {data}/validation to have one")
+        out().print(escape(f"[local] --data {data} has no validation/ folder: this run validates on nothing (the "
+                           f"request's validation_dataset belongs to its own data); add {data}/train and "
+                           f"{data}/validation to have one"))
     create = render_for_local(with_local_data(loaded, given))
     values = canonical_hyperparameters(decode_hyperparameters(create.get("HyperParameters") or {}))
     if values.get("strategy") == "single":

@@ -319,7 +319,7 @@ def test_data_without_a_validation_folder_does_not_validate_on_the_request_s_own
     assert [c["ChannelName"] for c in create["InputDataConfig"]] == ["train"]
     assert kwargs["data_dirs"] == {"train": flat}
     said = " ".join(capsys.readouterr().out.split())
-    assert f"--data {flat} has no validation/ folder: this run validates on nothing" in said
+    assert f"[local] --data {flat} has no validation/ folder: this run validates on nothing" in said
 
 
 def test_the_second_interrupt_kills_the_run_and_is_not_blamed_on_memory(tmp_path):

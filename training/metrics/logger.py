@@ -72,7 +72,7 @@ class MetricsLogger:
         if not self.enabled:
             return
         clean = {k: v for k, v in record.items() if v is not None}
-        self.last = clean
+        self.last = {**self.last, **clean}  # an evaluation's record keeps the last training loss and throughput
         if self.tty:
             sys.stderr.write("\r\033[K")
         print(format_metrics(clean), flush=True)

@@ -23,7 +23,8 @@ class TensorBoardWriter:
         from torch.utils.tensorboard import SummaryWriter
 
         self.directory = directory
-        self.writer = SummaryWriter(log_dir=str(directory))
+        # Flushed every 30 s (its default is 120): what a failed or killed job leaves is at most that much behind.
+        self.writer = SummaryWriter(log_dir=str(directory), flush_secs=30)
 
     @classmethod
     def from_environment(cls, env: typing.Mapping[str, str] | None = None, *, is_main: bool) -> TensorBoardWriter | None:
