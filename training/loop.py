@@ -30,6 +30,7 @@ from training.job import announce, build_job
 from training.metrics.cloudwatch import CloudWatchMetrics
 from training.metrics.logger import MetricsLogger
 from training.metrics.meter import AttemptClock, StepMeter, checkpoint_overdue, input_bound_line
+from training.metrics.profiling import StepProfiler
 from training.metrics.tensorboard import TensorBoardWriter
 from training.optim import build_optimizer, build_scheduler
 from training.parallel.process_group import Dist, default_store
@@ -111,6 +112,7 @@ def _train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None, ob
                            tensorboard=TensorBoardWriter.from_environment(is_main=dist.is_main))
     cloud = CloudWatchMetrics.from_environment(os.environ, current_run_id(), is_main=dist.is_main,
                                                local_rank=dist.local_rank)
+    profiler = StepProfiler.for_run(cfg, dist.rank, dist.device)
     meter = StepMeter(dist, job.precision, cfg.effective_log_interval, cfg.max_steps, job.global_batch,
                       job.seq_len if job.kind == "tokens" else 1, job.kind, job.flops_per_sample,
                       nonfinite_patience=cfg.nonfinite_patience, count_grad_norm=not scaler.is_enabled())
@@ -131,12 +133,16 @@ def _train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None, ob
         if checkpoints.due(state.step, running=True, time_due=time_due):
             _checkpoint(checkpoints, meter, clock, state.step)
         batches = source.next()
+        if profiler is not None:
+            profiler.before(state.step + 1)
         try:
             meter.add(*train_step(batches))
         except OutOfMemory as e:
             raise TrainingFailure(FailureCode.OUT_OF_MEMORY, _oom_message(cfg, job, dist, state.step + 1, e)) from None
         meter.waited(source.data_wait_s)
         state.step += 1
+        if profiler is not None:
+            profiler.after(state.step)
         # The hang watchdog's progress mark; the straggler exchange every log interval (collective).
         timing.stepped(state.step, heartbeat.beat(state.step))
         if meter.due(state.step):
@@ -158,6 +164,8 @@ def _train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None, ob
             _checkpoint(checkpoints, meter, clock, state.step)
     source.close()
     logger.close()
+    if profiler is not None:
+        profiler.close()
     trained_s = meter.trained_s
     nonfinite = meter.raise_if_nonfinite(state.step)  # a diverged run fails; a non-finite last step is not saved
     with clock.checkpointing():
