@@ -15,6 +15,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from prepare.staging import StagedFolder, interrupted, written_whole
+
 BYTE_VOCAB = 256
 
 
@@ -32,9 +34,8 @@ def as_uint16(data: bytes) -> bytes:
 
 
 def write_split(files: list[Path], out: Path, shard_bytes: int) -> int:
+    """`files`' bytes as token shards in `out` (a split's staged folder: prepare.staging)."""
     out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("shard-*.bin"):
-        old.unlink()
     shard, size, index, total = [], 0, 0, 0
 
     def flush() -> None:
@@ -69,9 +70,10 @@ def prepare(out: Path, val_fraction: float = 0.05, max_bytes: int = 8_000_000, s
     every = max(2, round(1 / val_fraction))
     val = files[every - 1 :: every]
     train = [f for i, f in enumerate(files) if (i + 1) % every]
-    counts = {"train": write_split(train, out / "train", shard_bytes),
-              "validation": write_split(val, out / "validation", shard_bytes)}
-    return counts
+    staged = {name: StagedFolder(out / name) for name in ("train", "validation")}
+    return written_whole(list(staged.values()), lambda: {
+        "train": write_split(train, staged["train"].path, shard_bytes),
+        "validation": write_split(val, staged["validation"].path, shard_bytes)})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,7 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-bytes", type=int, default=8_000_000, help="stop reading sources after this much")
     parser.add_argument("--shard-bytes", type=int, default=4_000_000)
     args = parser.parse_args(argv)
-    counts = prepare(args.out, args.val_fraction, args.max_bytes, args.shard_bytes)
+    try:
+        counts = prepare(args.out, args.val_fraction, args.max_bytes, args.shard_bytes)
+    except KeyboardInterrupt:
+        return interrupted(args.out)
     print(f"wrote {counts['train']:,} train and {counts['validation']:,} validation byte tokens to {args.out}")
     return 0
 

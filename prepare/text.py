@@ -245,13 +245,18 @@ def _write_splits(files, tokenizer, tokenizer_path, field, splits, every, eos, e
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m prepare.text", description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="+", type=Path, help=".jsonl or .parquet files, read in the order given")
-    parser.add_argument("--tokenizer", type=Path, required=True, help="a Hugging Face tokenizer.json file")
+    parser.add_argument("--tokenizer", type=Path, default=None,
+                        help="a Hugging Face tokenizer.json file (default: the shipped one, prepare.tokenizer)")
     parser.add_argument("--out", type=Path, required=True, help="folder to write train/ and validation/ into")
     parser.add_argument("--field", default="text", help="the JSON key or Parquet column holding the text")
     parser.add_argument("--eos-token", default=None, help="token appended to every document")
     parser.add_argument("--val-fraction", type=float, default=0.05)
     parser.add_argument("--shard-tokens", type=int, default=50_000_000)
     args = parser.parse_args(argv)
+    if args.tokenizer is None:
+        from prepare.tokenizer import default_tokenizer
+
+        args.tokenizer = default_tokenizer()
     try:
         done = prepare_text(args.files, args.tokenizer, args.out, args.field, args.eos_token, args.val_fraction,
                             args.shard_tokens, progress=lambda line: print(line, file=sys.stderr, flush=True))

@@ -466,3 +466,22 @@ def test_the_local_progress_bar_shows_step_loss_throughput_and_eta(tmp_path):
     logger.log({TRAIN_LOSS: 3.25, TOKENS_PER_SEC: 12345.6})
     # 30 steps in 60 s: 2 s a step, 80 steps left.
     assert logger.progress_line(40, now=160.0) == f"[##########{'.' * 20}] 40/120  loss 3.2500  12,346 tokens/s  ETA 2:40"
+
+
+def test_own_text_needs_no_tokenizer_of_one_s_own(tmp_path, monkeypatch, capsys):
+    # Was: --tokenizer required, and no tokenizer shipped: a newcomer had to train one first. The shipped one is
+    # built on first use from Python's standard library, the same bytes on every build.
+    import prepare.text as text
+    from prepare.tokenizer import VOCAB_SIZE, default_path, default_tokenizer
+    from tests.training.formats import documents, write_jsonl
+
+    builds = []
+    for cache in ("a", "b"):
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / cache))
+        builds.append(default_tokenizer(budget=400_000).read_bytes())
+    assert builds[0] == builds[1]
+    write_jsonl(tmp_path / "mine.jsonl", documents(40))
+    assert text.main([str(tmp_path / "mine.jsonl"), "--out", str(tmp_path / "tokens")]) == 0  # the cached one
+    meta = json.loads((tmp_path / "tokens" / "train" / "meta.json").read_text())
+    assert meta["vocab_size"] == VOCAB_SIZE and meta["tokenizer"]["file"] == default_path().name
+    assert meta["tokenizer"]["eos_token"] == "<|endoftext|>"

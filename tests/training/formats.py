@@ -23,17 +23,10 @@ def documents(n: int, seed: int = 0) -> list[str]:
 
 
 def train_tokenizer(path: Path, texts: list[str], vocab_size: int = 320) -> Path:
-    """A byte-level BPE tokenizer.json trained on `texts` with Hugging Face tokenizers (no download)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    """A byte-level BPE tokenizer.json trained on `texts` (prepare.tokenizer's, with a small vocabulary)."""
+    from prepare.tokenizer import train_bpe
 
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tokenizer.train_from_iterator(texts, trainer)
-    tokenizer.save(str(path))
-    return path
+    return train_bpe(texts, vocab_size, path)
 
 
 def write_jsonl(path: Path, texts: list[str], field: str = "text") -> Path:
