@@ -29,6 +29,9 @@ from dataclasses import dataclass
 TOKENS, IMAGES, WEBDATASET = "tokens", "images", "webdataset"
 FORMATS = (TOKENS, IMAGES, WEBDATASET)
 IMAGE_FORMATS = (IMAGES, WEBDATASET)
+# The files that hold each format's samples in a channel folder (the readers glob them; trainctl local checks one is
+# there before it starts anything).
+SHARD_GLOBS = {TOKENS: "*.bin", IMAGES: "images-*.npy", WEBDATASET: "*.tar"}
 # Formats whose samples are decoded: `data_workers: auto` gives them worker processes. The memory-mapped ones
 # are faster on the training thread (a worker only adds the copy through shared memory: the rates below).
 DECODED = (WEBDATASET,)

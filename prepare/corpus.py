@@ -70,6 +70,9 @@ def prepare(out: Path, val_fraction: float = 0.05, max_bytes: int = 8_000_000, s
     every = max(2, round(1 / val_fraction))
     val = files[every - 1 :: every]
     train = [f for i, f in enumerate(files) if (i + 1) % every]
+    if not val:  # a split of no file would be a channel of no tokens, which the job refuses only once it started
+        raise SystemExit(f"error: --max-bytes {max_bytes} reads {len(files)} source file(s), too few for a validation "
+                         f"split of every {every}th file: raise --max-bytes or --val-fraction")
     staged = {name: StagedFolder(out / name) for name in ("train", "validation")}
     return written_whole(list(staged.values()), lambda: {
         "train": write_split(train, staged["train"].path, shard_bytes),

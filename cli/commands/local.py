@@ -136,17 +136,24 @@ def run_request_locally(loaded: LoadedRequest, *, workdir: Path | None, nproc: i
 
 
 def _check_channel(name: str, path: Path) -> None:
-    """A channel folder without its meta.json, refused before any process starts (the job would say it after its
-    start-up, naming the work folder's link), with the preparer its files call for."""
-    if (path / "meta.json").is_file():
-        return
-    from contract.data_formats import how_to_prepare
+    """A channel folder without its meta.json, or without the files its format holds samples in, refused before any
+    process starts (the job would say it after its start-up, naming the work folder's link), with the preparer its
+    files call for."""
+    from contract.data_formats import SHARD_GLOBS, how_to_prepare
 
-    entries = list(path.iterdir())
     where = f"{path} (relative to the current folder, {Path.cwd()})" if not path.is_absolute() else str(path)
-    raise UserError(f"the {name} data folder {where} is not a channel: it has no meta.json",
-                    how_to_prepare(str(path), [p.name for p in entries if p.is_file()],
-                                   [p.name for p in entries if p.is_dir()]))
+    meta = path / "meta.json"
+    if not meta.is_file():
+        entries = list(path.iterdir())
+        raise UserError(f"the {name} data folder {where} is not a channel: it has no meta.json",
+                        how_to_prepare(str(path), [p.name for p in entries if p.is_file()],
+                                       [p.name for p in entries if p.is_dir()]))
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # a malformed meta.json: the job's reader says why
+        shards = SHARD_GLOBS.get(json.loads(meta.read_text()).get("format"))
+        if shards and not any(path.glob(shards)):
+            raise UserError(f"the {name} data folder {where} has a meta.json but no {shards} files: an empty split",
+                            "write it again with its preparer (python -m prepare.corpus, prepare.text or "
+                            "prepare.images), from more data")
 
 
 def _check_parallelism(loaded: LoadedRequest, values: dict[str, Any], processes: int, hosts: int) -> None:

@@ -23,10 +23,13 @@ REGION = "us-east-1"
 ROLE = "arn:aws:iam::123456789012:role/stepfunctions"
 
 
-def channel_folder(path: Path) -> Path:
-    """An (empty) token channel: the folder and the meta.json trainctl local checks before it starts anything."""
+def channel_folder(path: Path, shards: bool = True) -> Path:
+    """A token channel: the meta.json and (unless `shards` is false) a shard, what trainctl local checks before it
+    starts anything."""
     path.mkdir(parents=True, exist_ok=True)
     (path / "meta.json").write_text(json.dumps({"format": "tokens", "dtype": "uint16", "vocab_size": 256}))
+    if shards:
+        (path / "shard-00000.bin").write_bytes(b"\0\0" * 64)
     return path
 
 

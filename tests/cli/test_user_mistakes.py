@@ -114,7 +114,7 @@ def test_local_without_torch_says_what_to_install_and_its_data_hint_works(tmp_pa
     assert "pip install 'sagemaker-training-platform[train]'" in local.stderr
     assert not (tmp_path / "w").exists()
 
-    prepared = _without_train("prepare.corpus", "--out", tmp_path / "corpus", "--max-bytes", "20000",
+    prepared = _without_train("prepare.corpus", "--out", tmp_path / "corpus", "--max-bytes", "20000", "--val-fraction", "0.5",
                               "--shard-bytes", "10000", cwd=tmp_path)
     assert prepared.returncode == 0, prepared.stderr
     assert json.loads((tmp_path / "corpus" / "train" / "meta.json").read_text())["dtype"] == "uint16"
@@ -485,3 +485,24 @@ def test_own_text_needs_no_tokenizer_of_one_s_own(tmp_path, monkeypatch, capsys)
     meta = json.loads((tmp_path / "tokens" / "train" / "meta.json").read_text())
     assert meta["vocab_size"] == VOCAB_SIZE and meta["tokenizer"]["file"] == default_path().name
     assert meta["tokenizer"]["eos_token"] == "<|endoftext|>"
+
+
+def test_an_empty_split_is_refused_before_anything_starts(tmp_path, monkeypatch):
+    # prepare.corpus with a small --max-bytes wrote a validation split of no file (it refuses now); the job said so
+    # only after its start-up, naming the work folder's link ("w/input/data/validation holds no *.bin token shards").
+    import prepare.corpus
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit, match="too few for a validation split"):
+        prepare.corpus.prepare(tmp_path / "small", max_bytes=300_000)
+    assert not (tmp_path / "small").exists()
+    channel_folder(tmp_path / "data" / "train")
+    channel_folder(tmp_path / "data" / "validation", shards=False)
+    fake = FakeRunLocal()
+    monkeypatch.setattr("cli.container_emulator.run_local", fake)
+    result = run("local", _local_request(tmp_path), "--data", tmp_path / "data", "--nproc", "1", "--workdir",
+                 tmp_path / "w", env={"COLUMNS": "300"})
+    _no_traceback(result)
+    assert f"the validation data folder {tmp_path / 'data' / 'validation'} has a meta.json but no *.bin files: an " \
+           "empty split" in " ".join(result.stderr.split())
+    assert fake.calls == []

@@ -19,7 +19,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from contract.data_formats import FORMATS, IMAGE_FORMATS, IMAGES, TOKENS, WEBDATASET, how_to_prepare
+from contract.data_formats import (
+    FORMATS,
+    IMAGE_FORMATS,
+    IMAGES,
+    SHARD_GLOBS,
+    TOKENS,
+    WEBDATASET,
+    how_to_prepare,
+)
 from contract.errors import ConfigError
 from contract.hyperparameters import TrainConfig
 from training.data.tar_shards import TarImageDataset, to_float_images
@@ -80,7 +88,7 @@ class TokenDataset:
         _expect_format(directory, meta, TOKENS, "the decoder")
         self.directory = Path(directory)
         dtype = _token_dtype(self.directory / "meta.json", meta.get("dtype", "uint16"))
-        shards = sorted(self.directory.glob("*.bin"))
+        shards = sorted(self.directory.glob(SHARD_GLOBS[TOKENS]))
         if not shards:
             raise DataMissing(f"{directory} holds no *.bin token shards: {_WRITE_IT}")
         for path in shards:
@@ -150,7 +158,7 @@ class ImageDataset:
                               "channel's image_size and channels")
         shape = shape or said
         num_classes = num_classes or (int(meta["num_classes"]) if "num_classes" in meta else None)
-        pairs = sorted(self.directory.glob("images-*.npy"))
+        pairs = sorted(self.directory.glob(SHARD_GLOBS[IMAGES]))
         if not pairs:
             raise DataMissing(f"{directory} holds no images-*.npy shards: see training/data/datasets.py's formats")
         self.images, self.labels = [], []

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from contract.data_formats import WEBDATASET
+from contract.data_formats import SHARD_GLOBS, WEBDATASET
 from contract.errors import ConfigError
 from training.environment import DataMissing
 
@@ -106,7 +106,7 @@ class TarImageDataset:
             raise ConfigError(f"{meta_path} has channels {said[2]}: encoded images decode to 1 (grey) or 3 (RGB)")
         self.shape, self.augment, self.seed = said, augment, seed
         self.num_classes = num_classes or int(meta["num_classes"])
-        self.shards = sorted(self.directory.glob("*.tar"))
+        self.shards = sorted(self.directory.glob(SHARD_GLOBS[WEBDATASET]))
         if not self.shards:
             raise DataMissing(f"{directory} holds no *.tar shards: write them with `python -m "
                               "prepare.images --imagefolder DIR --out DIR`")
