@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from contract.metrics import HOST_METRICS, METRIC_NAMES
+from contract.metrics import HOST_METRICS, METRIC_NAMES, RECORD_TIME, RUN_STARTED
 from tests.conftest import offline_env
 from tests.test_architecture import MODULES
 
@@ -132,7 +132,7 @@ def test_each_metric_is_defined_by_one_constant(renamed):
 def test_the_training_package_prints_the_new_names(renamed):
     printed = _new(renamed, set(METRIC_NAMES) - NOT_PRINTED_HERE)
     assert {k for line in renamed["lines"] for k in _keys(line)} == printed
-    assert {k for record in renamed["records"] for k in record} == printed | {"time"}
+    assert {k for record in renamed["records"] for k in record} == printed | {RECORD_TIME, RUN_STARTED}
     for old in METRIC_NAMES:
         assert not re.search(rf"\b{old}=", renamed["stdout"]), old
     # The value's format follows the name (losses to 4 decimals): format_value reads the constants too.

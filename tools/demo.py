@@ -135,7 +135,20 @@ def demo(console: Console) -> int:
                   f"model: {WORKDIR / 'model' / 'model.safetensors'}")
     console.print(f"chart of both runs (loss, validation loss, tokens/s by step): {CHART}",
                   soft_wrap=True)  # one line, whatever the width: a path to click or copy
+    console.print(tensorboard_view(WORKDIR / "output" / "tensorboard"), soft_wrap=True)
     return vit_on_jpegs(console)
+
+
+def tensorboard_view(folder: Path) -> str:
+    """What TensorBoard shows of the runs (read back with its own reader), and the command that opens it."""
+    from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
+
+    runs = EventMultiplexer().AddRunsFromDirectory(str(folder))
+    runs.Reload()
+    tags = sorted({tag for run in runs.Runs().values() for tag in run.get("scalars", [])})
+    files = len(list(folder.glob("events.out.tfevents.*")))  # one a run
+    return (f"tensorboard: {files} event files of {len(tags)} metrics ({', '.join(t for t in tags if t in SHOWN)}"
+            f", ...): tensorboard --logdir {folder}")
 
 
 def write_jpeg_folder(root: Path, per_class: int = 64, classes: int = 3, side: int = 48) -> None:

@@ -13,6 +13,7 @@ from contract.errors import Problem, RequestInvalid
 from contract.metrics import MAX_METRIC_DEFINITIONS, METRIC_NAMES
 from contract.schema import reference_rows
 from jobs.platform import TrainingPlan
+from jobs.request.limits import MAX_ENVIRONMENT
 from jobs.request.parse import JobRequest, parse_request, validate_for_platform
 from tests.jobs.conftest import REQUEST_EXAMPLES
 
@@ -169,7 +170,7 @@ def test_not_an_object():
     ({"tags": {f"k{i}": "v" for i in range(46)}}, "tags", "at most 45 entries"),
     # 100 is the API's limit; the platform adds TORCH_ELASTIC_SHUTDOWN_TIMEOUT, TRAINING_RUN_ID and, with
     # secrets, TRAINING_SECRET_ARNS.
-    ({"environment": {f"K{i}": "v" for i in range(100)}}, "environment", "at most 95 entries"),
+    ({"environment": {f"K{i}": "v" for i in range(100)}}, "environment", f"at most {MAX_ENVIRONMENT} entries"),
     ({"metrics": [{"name": f"m{i}", "regex": "m=(\\d+)"} for i in range(30)]}, "metrics", f"at most {MAX_METRIC_DEFINITIONS - len(METRIC_NAMES)} items"),
     ({"metrics": [{"name": "train_loss", "regex": "loss=(\\d+)"}]}, "metrics[0].name", "already defined"),
     ({"metrics": [{"name": "acc", "regex": "acc=\\d+"}]}, "metrics[0].regex", "capture group"),
