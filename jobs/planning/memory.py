@@ -26,7 +26,7 @@ single and DDP) is kept for backward by the matmuls without checkpointing; with 
 forward leaves it (the loss runs outside autocast), so it counts only where it exceeds what backward adds.
 Measured on CPU with the package's step, the bytes per token each policy and loss form add per sample (gpt small at a
 8,192 vocabulary, tests/jobs/test_planner_memory.py): none +2.4% (full loss) and +3.7% (chunked), full and selective
-checkpointing within 0.2%.
+checkpointing of every block within 0.2%, of every second block (activation_checkpointing_every 2) +1.5% / +2.7%.
   - full (loss_chunk_tokens = 0; the calibration rows'): FULL_LOSS_BYTES.V a token at backward's log-softmax (its
     kept output, the NLL's gradient and its own input's gradient, fp32 each; the forward holds (a + 8).V, less).
   - chunked (the default, c = loss_chunk_tokens tokens a chunk, each under torch.utils.checkpoint): per token
