@@ -71,13 +71,6 @@ class SmpParameters:
     random_seed: int | None = field(default=None, metadata=meta("SMP's own seed", min=1))
 
 
-def _check_ranks(ranks: str) -> str | None:
-    """profile_ranks: `all`, or global ranks as digits separated by commas (a shell word the toolkit passes as is)."""
-    if ranks == "all" or re.fullmatch(r"\d+(,\d+)*", ranks):
-        return None
-    return f"{ranks!r}: give `all`, or ranks separated by commas (e.g. 0 or 0,8)"
-
-
 def _check_model(model: str) -> str | None:
     if model in REFERENCE_MODELS or re.fullmatch(FACTORY_PATTERN, model):
         return None
@@ -208,7 +201,8 @@ class TrainConfig:
         "0: no profile", min=0))
     profile_steps: int = field(default=2, metadata=_hp("how many steps profile_from profiles", min=1, max=100))
     profile_ranks: str = field(default="0", metadata=_hp(
-        "which ranks profile_from profiles: `all`, or global ranks separated by commas", check=_check_ranks))
+        "which ranks profile_from profiles: `all`, or global ranks separated by commas (0,8)",
+        pattern=r"all|\d+(,\d+)*"))
     # Failures the package reports itself (one line in contract.container.FAILURE_FILE).
     nonfinite_patience: int = field(default=3, metadata=_hp(
         "consecutive steps the loss or gradient norm may be NaN/Inf before the job fails", min=1))

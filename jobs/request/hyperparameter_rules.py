@@ -163,7 +163,10 @@ def _settable_value_schema(name: str) -> dict[str, Any]:
     if out.get("type") == "string" and "enum" not in out:
         # value_problem's rule: one shell word, and CreateTrainingJob's length once JSON-encoded (SAFE_TEXT holds
         # no character JSON escapes, so the encoding adds only the two quotes).
+        own = out.get("pattern")  # the field's own pattern (profile_ranks'), beside the shell word's
         out.update(pattern=f"^(?:{SAFE_TEXT.pattern})$", maxLength=MAX_HYPERPARAMETER_JSON - 2)
+        if own:
+            out["allOf"] = [{"pattern": own}]
     if out.get("type") == "number" and "maximum" not in out:
         out["maximum"] = sys.float_info.max  # value_problem refuses infinities
     out["description"] = rules["doc"]

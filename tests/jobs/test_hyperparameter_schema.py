@@ -35,6 +35,8 @@ def _good_value(name: str) -> Any:
     rules, tp = FIELDS[name].metadata, TYPES[name]
     if rules.get("choices"):
         return rules["choices"][-1]
+    if tp is str and rules.get("pattern"):  # its own form (profile_ranks): its default has it
+        return FIELDS[name].default
     if tp is str:
         return "/opt/ml/input/data/init/step-10"
     default = FIELDS[name].default
@@ -52,7 +54,7 @@ def _cases_for(name: str) -> list[dict[str, Any]]:
     for bound, past in (("min", -step), ("max", step)):
         if rules.get(bound) is not None:
             cases += [{name: tp(rules[bound])}, {name: rules[bound] + past}]
-    if rules.get("choices"):
+    if rules.get("choices") or rules.get("pattern"):
         cases += [{name: good.upper()}, {name: good + "x"}]
     if tp is float:
         # Not JSON, but Python's json reads `Infinity`; NaN is left out: no schema keyword can refuse it (every

@@ -12,12 +12,12 @@ from contract.hyperparameters import TrainConfig
 
 
 def test_the_bench_runs_each_row_and_prints_it_in_calibrations_form(capsys):
-    peak_memory.main(["gpt:small:8", "gpt:small:8:ac", "gpt:small:8:sac", "vit:tiny:2", "--steps", "1"])
+    peak_memory.main(["gpt:small:4", "gpt:small:4:ac", "gpt:small:4:sac", "vit:tiny:2", "--steps", "1"])
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("# CPU, torch ") and "peak allocated GiB" in out[0]
     rows = [line.split(":") for line in out[1:]]
     assert [key.strip() for key, _ in rows] == [
-        "('gpt', 'small', 8, None)", "('gpt', 'small', 8, 'full')", "('gpt', 'small', 8, 'selective')",
+        "('gpt', 'small', 4, None)", "('gpt', 'small', 4, 'full')", "('gpt', 'small', 4, 'selective')",
         "('vit', 'tiny', 2, None)"]
     none, full, selective, _ = (float(value.strip(" ,")) for _, value in rows)
     assert full < selective < none  # what each policy keeps, in the order it keeps it
