@@ -11,6 +11,7 @@ scipy (a dev dependency) does the least squares; jobs/ itself never imports it (
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -24,7 +25,6 @@ from jobs.planning.calibration import (
     own_error,
     throughput_error,
 )
-from jobs.planning.timing import Efficiency
 
 
 # What the fit moves: (name, read, write) over the constants of jobs.planning.timing and PUBLISHED.
@@ -32,7 +32,7 @@ def _fields() -> list[tuple[str, Any, Any]]:
     def eff(stack: dict, gen: str, attr: str, also: tuple[tuple[dict, str], ...] = ()):
         def write(v):
             for target, g in ((stack, gen), *also):
-                target[g] = Efficiency(**{**target[g].__dict__, attr: v})
+                target[g] = dataclasses.replace(target[g], **{attr: v})
         return lambda: getattr(stack[gen], attr), write
 
     def module(name: str):
@@ -41,7 +41,7 @@ def _fields() -> list[tuple[str, Any, Any]]:
     def traffic(stack: dict):
         def write(v):
             for g in stack:
-                stack[g] = Efficiency(**{**stack[g].__dict__, "traffic": v})
+                stack[g] = dataclasses.replace(stack[g], traffic=v)
         return lambda: stack["hopper"].traffic, write
 
     both = ((timing.PACKAGE, "ampere"),)  # no own A100 run: the package borrows the published ampere efficiency
@@ -49,8 +49,7 @@ def _fields() -> list[tuple[str, Any, Any]]:
             ("ampere attention", *eff(PUBLISHED, "ampere", "attention", both)),
             ("published hopper matmul", *eff(PUBLISHED, "hopper", "matmul")),
             ("published hopper attention", *eff(PUBLISHED, "hopper", "attention")),
-            ("package hopper matmul = attention", *eff(timing.PACKAGE, "hopper", "matmul",
-                                                       ((timing.PACKAGE, "hopper"),))),
+            ("package hopper matmul = attention", *eff(timing.PACKAGE, "hopper", "matmul")),
             ("package traffic", *traffic(timing.PACKAGE)), ("published traffic", *traffic(PUBLISHED)),
             ("WIDTH_HALF", *module("WIDTH_HALF")), ("OVERLAP", *module("OVERLAP"))]
 
@@ -98,8 +97,8 @@ def fit() -> dict[str, float]:
     def package_attention_follows(x):  # the package's attention on hopper is taken at its matmul rate
         for (_, _, write), v in zip(fields, x, strict=True):
             write(v)
-        timing.PACKAGE["hopper"] = Efficiency(**{**timing.PACKAGE["hopper"].__dict__,
-                                                 "attention": timing.PACKAGE["hopper"].matmul})
+        hopper = timing.PACKAGE["hopper"]
+        timing.PACKAGE["hopper"] = dataclasses.replace(hopper, attention=hopper.matmul)
 
     def residuals(x):
         package_attention_follows(x)
