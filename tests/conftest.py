@@ -104,13 +104,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 # Its module fixture alone takes 130 to 250 s (the whole parallel matrix on two and four gloo ranks).
 LONGEST_FILE = "test_conformance.py"
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """`make test` runs two xdist workers on two cores: one torch thread each for what they run in-process, so the
-    two never put four threads on two cores (the CPU memory matrix ran 3x slower so). Processes the tests start
-    (torchrun's workers) keep torch's own default."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        import torch
-
-        torch.set_num_threads(1)
