@@ -25,6 +25,7 @@ beyond them extrapolated from the nearest two. Repeat runs on the same machine m
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 TOKENS, IMAGES, WEBDATASET = "tokens", "images", "webdataset"
 FORMATS = (TOKENS, IMAGES, WEBDATASET)
@@ -98,8 +99,15 @@ _RAW_TEXT = (".jsonl", ".parquet")
 _IMAGE_FILES = (".jpg", ".jpeg", ".png")
 
 
-def how_to_prepare(folder: str, names: list[str], subfolders: list[str]) -> str:
-    """The preparer for a folder that is not yet a channel, from the names of its files and sub-folders."""
+def how_to_prepare(folder: Path) -> str:
+    """The preparer for a folder that is not yet a channel, from the names of its files and sub-folders (an
+    unreadable folder reads as an empty one)."""
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        entries = []
+    names = [p.name for p in entries if p.is_file()]
+    subfolders = [p.name for p in entries if p.is_dir()]
     suffixes = {n[n.rfind("."):].lower() for n in names if "." in n}
     if suffixes & set(_RAW_TEXT):
         return (f"{folder} holds raw text ({', '.join(sorted(suffixes & set(_RAW_TEXT)))}): tokenize it into a "

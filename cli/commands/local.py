@@ -144,10 +144,7 @@ def _check_channel(name: str, path: Path) -> None:
     where = f"{path} (relative to the current folder, {Path.cwd()})" if not path.is_absolute() else str(path)
     meta = path / "meta.json"
     if not meta.is_file():
-        entries = list(path.iterdir())
-        raise UserError(f"the {name} data folder {where} is not a channel: it has no meta.json",
-                        how_to_prepare(str(path), [p.name for p in entries if p.is_file()],
-                                       [p.name for p in entries if p.is_dir()]))
+        raise UserError(f"the {name} data folder {where} is not a channel: it has no meta.json", how_to_prepare(path))
     with contextlib.suppress(OSError, ValueError, AttributeError):  # a malformed meta.json: the job's reader says why
         shards = SHARD_GLOBS.get(json.loads(meta.read_text()).get("format"))
         if shards and not any(path.glob(shards)):

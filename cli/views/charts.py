@@ -194,11 +194,17 @@ def split_runs(records: list[dict[str, float]], started: float | None = None) ->
     for record in records:
         if not runs or _restarted(previous, record) or (
                 started is not None and previous.get(RECORD_TIME, 0.0) < started <= record.get(RECORD_TIME, 0.0)) or (
-                previous.get(RUN_STARTED, record.get(RUN_STARTED)) != record.get(RUN_STARTED, previous.get(RUN_STARTED))):
+                _other_process(previous, record)):
             runs.append([])
         runs[-1].append(record)
         previous = record
     return [RunMetrics(f"run {i}", run) for i, run in enumerate(runs, start=1)]
+
+
+def _other_process(previous: dict[str, float], record: dict[str, float]) -> bool:
+    """Both records carry the training process's start, and the starts differ."""
+    before, now = previous.get(RUN_STARTED), record.get(RUN_STARTED)
+    return before is not None and now is not None and before != now
 
 
 def _restarted(previous: dict[str, float], record: dict[str, float]) -> bool:

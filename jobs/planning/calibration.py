@@ -189,7 +189,8 @@ def gpu_name(gpu: GpuSpec) -> str:
     return next(name for name, spec in GPUS.items() if spec == gpu)
 
 
-def _sources(gpu: GpuSpec, gen: str) -> list[str]:
+@functools.cache
+def _sources(gpu: GpuSpec, gen: str) -> tuple[str, ...]:
     """What a generation's fit rests on, by source: runs on this GPU, and on the generation's others."""
     out = []
     for source in dict.fromkeys(r.source for r in ROWS):
@@ -203,7 +204,7 @@ def _sources(gpu: GpuSpec, gen: str) -> list[str]:
         out.append(f"{source}: {len(rows)} published runs ({where}; {held} held out to check the fit)")
     if gen == generation(lookup(OWN_INSTANCE).gpu):
         out.append(f"the package's own runs on one {gpu_name(lookup(OWN_INSTANCE).gpu)}: {len(OWN_RUNS)}")
-    return out
+    return tuple(out)
 
 
 def calibration_of(gpu: GpuSpec) -> tuple[float | None, list[str]]:
@@ -217,7 +218,7 @@ def calibration_of(gpu: GpuSpec) -> tuple[float | None, list[str]]:
         return None, []
     if gpu.generation != gen:
         return None, [f"none of its own: {gpu.generation} borrows {gen}'s fit to {s}" for s in _sources(gpu, gen)]
-    return bands[gen], _sources(gpu, gen)
+    return bands[gen], list(_sources(gpu, gen))
 
 
 def summary(rows: tuple[Row, ...]) -> dict[str, dict[str, float]]:

@@ -306,7 +306,6 @@ def test_data_without_a_validation_folder_does_not_validate_on_the_request_s_own
     # corpus, other tokens) still rendered and read, a meaningless validation loss without a word.
     from cli.commands.local import run_request_locally
     from cli.request_file import load_request
-    from tests.cli.test_local import FakeRunLocal
 
     monkeypatch.chdir(tmp_path)
     for split in ("train", "validation"):

@@ -45,7 +45,7 @@ def read_meta(directory: str | Path) -> dict:
     """The channel's meta.json as a dict, checked: JSON, an object, a known format, positive sizes."""
     path = Path(directory) / "meta.json"
     if not path.exists():
-        raise DataMissing(f"{directory} has no meta.json: {_preparer(Path(directory))}")
+        raise DataMissing(f"{directory} has no meta.json: {how_to_prepare(Path(directory))}")
     try:
         meta = json.loads(path.read_text())
     except ValueError as e:  # JSONDecodeError, and UnicodeDecodeError for a binary file
@@ -62,16 +62,6 @@ def read_meta(directory: str | Path) -> dict:
                                       and value == int(value) and value > 0):
             raise ConfigError(f"{path} has {key} {value!r}: it must be a positive integer")
     return meta
-
-
-def _preparer(directory: Path) -> str:
-    """What makes `directory` a channel, from what it holds (contract.data_formats.how_to_prepare)."""
-    try:
-        entries = list(directory.iterdir())
-    except OSError:
-        entries = []
-    return how_to_prepare(str(directory), [p.name for p in entries if p.is_file()],
-                          [p.name for p in entries if p.is_dir()])
 
 
 def _expect_format(directory: str | Path, meta: dict, wanted: str, reader: str) -> None:
