@@ -72,7 +72,8 @@ def file_system_props(config: PlatformConfig) -> LustreProps | None:
 
 def job_defaults(config: PlatformConfig) -> JobDefaults:
     return JobDefaults(training_plans=config.training_plans, default_warm_pool_minutes=config.default_warm_pool_minutes,
-                       environment_patterns=config.environment_patterns)
+                       environment_patterns=config.environment_patterns,
+                       mlflow_tracking_server=config.mlflow_tracking_server)
 
 
 def main() -> None:

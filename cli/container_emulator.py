@@ -239,6 +239,7 @@ def prepare_layout(request: dict, workdir: Path, nproc: int, data_dirs: dict[str
         "SM_MODULE_DIR": str(workdir / "code"),
         "SM_HOSTS": json.dumps(list(instance.hosts)),
         "SM_CURRENT_HOST": instance.name,
+        "SM_CURRENT_INSTANCE_TYPE": resource["current_instance_type"],
         "SM_NUM_GPUS": str(gpus),
         "SM_NUM_CPUS": str(os.cpu_count() or 1),
         "SM_CHANNELS": json.dumps(sorted(channels)),

@@ -317,11 +317,15 @@ def local_command(
     oversubscribe: Annotated[bool, flag(
         "--oversubscribe", help="Allow --nproc above this machine's GPUs (or CPUs, without GPUs): the processes "
                                 "share them, and each holds its own copy of the model.")] = False,
+    mlflow: Annotated[str | None, typer.Option(
+        "--mlflow", metavar="URI", help="An MLflow tracking server (http://host:port, or a SageMaker MLflow ARN with "
+                                        "sagemaker-mlflow installed): the run is an MLflow run there. Default: "
+                                        "$MLFLOW_TRACKING_URI when set.")] = None,
 ) -> None:
     """Run a request on this machine, as SageMaker would run it (torchrun; gloo on CPU)."""
     if chart is None:
         raise typer.Exit(local_runner.run_local_command(request, nproc=nproc, workdir=workdir, data=data,
-                                                        oversubscribe=oversubscribe, hosts=hosts))
+                                                        oversubscribe=oversubscribe, hosts=hosts, mlflow=mlflow))
     from cli.container_emulator import instance_root
     from cli.request_file import load_request
     from cli.views.charts import chart_local_run, check_chart_option
@@ -330,7 +334,7 @@ def local_command(
     workdir = workdir or local_runner.DEFAULT_WORKDIR_ROOT / load_request(request).request.name
     started = time.time()
     code = local_runner.run_local_command(request, nproc=nproc, workdir=workdir, data=data,
-                                          oversubscribe=oversubscribe, hosts=hosts)
+                                          oversubscribe=oversubscribe, hosts=hosts, mlflow=mlflow)
     chart_local_run(instance_root(workdir, hosts), chart, started=started)
     raise typer.Exit(code)
 

@@ -7,6 +7,7 @@ under a work dir) and the launcher's IAM and dashboards name the same things fro
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 # ---- paths inside the container (SageMaker's defaults) ----
@@ -80,6 +81,34 @@ ENV_STOP_FILE = "TRAINING_STOP_FILE"
 # Not a SageMaker variable: the folder the job writes TensorBoard event files into, set by the launcher when the
 # request's `tensorboard` is on (TENSORBOARD_DIR on SageMaker; trainctl local moves it into its work folder).
 ENV_TENSORBOARD_DIR = "TRAINING_TENSORBOARD_DIR"
+# MLflow's own variables (the MLflow client reads them too): the tracking server a run logs to, set by the launcher
+# when the platform config names one (`mlflow_tracking_server`: a SageMaker managed MLflow ARN or a URI), and by
+# `trainctl local --mlflow URI`; and the experiment, the platform's (or team's) name prefix. A request may set neither
+# (jobs.request.environment_rules allows no MLFLOW_ name): a team logs into its own experiment only.
+ENV_MLFLOW_TRACKING_URI = "MLFLOW_TRACKING_URI"
+ENV_MLFLOW_EXPERIMENT = "MLFLOW_EXPERIMENT_NAME"
+# What names a tracking server a job can reach: a SageMaker managed MLflow ARN (the SageMaker API reference's
+# MlflowResourceArn pattern) or an http(s) URI; locally also a file: store (MLFLOW_LOCAL).
+MLFLOW_ARN = re.compile(r"arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]*:[0-9]{12}:mlflow-(app|tracking-server)/[A-Za-z0-9\-]+")
+MLFLOW_SERVER = re.compile(rf"{MLFLOW_ARN.pattern}|https?://[^\s/]+(/\S*)?")
+MLFLOW_SERVER_FORM = ("http(s)://host:port or a SageMaker MLflow ARN (arn:aws:sagemaker:<region>:<account>:"
+                      "mlflow-tracking-server/<name>)")
+MLFLOW_LOCAL = re.compile(rf"{MLFLOW_SERVER.pattern}|file:/\S+")
+MLFLOW_LOCAL_FORM = f"{MLFLOW_SERVER_FORM}, or file:/absolute/folder"
+# What training.metrics.mlflow_run calls, by MLflow REST endpoint (under /api/2.0/mlflow/), and the sagemaker-mlflow
+# action a SageMaker managed server authorizes it as (the action of the operation's name, the Service Authorization
+# Reference's list for sagemaker-mlflow): the execution role gets these on the configured server and nothing else
+# (platform_constructs.roles). Artifacts go to the server's artifact store, not through these.
+MLFLOW_RUN_ACTIONS = {
+    "experiments/get-by-name": "sagemaker-mlflow:GetExperimentByName",
+    "experiments/create": "sagemaker-mlflow:CreateExperiment",
+    "runs/search": "sagemaker-mlflow:SearchRuns",
+    "runs/create": "sagemaker-mlflow:CreateRun",
+    "runs/get": "sagemaker-mlflow:GetRun",
+    "runs/update": "sagemaker-mlflow:UpdateRun",
+    "runs/log-batch": "sagemaker-mlflow:LogBatch",
+    "runs/set-tag": "sagemaker-mlflow:SetTag",
+}
 # Not a SageMaker variable: `trainctl local` names its --workdir, so that a fix the job suggests is one its user
 # can apply (another --workdir, not a checkpoint_dir the request does not let them set).
 ENV_LOCAL_WORKDIR = "TRAINCTL_LOCAL_WORKDIR"

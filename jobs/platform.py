@@ -15,6 +15,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from contract.container import MLFLOW_SERVER, MLFLOW_SERVER_FORM
 from contract.errors import Invalid, Problem
 from contract.schema import join, json_schema, meta, parse_dataclass
 from jobs.naming import MAX_JOB_TAGS
@@ -69,6 +70,12 @@ def _env_patterns(value: Any) -> str | list[tuple[int, str]] | None:
         return problem
     return [(i, f"{item!r}: give a variable name or a prefix ending in '*', e.g. MYLIB_*") for i, item in
             enumerate(value) if not ENV_PATTERN.fullmatch(item)]
+
+
+def _mlflow_server(value: Any) -> str | None:
+    if value is None or (isinstance(value, str) and MLFLOW_SERVER.fullmatch(value)):
+        return None
+    return f"expected {MLFLOW_SERVER_FORM}, or null; got {value!r}"
 
 
 def _repositories(value: Any) -> str | list[tuple[int, str]] | None:
@@ -145,6 +152,11 @@ class PlatformSettings:
     # buckets' default encryption, and what the job's outputs are written with (OutputDataConfig.KmsKeyId).
     data_kms_key_arn: str | None = field(default=None, metadata=meta(
         "KMS key of the team's own checkpoint and output buckets (null: kms_key_arn)"))
+    # The platform config's mlflow_tracking_server: every job logs its run there (training.metrics.mlflow_run), into the
+    # experiment named for name_prefix (the team's own).
+    mlflow_tracking_uri: str | None = field(default=None, metadata=meta(
+        "MLflow tracking server every run logs to (a SageMaker MLflow ARN or an http(s) URI; null: none)",
+        check=_mlflow_server))
     # jobs.request.image_rules: requests' `image` must come from these or from the registries of the images above.
     allowed_image_repositories: list[str] = field(default_factory=list, metadata=meta(
         "ECR repositories requests' `image` may come from (`<registry>/<repo>`, or `<registry>/` for all), on top "

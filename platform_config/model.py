@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from contract.container import MLFLOW_SERVER, MLFLOW_SERVER_FORM
 from contract.schema import meta
 from jobs.naming import MAX_NAME_PREFIX, NAME_PREFIX, SAGEMAKER_NAME, TEAM_SEPARATOR, team_prefix
 from jobs.platform import ENV_PATTERN, TrainingPlan, image_repositories_problem
@@ -215,6 +216,11 @@ class PlatformConfig:
                                                   expects="a JSON list of {name, arn, instance_type, instance_count}")
     default_warm_pool_minutes: int = _f(0, "Warm pool kept after a job (minutes)", expects=_WHOLE, check=_between(
         0, 360, "must be 0 to 360 (SageMaker keeps warm pools up to 21600 s)"))
+    mlflow_tracking_server: str | None = _f(
+        None, "MLflow tracking server every run logs to (one MLflow run per run, in the team's experiment): a SageMaker "
+        "managed MLflow ARN, which the execution roles may then log runs to and nothing else, or an http(s) URI the "
+        "jobs can reach; null: none", expects="a string or null",
+        check=_optional(lambda v: None if MLFLOW_SERVER.fullmatch(v) else f"must be {MLFLOW_SERVER_FORM}, or null"))
     notification_email: str | None = _f(None, "E-mail subscribed to run notifications", expects="a string or null",
                                         check=_optional(_matches(EMAIL, "must be an e-mail address or null")))
     notify_refusals: bool = _f(False, "Also send requests the launcher refuses (RequestInvalid) to the notification "

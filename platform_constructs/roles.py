@@ -14,7 +14,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from contract.container import LOG_GROUP
+from contract.container import LOG_GROUP, MLFLOW_ARN, MLFLOW_RUN_ACTIONS
 from contract.metrics import METRIC_NAMESPACE
 from jobs.naming import jobs_named, metrics_namespace
 from jobs.render.images import PYTORCH_FRAMEWORK, SMP_FRAMEWORK
@@ -55,6 +55,9 @@ class ExecutionRoleProps:
     data_key: kms.IKey | None = None
     """The team's own key (TeamKey) that encrypts its checkpoint and output buckets; the role must carry the team's
     tag to use it. @default None: those buckets use `key`"""
+    mlflow_tracking_server: str | None = None
+    """The MLflow tracking server the jobs log their runs to; a SageMaker managed one's ARN gets MLFLOW_RUN_ACTIONS on
+    that server (an http(s) server authorizes on its own). @default None: none"""
 
 
 class ExecutionRole(Construct):
@@ -114,6 +117,10 @@ class ExecutionRole(Construct):
         role.add_to_policy(iam.PolicyStatement(
             sid="TrainingMetrics", actions=["cloudwatch:PutMetricData"], resources=["*"],
             conditions={"StringEquals": {"cloudwatch:namespace": [METRIC_NAMESPACE, metrics_namespace(name_prefix)]}}))
+
+        if props.mlflow_tracking_server and MLFLOW_ARN.fullmatch(props.mlflow_tracking_server):
+            role.add_to_policy(iam.PolicyStatement(sid="MlflowRuns", actions=sorted(set(MLFLOW_RUN_ACTIONS.values())),
+                                                   resources=[props.mlflow_tracking_server]))
 
         # SageMaker creates the job's network interfaces in the training subnets with the training groups.
         subnet_arns = [f"arn:{partition}:ec2:{region}:{account}:subnet/{s.subnet_id}" for s in props.subnets]

@@ -35,6 +35,8 @@ class JobDefaults:
     default_warm_pool_minutes: int
     # Names or PREFIX* patterns a request's environment may set on top of jobs.request.environment_rules' allow-list.
     environment_patterns: Sequence[str]
+    # Where every run logs its MLflow run (None: nowhere); an ARN's server is the one the execution roles may log to.
+    mlflow_tracking_server: str | None
 
 
 class PlatformStack(cdk.Stack):
@@ -89,7 +91,7 @@ class PlatformStack(cdk.Stack):
         # One execution role per team: its own checkpoint and output prefixes and its own datasets; tagged with the
         # team's cost tag, which its data key's policy asks of a role that uses it.
         roles = [self._execution_role(team, key, data_keys.get(team.name), datasets, team_buckets[team.name],
-                                      image_mapping, net, subnets, group, role_path)
+                                      image_mapping, net, subnets, group, role_path, jobs.mlflow_tracking_server)
                  for team, group in zip(teams, groups, strict=True)]
         source = TrainingSourceBundle(self, "TrainingSource", TrainingSourceBundleProps(readers=roles))
         if net.endpoints_only:
@@ -121,14 +123,15 @@ class PlatformStack(cdk.Stack):
 
     def _execution_role(self, team: TeamSpec, key: kms.IKey, data_key: kms.IKey | None, datasets: s3.IBucket,
                         buckets: tuple[s3.IBucket, s3.IBucket], image_mapping: ImageMapping, net: TrainingNetwork,
-                        subnets: list[ec2.ISubnet], group: ec2.ISecurityGroup, role_path: str) -> iam.IRole:
+                        subnets: list[ec2.ISubnet], group: ec2.ISecurityGroup, role_path: str,
+                        mlflow_tracking_server: str | None) -> iam.IRole:
         checkpoints, outputs = buckets
         role = ExecutionRole(self, f"{team.construct_id}Execution", ExecutionRoleProps(
             name_prefix=team.name_prefix, key=key, dataset_bucket=datasets, dataset_prefix=team.dataset_prefix,
             checkpoint_bucket=checkpoints, output_bucket=outputs, data_key=data_key,
             image_accounts={fw: image_mapping.account(fw) for fw in (PYTORCH_FRAMEWORK, SMP_FRAMEWORK)},
             vpc=net.vpc, subnets=subnets, security_groups=[group], role_path=role_path,
-            image_repositories=team.image_repositories)).role
+            image_repositories=team.image_repositories, mlflow_tracking_server=mlflow_tracking_server)).role
         for tag, value in team.job_tags.items():
             cdk.Tags.of(role).add(tag, value)
         return role
@@ -161,6 +164,7 @@ class PlatformStack(cdk.Stack):
             training_plans={plan.name: plan for plan in jobs.training_plans},
             default_warm_pool_minutes=jobs.default_warm_pool_minutes,
             environment_patterns=list(jobs.environment_patterns),
+            mlflow_tracking_uri=jobs.mlflow_tracking_server,
             allowed_image_repositories=list(team.image_repositories),
             job_tags=dict(team.job_tags),
         )

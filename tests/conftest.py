@@ -90,6 +90,16 @@ def templates(cdk_out: Path) -> dict[str, dict]:
     return found
 
 
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
+    """A real MLflow tracking server on loopback (SQLite, artifacts in a folder) for this worker's tests."""
+    from tests.tracking import start
+
+    server = start(tmp_path_factory.mktemp("mlflow"))
+    yield server
+    server.stop()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The files holding slow tests first, the conformance matrix (the longest) before them. `make test` runs files
     whole on each of two workers (--dist loadfile) in the order given here (--no-loadscope-reorder; xdist's own

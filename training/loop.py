@@ -30,6 +30,7 @@ from training.job import announce, build_job
 from training.metrics.cloudwatch import CloudWatchMetrics
 from training.metrics.logger import MetricsLogger
 from training.metrics.meter import AttemptClock, StepMeter, checkpoint_overdue, input_bound_line
+from training.metrics.mlflow_run import MlflowRun
 from training.metrics.profiling import StepProfiler
 from training.metrics.tensorboard import TensorBoardWriter
 from training.optim import build_optimizer, build_scheduler
@@ -55,8 +56,12 @@ def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = No
     line before it leaves, and a rank whose collective says a peer went away raises `host_lost` or `process_lost`
     naming the ranks and hosts that no longer answer (its peers' watchdogs answer and end theirs with the same)."""
     heartbeat, timing, dog = _watch(cfg, dist)
+    tracking = MlflowRun.from_environment(vars(cfg), is_main=dist.is_main)
+    ended, model_path = "failed", None
     try:
-        return _train(cfg, dist, stop, stop_at, observe, heartbeat, timing)
+        result = _train(cfg, dist, stop, stop_at, observe, heartbeat, timing, tracking)
+        ended, model_path = result.status, result.model_path
+        return result
     except (TrainingFailure, ConfigError) as e:
         if dist.world_size > 1:
             dog.conclude(failed=failure_line(known_failure(e), str(e)))
@@ -68,6 +73,8 @@ def train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None = No
     finally:
         dog.stop()
         timing.close()  # rank 0 prints the run's straggler summary
+        if tracking is not None:
+            tracking.end(ended, model_path)
 
 
 def _watch(cfg: TrainConfig, dist: Dist) -> tuple[Heartbeat, StepTiming, Watchdog]:
@@ -85,7 +92,7 @@ def _watch(cfg: TrainConfig, dist: Dist) -> tuple[Heartbeat, StepTiming, Watchdo
 
 
 def _train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None, observe, heartbeat: Heartbeat,
-           timing: StepTiming) -> Result:
+           timing: StepTiming, tracking: MlflowRun | None) -> Result:
     clock = AttemptClock()
     job = build_job(cfg, dist)
     optimizer, state = build_optimizer(job.model, cfg), LoopState()
@@ -109,7 +116,7 @@ def _train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None, ob
     evaluator = Evaluator(train_step, job.val_set, cfg, dist, job.global_batch, (job.data_rank, job.data_world),
                           heartbeat=heartbeat)
     logger = MetricsLogger(cfg.output_data_dir, dist.is_main, cfg.max_steps,
-                           tensorboard=TensorBoardWriter.from_environment(is_main=dist.is_main))
+                           sinks=(TensorBoardWriter.from_environment(is_main=dist.is_main), tracking))
     cloud = CloudWatchMetrics.from_environment(os.environ, current_run_id(), is_main=dist.is_main,
                                                local_rank=dist.local_rank)
     profiler = StepProfiler.for_run(cfg, dist.rank, dist.device)

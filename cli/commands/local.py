@@ -21,7 +21,13 @@ from cli.console import out
 from cli.errors import UserError
 from cli.platform_source import local_platform
 from cli.request_file import LoadedRequest, load_request, validate_for_platform
-from contract.container import CHECKPOINT_MARKER, STATUS_FILE
+from contract.container import (
+    CHECKPOINT_MARKER,
+    ENV_MLFLOW_TRACKING_URI,
+    MLFLOW_LOCAL,
+    MLFLOW_LOCAL_FORM,
+    STATUS_FILE,
+)
 from contract.errors import ConfigError
 from contract.hyperparameters import (
     TrainConfig,
@@ -265,16 +271,30 @@ def _importable(name: str) -> bool:
 
 
 def run_local_command(request: Path, *, nproc: int | None, workdir: Path | None, data: Path | None,
-                      oversubscribe: bool = False, hosts: int = 1) -> int:
-    """`trainctl local`: run the request here, print how it ended; returns the run's exit status."""
+                      oversubscribe: bool = False, hosts: int = 1, mlflow: str | None = None) -> int:
+    """`trainctl local`: run the request here, print how it ended; returns the run's exit status. `mlflow`: the
+    tracking server the run logs to (else $MLFLOW_TRACKING_URI, which the job's environment inherits)."""
     check_training_modules()
     check_nproc(nproc, oversubscribe=oversubscribe, hosts=hosts)
     loaded = load_request(request)
     workdir = workdir or DEFAULT_WORKDIR_ROOT / loaded.request.name
     started = time.time()
-    code = run_request_locally(loaded, workdir=workdir, nproc=nproc, data=data, hosts=hosts)
+    tracking = mlflow_environment(mlflow)
+    code = run_request_locally(loaded, workdir=workdir, nproc=nproc, data=data, hosts=hosts,
+                               **({"extra_env": tracking} if tracking else {}))
     out().print(local_outcome(code, workdir, since=started, hosts=hosts))
     return EXIT_STOPPED if code == 0 and _ended(workdir, started, hosts).get("status") == "stopped" else code
+
+
+def mlflow_environment(uri: str | None) -> dict[str, str]:
+    """The job's MLflow variables for `--mlflow URI` ({} without it); a URI MLflow cannot take is refused here,
+    before any process starts."""
+    if uri is None:
+        return {}
+    if not MLFLOW_LOCAL.fullmatch(uri):
+        raise UserError(f"--mlflow {uri!r} is not a tracking server MLflow can log to",
+                        f"give {MLFLOW_LOCAL_FORM} (e.g. http://127.0.0.1:5000 for `mlflow server`)")
+    return {ENV_MLFLOW_TRACKING_URI: uri}
 
 
 def _killed_by(code: int) -> str | None:

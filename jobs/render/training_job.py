@@ -27,6 +27,8 @@ from contract.container import (
     CODE_CHANNEL,
     ENV_EPOCH,
     ENV_METRICS_NAMESPACE,
+    ENV_MLFLOW_EXPERIMENT,
+    ENV_MLFLOW_TRACKING_URI,
     ENV_RUN_ID,
     ENV_SECRET_ARNS,
     ENV_TENSORBOARD_DIR,
@@ -161,7 +163,8 @@ def render_create_training_job(
         "Environment": {**PLATFORM_ENVIRONMENT, **request.environment, **_secrets(request), ENV_RUN_ID: run_id,
                         ENV_EPOCH: str(attempt if epoch is None else epoch),
                         ENV_METRICS_NAMESPACE: metrics_namespace(platform.name_prefix),
-                        **({ENV_TENSORBOARD_DIR: TENSORBOARD_DIR} if request.tensorboard else {})},
+                        **({ENV_TENSORBOARD_DIR: TENSORBOARD_DIR} if request.tensorboard else {}),
+                        **_mlflow(platform)},
         "ProfilerConfig": _profiler(request, platform, run_id),
         "InfraCheckConfig": {"EnableInfraCheck": request.infra_check if infra_check is None else infra_check},
         "Tags": _tags(request, platform, run_id, attempt, strategy_and_degrees(request, primary)[0]),
@@ -180,6 +183,13 @@ def _with_the_mapped_keys(create: dict[str, Any]) -> dict[str, Any]:
             f"{CREATE_REQUEST_KEYS} (rendered only: {sorted(rendered - mapped)}, mapped only: "
             f"{sorted(mapped - rendered)}): change CREATE_REQUEST_KEYS with render_create_training_job")
     return create
+
+
+def _mlflow(platform: PlatformSettings) -> dict[str, str]:
+    """The tracking server every run logs to, and the platform's (team's) own experiment there."""
+    if not platform.mlflow_tracking_uri:
+        return {}
+    return {ENV_MLFLOW_TRACKING_URI: platform.mlflow_tracking_uri, ENV_MLFLOW_EXPERIMENT: platform.name_prefix}
 
 
 def _secrets(request: JobRequest) -> dict[str, str]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from contract.container import (
     ENV_EPOCH,
     ENV_METRICS_NAMESPACE,
+    ENV_MLFLOW_EXPERIMENT,
+    ENV_MLFLOW_TRACKING_URI,
     ENV_RUN_ID,
     ENV_SECRET_ARNS,
     ENV_TENSORBOARD_DIR,
@@ -49,8 +51,9 @@ PLATFORM_ENVIRONMENT = {
 }
 # Variables the renderer sets per run, not to a fixed value: the run's id, the marker by which the launcher
 # knows its own jobs (jobs.retry.run_state.is_ours), so a request may never set it; the attempt's epoch; the
-# platform's (team's) own metrics namespace.
-RUN_ENVIRONMENT = (ENV_RUN_ID, ENV_EPOCH, ENV_METRICS_NAMESPACE, ENV_TENSORBOARD_DIR)
+# platform's (team's) own metrics namespace; the TensorBoard folder; the MLflow server and the team's experiment there.
+RUN_ENVIRONMENT = (ENV_RUN_ID, ENV_EPOCH, ENV_METRICS_NAMESPACE, ENV_TENSORBOARD_DIR, ENV_MLFLOW_TRACKING_URI,
+                   ENV_MLFLOW_EXPERIMENT)
 # The variable that carries a request's `secrets` (their ARNs, as JSON; jobs.render.container_entry reads them).
 SECRETS_ENVIRONMENT = (ENV_SECRET_ARNS,)
 MAX_ENVIRONMENT = (MAX_ENVIRONMENT_VARIABLES - len(PLATFORM_ENVIRONMENT) - len(RUN_ENVIRONMENT)

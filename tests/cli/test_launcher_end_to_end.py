@@ -348,3 +348,39 @@ def test_what_prepare_would_refuse_is_refused_where_it_was_asked(launcher, tmp_p
     assert refused.exit_code == 2, refused.output
     assert "the launcher refused unknown-run: resume_run: no training job of run" in refused.stderr
     assert "started" not in refused.output and "Traceback" not in refused.output
+
+
+def test_a_launched_job_writes_tensorboard_events_and_an_mlflow_run(launcher, tmp_path, monkeypatch, mlflow_server):
+    """With an MLflow server in the platform settings, the CreateTrainingJob the launcher sends names it and the
+    platform's (team's) own experiment; that very request, run by the container emulator on 2 gloo ranks, writes
+    TensorBoard events and logs an MLflow run whose values equal its metrics file, with its parameters, where it
+    ran and its model, calling nothing the execution role is not granted."""
+    from cli.container_emulator import run_local
+    from contract.container import ENV_MLFLOW_EXPERIMENT, ENV_MLFLOW_TRACKING_URI, ENV_RUN_ID
+    from prepare.corpus import prepare
+    from tests.tracking import check_run, tensorboard_problems
+    from training.metrics.mlflow_run import RUN_ID_TAG
+
+    monkeypatch.setenv("PLATFORM_SETTINGS", json.dumps({**launcher.settings, "mlflow_tracking_uri": mlflow_server.uri}))
+    request = job_request(name="gpt-tiny-tracked", model_size="tiny", instance={"type": "ml.m5.xlarge", "count": 1},
+                          validation_dataset="s3://mltrain-datasets-123456789012-us-east-1/datasets/tokens-val/",
+                          hyperparameters={"max_steps": 4, "micro_batch_size": 2, "seq_len": 32, "log_interval": 1,
+                                           "eval_interval": 2, "precision": "fp32"})
+    result = _submit(launcher, tmp_path, request, [sm.completed()], "cli-tracked")
+    assert result.exit_code == 0, result.output
+    create = sm.StateTaskServiceSageMaker.world.create_calls[-1]
+    env = create["Environment"]
+    assert (env[ENV_MLFLOW_TRACKING_URI], env[ENV_MLFLOW_EXPERIMENT]) == (mlflow_server.uri, launcher.settings["name_prefix"])
+
+    corpus = tmp_path / "corpus"
+    prepare(corpus, val_fraction=0.25, max_bytes=300_000, shard_bytes=200_000)
+    work, since = tmp_path / "job", mlflow_server.mark()
+    assert run_local(create, workdir=work, nproc=2,
+                     data_dirs={"train": corpus / "train", "validation": corpus / "validation"}) == 0
+    records = [json.loads(line) for line in (work / "output" / "data" / "metrics.jsonl").read_text().splitlines()]
+    assert not (problems := tensorboard_problems(work / "output" / "tensorboard", records)), problems
+    run_ = check_run(mlflow_server, since, {RUN_ID_TAG: env[ENV_RUN_ID]}, records,
+                     {"strategy": "fsdp", "max_steps": "4", "seq_len": "32"}, work / "model", instance_type="ml.m5.xlarge")
+    from mlflow import MlflowClient
+
+    assert MlflowClient(mlflow_server.uri).get_experiment(run_.info.experiment_id).name == launcher.settings["name_prefix"]

@@ -12,6 +12,8 @@ from cli.commands.local import run_request_locally
 from cli.errors import UserError
 from cli.request_file import load_request
 from tests.cli.conftest import DATA, channel_folder, run
+from tests.tracking import check_run, tensorboard_problems
+from training.metrics.mlflow_run import WORKDIR_TAG
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -124,15 +126,16 @@ def test_a_channel_on_s3_without_local_data_is_a_user_error(tmp_path, monkeypatc
 
 
 @pytest.mark.slow
-def test_local_runs_the_request_with_two_processes(corpus_dir, tmp_path):
-    """The real engine: torchrun, 2 gloo ranks, FSDP on the tiny GPT, checkpoints and a final model."""
+def test_local_runs_the_request_with_two_processes(corpus_dir, tmp_path, mlflow_server):
+    """The real engine: torchrun, 2 gloo ranks, FSDP on the tiny GPT, checkpoints and a final model; its metrics in
+    TensorBoard event files and in an MLflow run on a real tracking server (--mlflow)."""
     from prepare.corpus import prepare
 
     shutil.rmtree(corpus_dir)
     counts = prepare(corpus_dir, val_fraction=0.25, max_bytes=300_000, shard_bytes=200_000)
     assert counts["validation"] > 0
-    workdir = tmp_path / "run"
-    result = run("local", DATA / "local-tiny.json", "--nproc", "2", "--workdir", workdir)
+    workdir, since = tmp_path / "run", mlflow_server.mark()
+    result = run("local", DATA / "local-tiny.json", "--nproc", "2", "--workdir", workdir, "--mlflow", mlflow_server.uri)
     assert result.exit_code == 0, result.output
     assert f"done at step 6: model in {workdir / 'model'}" in result.stdout
     records = [json.loads(line) for line in (workdir / "output/data/metrics.jsonl").read_text().splitlines()]
@@ -143,16 +146,14 @@ def test_local_runs_the_request_with_two_processes(corpus_dir, tmp_path):
     assert any((workdir / "checkpoints").iterdir())
     hyperparameters = json.loads((workdir / "input/config/hyperparameters.json").read_text())
     assert json.loads(hyperparameters["strategy"]) == "fsdp"
-    # TensorBoard (the request's `tensorboard`, on by default): rank 0's event files in the work folder, read back
-    # with tensorboard's own reader, hold every metric line's values at their steps (float32 in the event file).
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    events = EventAccumulator(str(workdir / "output" / "tensorboard"))
-    events.Reload()
-    for name in ("train_loss", "lr", "tokens_per_sec", "val_loss"):
-        logged = [(r["step"], r[name]) for r in records if name in r]
-        assert logged and [(e.step, e.value) for e in events.Scalars(name)] == [
-            (step, pytest.approx(value, rel=1e-6)) for step, value in logged], name
+    # TensorBoard (the request's `tensorboard`, on by default): rank 0's event files in the work folder hold every
+    # metric line's values at their steps.
+    assert not (problems := tensorboard_problems(workdir / "output" / "tensorboard", records)), problems
+    # MLflow: one run, found by the run's id and its work folder, holding every record's numbers at their steps, the
+    # whole configuration as parameters, where it ran, and the exported model.
+    check_run(mlflow_server, since, {WORKDIR_TAG: str(workdir.resolve())}, records,
+              {"strategy": "fsdp", "max_steps": "6", "micro_batch_size": "2", "seq_len": "32"}, workdir / "model",
+              instance_type="ml.c5.2xlarge")
 
 
 def test_a_workdir_that_is_a_file_and_single_with_several_processes_are_refused(corpus_dir, tmp_path):

@@ -56,9 +56,11 @@ def _clock(seconds: float) -> str:
 class MetricsLogger:
     """Prints metric lines on stdout and appends the same records to metrics.jsonl (rank 0 only)."""
 
-    def __init__(self, output_dir: str | Path, enabled: bool, total_steps: int, tensorboard=None) -> None:
+    def __init__(self, output_dir: str | Path, enabled: bool, total_steps: int, sinks=()) -> None:
         self.enabled = enabled
-        self.tensorboard = tensorboard  # training.metrics.tensorboard.TensorBoardWriter: each record as scalars
+        # Where else each record goes, as numbers at its step: training.metrics.tensorboard.TensorBoardWriter,
+        # training.metrics.mlflow_run.MlflowRun (each has write(record) and close()).
+        self.sinks = [sink for sink in sinks if sink is not None]
         self.total_steps = total_steps
         self.path = Path(output_dir) / METRICS_FILE
         self.tty = enabled and sys.stderr.isatty()
@@ -78,8 +80,8 @@ class MetricsLogger:
         print(format_metrics(clean), flush=True)
         with self.path.open("a") as f:
             f.write(strict_json({**clean, RECORD_TIME: round(time.time(), 3), RUN_STARTED: self.run_started}) + "\n")
-        if self.tensorboard is not None:
-            self.tensorboard.write(clean)
+        for sink in self.sinks:
+            sink.write(clean)
 
     def final(self, record: dict) -> None:
         """The attempt's last metrics line, on stdout only: SageMaker keeps each metric's last value
@@ -117,5 +119,5 @@ class MetricsLogger:
     def close(self) -> None:
         if self.tty:
             sys.stderr.write("\n")
-        if self.tensorboard is not None:
-            self.tensorboard.close()
+        for sink in self.sinks:
+            sink.close()

@@ -1,0 +1,184 @@
+"""The run as an MLflow run, logged by rank 0 when a tracking server is named (contract.container.
+ENV_MLFLOW_TRACKING_URI: the platform config's `mlflow_tracking_server`, rendered by the launcher; `trainctl local
+--mlflow URI`).
+
+One MLflow run per training run, in the platform's (or team's) experiment (ENV_MLFLOW_EXPERIMENT), found again by
+its run id tag on every attempt: a resumed attempt logs on into the same MLflow run. It holds
+- parameters: the attempt's whole configuration (the request's hyperparameters as the launcher resolved them:
+  strategy, degrees, micro-batch, accumulation...); a value a later attempt changes (a resume on other instances
+  re-plans accumulation) is kept as the tag `changed.<name>`, as MLflow never changes a logged parameter;
+- metrics: every number of every metrics record (the `[metrics]` lines, metrics.jsonl), at its step;
+- tags: RUN_ID_TAG, the attempt, the instance type and count, the instance-hours the attempts ran, how the last
+  attempt ended;
+- artifacts: the exported model (model.safetensors and config.json) when it is at most MAX_MODEL_ARTIFACT_BYTES;
+  a larger one is not copied (the platform keeps one copy of what costs money: the job's model.tar.gz) and the tag
+  `model_dir` says where it is.
+
+Metrics are logged asynchronously (MLflow's own queue): a slow or unreachable server never stalls a step. A server
+that cannot be reached at the start is one line, and the run trains on without MLflow; so is an image without the
+`mlflow` package (the MLflow client, `mlflow-skinny`; a SageMaker managed server's ARN also needs `sagemaker-mlflow`,
+which signs the requests with the execution role).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import typing
+from pathlib import Path
+
+from contract.container import (
+    ENV_EPOCH,
+    ENV_LOCAL_WORKDIR,
+    ENV_MLFLOW_EXPERIMENT,
+    ENV_MLFLOW_TRACKING_URI,
+    ENV_RUN_ID,
+)
+from contract.metrics import STEP
+from training.environment import container
+
+RUN_ID_TAG = "trainctl.run_id"
+WORKDIR_TAG = "trainctl.workdir"  # `trainctl local`'s: a run is its work folder (its run id is the request name's)
+ATTEMPT_TAG = "trainctl.attempt"
+INSTANCE_TYPE_TAG = "trainctl.instance_type"
+INSTANCE_COUNT_TAG = "trainctl.instance_count"
+INSTANCE_HOURS_TAG = "trainctl.instance_hours"
+STATUS_TAG = "trainctl.status"
+MODEL_DIR_TAG = "trainctl.model_dir"
+DEFAULT_EXPERIMENT = "trainctl"
+# A model up to this size is copied into the run's artifacts; a larger one only named (MODEL_DIR_TAG).
+MAX_MODEL_ARTIFACT_BYTES = 2 * 1024**3
+MODEL_FILES = ("model.safetensors", "config.json")
+# MLflow's run statuses for how an attempt ended (a stopped run is resumed into the same MLflow run: RUNNING again).
+_ENDED = {"completed": "FINISHED", "early_stopped": "FINISHED", "stopped": "KILLED"}
+
+
+def _instance_type(env: typing.Mapping[str, str]) -> str:
+    """The toolkit's SM_CURRENT_INSTANCE_TYPE; its resource config's otherwise; "local" where neither is set."""
+    if value := env.get("SM_CURRENT_INSTANCE_TYPE"):
+        return value
+    try:
+        return json.loads(env.get("SM_RESOURCE_CONFIG", "{}")).get("current_instance_type") or "local"
+    except (ValueError, AttributeError):
+        return "local"
+
+
+class MlflowRun:
+    def __init__(self, client, run_id: str, attempt: str, instances: int) -> None:
+        self.client, self.run_id, self.attempt, self.instances = client, run_id, attempt, instances
+        self.began = time.monotonic()
+        self.pending: list = []  # the queued batches not yet known sent (MLflow's RunOperations)
+
+    @classmethod
+    def from_environment(cls, config: dict, env: typing.Mapping[str, str] | None = None, *,
+                         is_main: bool) -> MlflowRun | None:
+        """The MLflow run of this training run, found or created, on rank 0 when a tracking server is named; None
+        elsewhere, or (with one line saying why) where the client is missing or the server cannot be reached."""
+        env = os.environ if env is None else env
+        uri = env.get(ENV_MLFLOW_TRACKING_URI)
+        if not (uri and is_main):
+            return None
+        try:
+            from mlflow import MlflowClient
+        except ImportError:
+            print(f"[mlflow] {ENV_MLFLOW_TRACKING_URI}={uri} but the mlflow package is not installed in this image: "
+                  "no MLflow run (pip install mlflow-skinny, plus sagemaker-mlflow for a SageMaker MLflow ARN)",
+                  flush=True)
+            return None
+        try:
+            return cls._open(MlflowClient(tracking_uri=uri), config, env)
+        except Exception as e:  # noqa: BLE001 - any client or server error: the run trains on without MLflow
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+            print(f"[mlflow] the tracking server {uri} could not be reached ({type(e).__name__}: {first}): this "
+                  "attempt logs no MLflow run and trains on", flush=True)
+            return None
+
+    @classmethod
+    def _open(cls, client, config: dict, env: typing.Mapping[str, str]) -> MlflowRun:
+        from mlflow.entities import Param, RunTag
+
+        run_id = env.get(ENV_RUN_ID) or "local"
+        attempt = env.get(ENV_EPOCH) or "1"
+        hosts = container(env).hosts
+        experiment = env.get(ENV_MLFLOW_EXPERIMENT) or DEFAULT_EXPERIMENT
+        found = client.get_experiment_by_name(experiment)
+        experiment_id = found.experiment_id if found else client.create_experiment(experiment)
+        identity = {RUN_ID_TAG: run_id, **({WORKDIR_TAG: env[ENV_LOCAL_WORKDIR]} if env.get(ENV_LOCAL_WORKDIR) else {})}
+        runs = client.search_runs([experiment_id], max_results=1, filter_string=" AND ".join(
+            f"tags.`{tag}` = '{_quoted(value)}'" for tag, value in identity.items()))
+        tags = {ATTEMPT_TAG: attempt, INSTANCE_TYPE_TAG: _instance_type(env), INSTANCE_COUNT_TAG: str(len(hosts)),
+                STATUS_TAG: "running"}
+        params = {k: _param(v) for k, v in sorted(config.items())}
+        if runs:
+            run = runs[0]
+            client.update_run(run.info.run_id, status="RUNNING")
+            logged = run.data.params
+            tags.update({f"changed.{k}": f"{logged[k]} -> {v} (attempt {attempt})" for k, v in params.items()
+                         if k in logged and logged[k] != v})
+            params = {k: v for k, v in params.items() if k not in logged}
+            mlflow_id = run.info.run_id
+        else:
+            mlflow_id = client.create_run(experiment_id, tags=identity, run_name=run_id).info.run_id
+        client.log_batch(mlflow_id, params=[Param(k, v) for k, v in params.items()],
+                         tags=[RunTag(k, v) for k, v in tags.items()])
+        print(f"[mlflow] logging to run {mlflow_id} of experiment {experiment!r} at {client.tracking_uri}",
+              flush=True)
+        return cls(client, mlflow_id, attempt, len(hosts))
+
+    def write(self, record: dict) -> None:
+        """Each number of a metrics record, at the record's step (queued: MLflow sends it from its own thread)."""
+        from mlflow.entities import Metric
+
+        step = record.get(STEP)
+        if step is None:
+            return
+        now = int(time.time() * 1000)
+        metrics = [Metric(name, float(value), now, int(step)) for name, value in record.items()
+                   if name != STEP and isinstance(value, int | float) and not isinstance(value, bool)]
+        if metrics:
+            self.pending.append(self.client.log_batch(self.run_id, metrics=metrics, synchronous=False))
+
+    def close(self) -> None:
+        """Nothing to do as the metrics stop: the run ends with the attempt (end)."""
+
+    def end(self, status: str, model_path: str | Path | None = None) -> None:
+        """The attempt ended as `status` (training.resilience.outcome's: completed, stopped, failed...): its
+        instance-hours added to the run's, the model attached (or named), and the MLflow run's status set. Never
+        raises: the training run's outcome is not MLflow's to change."""
+        lost = 0
+        for queued in self.pending:  # every metric sent before the run ends
+            try:
+                queued.wait()
+            except Exception:  # noqa: BLE001 - MLflow's client has retried; count what it gave up on
+                lost += 1
+        if lost:
+            print(f"[mlflow] {lost} of {len(self.pending)} metrics records could not be sent to the tracking server",
+                  flush=True)
+        try:
+            before = self.client.get_run(self.run_id).data.tags.get(INSTANCE_HOURS_TAG, "0")
+            hours = float(before) + self.instances * (time.monotonic() - self.began) / 3600
+            self.client.set_tag(self.run_id, INSTANCE_HOURS_TAG, f"{hours:.6f}")
+            self.client.set_tag(self.run_id, STATUS_TAG, status)
+            if model_path is not None:
+                self._attach(Path(model_path).parent)
+            self.client.set_terminated(self.run_id, _ENDED.get(status, "FAILED"))
+        except Exception as e:  # noqa: BLE001
+            print(f"[mlflow] the run's end could not be logged ({type(e).__name__}: {str(e)[:300]})", flush=True)
+
+    def _attach(self, model_dir: Path) -> None:
+        files = [model_dir / name for name in MODEL_FILES if (model_dir / name).exists()]
+        if sum(f.stat().st_size for f in files) <= MAX_MODEL_ARTIFACT_BYTES:
+            for f in files:
+                self.client.log_artifact(self.run_id, str(f), artifact_path="model")
+        else:
+            self.client.set_tag(self.run_id, MODEL_DIR_TAG, str(model_dir))
+
+
+def _param(value) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def _quoted(text: str) -> str:
+    """A value inside MLflow's search filter's single quotes."""
+    return text.replace("\\", "\\\\").replace("'", "\\'")
