@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import app as cdk_app
+from contract.container import MLFLOW_RUN_ACTIONS
 from contract.errors import RequestInvalid
 from jobs.naming import metrics_namespace
 from jobs.platform import PlatformSettings
@@ -30,6 +31,9 @@ TEAMS = [{"name": "a", "engineer_roles": [ENGINEER_A], "allowed_image_repositori
           "monthly_budget_usd": 5000},
          {"name": "b", "dataset_prefix": "teams/b/"}]
 PLATFORM, LAUNCHER = "mltrain-platform", "mltrain-launcher"
+# A SageMaker managed MLflow server the teams' jobs log to, and another one in the account.
+MLFLOW = f"arn:aws:sagemaker:us-east-1:{ACCOUNT}:mlflow-tracking-server/shared"
+OTHER_MLFLOW = f"arn:aws:sagemaker:us-east-1:{ACCOUNT}:mlflow-tracking-server/finance"
 SAGEMAKER = f"arn:aws:sagemaker:{REGION}:{ACCOUNT}"
 STATES = f"arn:aws:states:{REGION}:{ACCOUNT}"
 LOGS = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/sagemaker/TrainingJobs"
@@ -39,7 +43,7 @@ DENIED = "denied"
 
 def synth_teams(tmp_path) -> dict[str, dict]:
     context = json.loads((ROOT / "cdk.json").read_text())["context"]
-    context.update(fsx_enabled=False, nat_gateways=0, egress="endpoints", teams=TEAMS)
+    context.update(fsx_enabled=False, nat_gateways=0, egress="endpoints", teams=TEAMS, mlflow_tracking_server=MLFLOW)
     assembly = cdk_app.build_app(cdk.App(context=context, outdir=str(tmp_path))).synth()
     return {s.stack_name: s.template for s in assembly.stacks}
 
@@ -269,6 +273,16 @@ def matrix(teams_synth, templates) -> tuple[Matrix, dict[str, str]]:
     for team, expect in ((a, "Allowed"), (b, DENIED)):
         m.add(f"{team.prefix} job pulls team a's image", principal=team.execution_arn,
               policies=team.execution_policies, action="ecr:BatchGetImage", resource=images, expect=expect)
+    # MLflow: every team's jobs log runs on the configured server (each action the package calls), never on another
+    # server, and never delete or read models there; without a server configured, nothing of MLflow.
+    for team in (a, b):
+        for action in sorted(set(MLFLOW_RUN_ACTIONS.values())):
+            m.add(f"{team.prefix} job {action} on the platform's MLflow", principal=team.execution_arn,
+                  policies=team.execution_policies, action=action, resource=MLFLOW, expect="Allowed")
+        for action, server in (("sagemaker-mlflow:LogBatch", OTHER_MLFLOW), ("sagemaker-mlflow:DeleteRun", MLFLOW),
+                               ("sagemaker-mlflow:DeleteExperiment", MLFLOW), ("sagemaker-mlflow:GetModelVersion", MLFLOW)):
+            m.add(f"{team.prefix} job {action} on {server.rsplit('/', 1)[1]}", principal=team.execution_arn,
+                  policies=team.execution_policies, action=action, resource=server, expect=DENIED)
     # The default config (no teams): its own jobs by name and tag, never those of a platform named mltrain-dev.
     default = Templates(templates)
     d = Team(default, "", "mltrain", "datasets/")
@@ -281,6 +295,8 @@ def matrix(teams_synth, templates) -> tuple[Matrix, dict[str, str]]:
         m.add(f"default launcher describes {target}", principal=d.machine_arn, policies=d.machine_policies,
               action="sagemaker:DescribeTrainingJob", resource=f"{SAGEMAKER}:training-job/{target}",
               context={f"aws:ResourceTag/{tag_prefix}:run-id": "x"}, expect=expect)
+    m.add("default job LogBatch without an MLflow server configured", principal=d.execution_arn,
+          policies=d.execution_policies, action="sagemaker-mlflow:LogBatch", resource=MLFLOW, expect=DENIED)
     return m, m.evaluate()
 
 
