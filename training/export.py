@@ -19,6 +19,9 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from training.parallel.process_group import Dist
 from training.resilience.heartbeat import Heartbeat, during
 
+# What the model dir holds at the end: the weights and the model's config (also what an MLflow run attaches).
+MODEL_FILE, CONFIG_FILE = "model.safetensors", "config.json"
+
 _DTYPES = {
     torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64",
     torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
@@ -48,7 +51,7 @@ def _save_model(model, dist: Dist, model_dir: str | Path, config: dict) -> Path 
         return None
     out = Path(model_dir)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "model.safetensors"
+    path = out / MODEL_FILE
     metadata = {"format": "pt"}
     try:
         from safetensors.torch import save_file
@@ -56,7 +59,7 @@ def _save_model(model, dist: Dist, model_dir: str | Path, config: dict) -> Path 
         _write_safetensors(state, path, metadata)
     else:
         save_file(state, str(path), metadata=metadata)
-    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    (out / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     return path
 
 

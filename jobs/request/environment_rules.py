@@ -137,7 +137,7 @@ def name_problem(name: str) -> str | None:
     if name in PLATFORM_ENVIRONMENT:
         return f"is set by the platform ({name}={PLATFORM_ENVIRONMENT[name]}); remove it"
     if name in RUN_ENVIRONMENT:
-        return "is set by the platform to the run's id, which marks the run's own jobs; remove it"
+        return f"is set by the platform to {RUN_ENVIRONMENT[name]}; remove it"
     if reason := refused_reason(name):
         return f"is {reason}; a request may not set it: remove it"
     return None

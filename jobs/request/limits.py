@@ -49,11 +49,16 @@ PLATFORM_ENVIRONMENT = {
     # (the toolkit builds the command, so --shutdown_timeout cannot be passed) and waits inside the 120 s.
     "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(TORCHRUN_SHUTDOWN_SECONDS),
 }
-# Variables the renderer sets per run, not to a fixed value: the run's id, the marker by which the launcher
-# knows its own jobs (jobs.retry.run_state.is_ours), so a request may never set it; the attempt's epoch; the
-# platform's (team's) own metrics namespace; the TensorBoard folder; the MLflow server and the team's experiment there.
-RUN_ENVIRONMENT = (ENV_RUN_ID, ENV_EPOCH, ENV_METRICS_NAMESPACE, ENV_TENSORBOARD_DIR, ENV_MLFLOW_TRACKING_URI,
-                   ENV_MLFLOW_EXPERIMENT)
+# Variables the renderer sets per run, not to a fixed value, and what each is (a request that sets one is told): the
+# run's id is the marker by which the launcher knows its own jobs (jobs.retry.run_state.is_ours).
+RUN_ENVIRONMENT = {
+    ENV_RUN_ID: "the run's id, which marks the run's own jobs",
+    ENV_EPOCH: "the attempt's epoch, which fences the checkpoint folder against older attempts",
+    ENV_METRICS_NAMESPACE: "the team's own CloudWatch namespace, the one its alarms read",
+    ENV_TENSORBOARD_DIR: "the folder SageMaker syncs TensorBoard event files from (the request's `tensorboard`)",
+    ENV_MLFLOW_TRACKING_URI: "the platform's MLflow tracking server (platform config `mlflow_tracking_server`)",
+    ENV_MLFLOW_EXPERIMENT: "the team's own MLflow experiment",
+}
 # The variable that carries a request's `secrets` (their ARNs, as JSON; jobs.render.container_entry reads them).
 SECRETS_ENVIRONMENT = (ENV_SECRET_ARNS,)
 MAX_ENVIRONMENT = (MAX_ENVIRONMENT_VARIABLES - len(PLATFORM_ENVIRONMENT) - len(RUN_ENVIRONMENT)

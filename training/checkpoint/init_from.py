@@ -24,6 +24,7 @@ from contract.failures import FailureCode
 from training.checkpoint.markers import MARKER, STEP_DIR, first_few, step_dirs, why_invalid
 from training.checkpoint.ownership import Owner
 from training.checkpoint.restore import error_causes, load_failure, load_parts
+from training.export import MODEL_FILE
 from training.parallel.process_group import Dist
 from training.resilience.outcome import TrainingFailure
 
@@ -89,8 +90,8 @@ def init_source(given: str) -> tuple[str, str, dict[str, list[int]], str] | str:
     if not path.exists():
         return f"init_from={given} does not exist (on rank 0's host): {INIT_FIX} that this job can read"
     if path.is_dir() and not (path / MARKER).exists() and not STEP_DIR.match(path.name):
-        if (path / "model.safetensors").is_file() and not step_dirs(path):
-            path = path / "model.safetensors"  # an exported model folder
+        if (path / MODEL_FILE).is_file() and not step_dirs(path):
+            path = path / MODEL_FILE  # an exported model folder
         else:
             newest = next((p for _, p in step_dirs(path) if why_invalid(p) is None), None)
             if newest is None:

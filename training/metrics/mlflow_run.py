@@ -37,6 +37,7 @@ from contract.container import (
 )
 from contract.metrics import STEP
 from training.environment import container
+from training.export import CONFIG_FILE, MODEL_FILE
 
 RUN_ID_TAG = "trainctl.run_id"
 WORKDIR_TAG = "trainctl.workdir"  # `trainctl local`'s: a run is its work folder (its run id is the request name's)
@@ -49,7 +50,10 @@ MODEL_DIR_TAG = "trainctl.model_dir"
 DEFAULT_EXPERIMENT = "trainctl"
 # A model up to this size is copied into the run's artifacts; a larger one only named (MODEL_DIR_TAG).
 MAX_MODEL_ARTIFACT_BYTES = 2 * 1024**3
-MODEL_FILES = ("model.safetensors", "config.json")
+# MLflow's client retries a request 7 times with a doubling back-off (minutes), each waiting up to 120 s: a job whose
+# server does not answer would wait that long at its start. These bound it to about half a minute (a job's own
+# environment may set other values; MLflow reads them at each request).
+HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 # MLflow's run statuses for how an attempt ended (a stopped run is resumed into the same MLflow run: RUNNING again).
 _ENDED = {"completed": "FINISHED", "early_stopped": "FINISHED", "stopped": "KILLED"}
 
@@ -79,6 +83,8 @@ class MlflowRun:
         uri = env.get(ENV_MLFLOW_TRACKING_URI)
         if not (uri and is_main):
             return None
+        for name, value in HTTP_DEFAULTS.items():
+            os.environ.setdefault(name, value)
         try:
             from mlflow import MlflowClient
         except ImportError:
@@ -146,6 +152,8 @@ class MlflowRun:
         """The attempt ended as `status` (training.resilience.outcome's: completed, stopped, failed...): its
         instance-hours added to the run's, the model attached (or named), and the MLflow run's status set. Never
         raises: the training run's outcome is not MLflow's to change."""
+        from mlflow.entities import RunTag
+
         lost = 0
         for queued in self.pending:  # every metric sent before the run ends
             try:
@@ -155,24 +163,38 @@ class MlflowRun:
         if lost:
             print(f"[mlflow] {lost} of {len(self.pending)} metrics records could not be sent to the tracking server",
                   flush=True)
-        try:
-            before = self.client.get_run(self.run_id).data.tags.get(INSTANCE_HOURS_TAG, "0")
-            hours = float(before) + self.instances * (time.monotonic() - self.began) / 3600
-            self.client.set_tag(self.run_id, INSTANCE_HOURS_TAG, f"{hours:.6f}")
-            self.client.set_tag(self.run_id, STATUS_TAG, status)
-            if model_path is not None:
-                self._attach(Path(model_path).parent)
-            self.client.set_terminated(self.run_id, _ENDED.get(status, "FAILED"))
-        except Exception as e:  # noqa: BLE001
-            print(f"[mlflow] the run's end could not be logged ({type(e).__name__}: {str(e)[:300]})", flush=True)
+        hours = self.instances * (time.monotonic() - self.began) / 3600
+        _safely("the attempt's instance-hours and status", lambda: self.client.log_batch(self.run_id, tags=[
+            RunTag(INSTANCE_HOURS_TAG, f"{hours + float(self._tag(INSTANCE_HOURS_TAG) or 0):.6f}"),
+            RunTag(STATUS_TAG, status)]))
+        if model_path is not None and not _safely("the model", lambda: self._attach(Path(model_path).parent)):
+            _safely("the model's folder", lambda: self.client.set_tag(self.run_id, MODEL_DIR_TAG,
+                                                                      str(Path(model_path).parent)))
+        _safely("the run's status", lambda: self.client.set_terminated(self.run_id, _ENDED.get(status, "FAILED")))
+
+    def _tag(self, name: str) -> str | None:
+        return self.client.get_run(self.run_id).data.tags.get(name)
 
     def _attach(self, model_dir: Path) -> None:
-        files = [model_dir / name for name in MODEL_FILES if (model_dir / name).exists()]
+        """The model's files as the run's artifacts; a model above MAX_MODEL_ARTIFACT_BYTES only named (its folder),
+        never copied. On a SageMaker managed server the files go to its artifact store in S3, which the execution
+        role must be able to write (not granted here: the store is the server's); without it the folder is named."""
+        files = [model_dir / name for name in (MODEL_FILE, CONFIG_FILE) if (model_dir / name).exists()]
         if sum(f.stat().st_size for f in files) <= MAX_MODEL_ARTIFACT_BYTES:
             for f in files:
                 self.client.log_artifact(self.run_id, str(f), artifact_path="model")
         else:
             self.client.set_tag(self.run_id, MODEL_DIR_TAG, str(model_dir))
+
+
+def _safely(what: str, action) -> bool:
+    """Run one logging action; a failure is one line (MLflow's client has retried), never the training run's."""
+    try:
+        action()
+        return True
+    except Exception as e:  # noqa: BLE001
+        print(f"[mlflow] {what} could not be logged ({type(e).__name__}: {str(e).strip()[:300]})", flush=True)
+        return False
 
 
 def _param(value) -> str:

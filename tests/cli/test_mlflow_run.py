@@ -1,0 +1,111 @@
+"""A run's MLflow run when things go wrong: a resumed attempt, a server that does not answer, an image without the
+client, a request that tries to send its runs elsewhere. The package's own MlflowRun against a real tracking server
+(tests/tracking.py), without training: what it is handed is what the loop hands it."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from contract.container import ENV_EPOCH, ENV_MLFLOW_EXPERIMENT, ENV_MLFLOW_TRACKING_URI, ENV_RUN_ID
+from tests.tracking import logged_run
+from tests.training.helpers import free_port
+from training.metrics.mlflow_run import (
+    ATTEMPT_TAG,
+    INSTANCE_HOURS_TAG,
+    MODEL_DIR_TAG,
+    RUN_ID_TAG,
+    STATUS_TAG,
+    MlflowRun,
+)
+
+CONFIG = {"strategy": "fsdp", "grad_accum": 1, "micro_batch_size": 2, "lr": 0.001}
+
+
+def _env(uri: str, run_id: str, attempt: int) -> dict[str, str]:
+    return {ENV_MLFLOW_TRACKING_URI: uri, ENV_MLFLOW_EXPERIMENT: "mltrain--a", ENV_RUN_ID: run_id,
+            ENV_EPOCH: str(attempt), "SM_HOSTS": json.dumps(["algo-1", "algo-2"]),
+            "SM_CURRENT_INSTANCE_TYPE": "ml.p5.48xlarge"}
+
+
+def test_a_resumed_run_logs_on_into_the_same_mlflow_run(mlflow_server, tmp_path):
+    """Attempt 1 is stopped (a Spot reclaim); attempt 2, on the same run id, finds its MLflow run: RUNNING again, its
+    steps after the first's, a parameter the resume re-planned kept as it was with the change as a tag (MLflow never
+    changes a logged parameter), the instance-hours of both attempts, FINISHED with the model."""
+    run_id = "gpt-resumed-0123456789abcdef"
+    first = MlflowRun.from_environment(CONFIG, _env(mlflow_server.uri, run_id, 1), is_main=True)
+    first.write({"step": 10, "train_loss": 3.5})
+    first.end("stopped")
+    _, run, _ = logged_run(mlflow_server.uri, {RUN_ID_TAG: run_id})
+    assert run.info.status == "KILLED" and run.data.tags[STATUS_TAG] == "stopped"
+    hours_after_first = float(run.data.tags[INSTANCE_HOURS_TAG])
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"weights")
+    (model / "config.json").write_text("{}")
+    second = MlflowRun.from_environment({**CONFIG, "grad_accum": 2}, _env(mlflow_server.uri, run_id, 2), is_main=True)
+    _, running, _ = logged_run(mlflow_server.uri, {RUN_ID_TAG: run_id})
+    assert running.info.run_id == run.info.run_id and running.info.status == "RUNNING"
+    second.write({"step": 20, "train_loss": 2.5})
+    second.end("completed", model / "model.safetensors")
+    client, run, history = logged_run(mlflow_server.uri, {RUN_ID_TAG: run_id})
+    assert run.info.status == "FINISHED" and run.data.tags[ATTEMPT_TAG] == "2"
+    assert history["train_loss"] == [(10, 3.5), (20, 2.5)]
+    assert run.data.params["grad_accum"] == "1" and run.data.tags["changed.grad_accum"] == "1 -> 2 (attempt 2)"
+    assert float(run.data.tags[INSTANCE_HOURS_TAG]) > hours_after_first
+    assert sorted(a.path for a in client.list_artifacts(run.info.run_id, "model")) == [
+        "model/config.json", "model/model.safetensors"]
+    assert client.get_experiment(run.info.experiment_id).name == "mltrain--a"
+
+
+def test_a_model_too_large_to_copy_is_named_not_copied(mlflow_server, tmp_path, monkeypatch):
+    import training.metrics.mlflow_run as mlflow_run
+
+    monkeypatch.setattr(mlflow_run, "MAX_MODEL_ARTIFACT_BYTES", 4)
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    run_id = "gpt-large-0123456789abcdef"
+    tracked = MlflowRun.from_environment(CONFIG, _env(mlflow_server.uri, run_id, 1), is_main=True)
+    tracked.end("completed", tmp_path / "model.safetensors")
+    client, run, _ = logged_run(mlflow_server.uri, {RUN_ID_TAG: run_id})
+    assert run.data.tags[MODEL_DIR_TAG] == str(tmp_path) and client.list_artifacts(run.info.run_id, "model") == []
+
+
+def test_only_rank_0_and_only_with_a_server_named(mlflow_server):
+    assert MlflowRun.from_environment(CONFIG, _env(mlflow_server.uri, "r", 1), is_main=False) is None
+    assert MlflowRun.from_environment(CONFIG, {ENV_RUN_ID: "r"}, is_main=True) is None
+
+
+def test_a_server_that_does_not_answer_is_one_line_and_the_run_trains_on(capsys, monkeypatch):
+    # Nothing listens on the port. The client's retries are cut so the test is quick; the package's own defaults
+    # (training.metrics.mlflow_run.HTTP_DEFAULTS) bound how long a job waits for a dead server at its start.
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    uri = f"http://127.0.0.1:{free_port()}"
+    assert MlflowRun.from_environment(CONFIG, _env(uri, "r", 1), is_main=True) is None
+    said = capsys.readouterr().out.strip().splitlines()
+    assert len(said) == 1 and said[0].startswith(f"[mlflow] the tracking server {uri} could not be reached")
+    assert "trains on" in said[0]
+
+
+def test_an_image_without_the_mlflow_client_says_so_once(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "mlflow", None)  # `import mlflow` raises ImportError, as in an image without it
+    assert MlflowRun.from_environment(CONFIG, _env("http://127.0.0.1:1", "r", 1), is_main=True) is None
+    said = capsys.readouterr().out.strip().splitlines()
+    assert len(said) == 1 and "the mlflow package is not installed" in said[0] and "mlflow-skinny" in said[0]
+
+
+@pytest.mark.parametrize("name", [ENV_MLFLOW_TRACKING_URI, ENV_MLFLOW_EXPERIMENT, "MLFLOW_TRACKING_TOKEN"])
+def test_a_request_cannot_send_its_run_to_another_server_or_experiment(name):
+    """The server and the experiment are the platform's (a team logs into its own experiment only)."""
+    from jobs.request.environment_rules import check_environment, environment_problems
+
+    # Not on the allow-list; and where a platform lets MLFLOW_* through, the platform's own two stay refused, saying
+    # whose they are.
+    assert [n for n, _ in environment_problems({name: "http://elsewhere:5000"}, [])] == [name]
+    refused = dict(check_environment({name: "http://elsewhere:5000"}))
+    if name == "MLFLOW_TRACKING_TOKEN":
+        assert name in refused  # a credential by its name: `secrets` carry those
+    else:
+        assert "is set by the platform to the" in refused[name] and "MLflow" in refused[name]
