@@ -27,6 +27,10 @@ demo: setup
 # in the tested set (platform_config/tested_torch.json; a venv each, made once). The config loader refuses a
 # cdk.json pytorch_versions entry outside that set, so every framework image the platform offers is tested here.
 # --durations: each phase ends with its slowest tests (where the 15 minutes go).
+# Bytecode (and pytest's rewritten test modules) cached in __pycache__, which git ignores and the source bundle skips:
+# with PYTHONDONTWRITEBYTECODE set, as on the CI machines, every one of the suite's hundreds of processes compiles the
+# package again, and each worker rewrites every test module's asserts (7 s of a 16 s collection, measured here).
+test: export PYTHONDONTWRITEBYTECODE =
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=15
