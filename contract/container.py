@@ -84,7 +84,8 @@ ENV_TENSORBOARD_DIR = "TRAINING_TENSORBOARD_DIR"
 # MLflow's own variables (the MLflow client reads them too): the tracking server a run logs to, set by the launcher
 # when the platform config names one (`mlflow_tracking_server`: a SageMaker managed MLflow ARN or a URI), and by
 # `trainctl local --mlflow URI`; and the experiment, the platform's (or team's) name prefix. A request may set neither
-# (jobs.request.environment_rules allows no MLFLOW_ name): a team logs into its own experiment only.
+# (jobs.request.environment_rules refuses both, whatever a platform's patterns allow): a team logs into its own
+# experiment only.
 ENV_MLFLOW_TRACKING_URI = "MLFLOW_TRACKING_URI"
 ENV_MLFLOW_EXPERIMENT = "MLFLOW_EXPERIMENT_NAME"
 # What names a tracking server a job can reach: a SageMaker managed MLflow ARN (the SageMaker API reference's

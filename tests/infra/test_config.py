@@ -34,6 +34,10 @@ def test_cdk_feature_flags_are_not_checked_as_platform_keys():
     ({"allowed_instance_types": ["p5.48xlarge"]}, "entry 'p5.48xlarge': must be a SageMaker instance type"),
     ({"default_warm_pool_minutes": 500}, "'default_warm_pool_minutes' = 500: must be 0 to 360"),
     ({"notification_email": "ops"}, "'notification_email' = 'ops': must be an e-mail address"),
+    ({"mlflow_tracking_server": "my-mlflow"}, "'mlflow_tracking_server' = 'my-mlflow': must be http(s)://host:port or "
+                                              "a SageMaker MLflow ARN"),
+    ({"mlflow_tracking_server": "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/x y"},
+     "must be http(s)://host:port or a SageMaker MLflow ARN"),
     ({"training_plans": [{"name": "p5-week", "arn": "arn:aws:ec2:us-east-1:123456789012:capacity-reservation/cr-1",
                           "instance_type": "ml.p5.48xlarge", "instance_count": 2}]},
      "is not a training plan ARN"),

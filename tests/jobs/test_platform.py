@@ -69,6 +69,24 @@ def test_request_policy_entries_are_checked_naming_the_entry():
     assert found == {"environment_patterns[1]", "environment_patterns[2]", "allowed_image_repositories[1]"}, found
 
 
+@pytest.mark.parametrize(("server", "refused"), [
+    ("arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/shared", None),
+    ("https://mlflow.example.com:5000", None),
+    ("arn:aws:sagemaker:us-east-1:1234:mlflow-tracking-server/shared", "SageMaker MLflow ARN"),  # not an account
+    ("file:/tmp/mlruns", "SageMaker MLflow ARN"),  # a folder of this machine: no job could reach it
+    ("http://host name", "SageMaker MLflow ARN"),
+    ("", "must not be empty"),
+])
+def test_the_mlflow_server_is_one_a_job_can_log_to(server, refused):
+    document = {**json.loads(PLATFORM_FILE.read_text()), "mlflow_tracking_uri": server}
+    if refused is None:
+        assert PlatformSettings.from_dict(document).mlflow_tracking_uri == server
+        return
+    with pytest.raises(PlatformSettingsInvalid) as info:
+        PlatformSettings.from_dict(document)
+    assert [p.path for p in info.value.problems] == ["mlflow_tracking_uri"] and refused in str(info.value)
+
+
 @pytest.mark.parametrize(("prefix", "uri", "key"), [
     ("datasets/", "s3://{bucket}/datasets/tokens/train/", "tokens/train"),
     ("datasets/", "s3://{bucket}/datasets/", ""),

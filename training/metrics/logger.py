@@ -16,6 +16,7 @@ from contract.metrics import (
     RECORD_TIME,
     RUN_STARTED,
     SAMPLES_PER_SEC,
+    STEP,
     TOKENS_PER_SEC,
     TRAIN_LOSS,
     format_metrics,
@@ -45,6 +46,12 @@ def _finite(value):
     if isinstance(value, list | tuple):
         return [_finite(v) for v in value]
     return value
+
+
+def numbers(record: dict) -> dict[str, float]:
+    """Every number of a metrics record but its step: what TensorBoard and MLflow get of it, at its step."""
+    return {name: float(value) for name, value in record.items()
+            if name != STEP and isinstance(value, int | float) and not isinstance(value, bool)}
 
 
 def _clock(seconds: float) -> str:

@@ -38,6 +38,7 @@ from contract.container import (
 from contract.metrics import STEP
 from training.environment import container
 from training.export import CONFIG_FILE, MODEL_FILE
+from training.metrics.logger import numbers
 
 RUN_ID_TAG = "trainctl.run_id"
 WORKDIR_TAG = "trainctl.workdir"  # `trainctl local`'s: a run is its work folder (its run id is the request name's)
@@ -140,8 +141,7 @@ class MlflowRun:
         if step is None:
             return
         now = int(time.time() * 1000)
-        metrics = [Metric(name, float(value), now, int(step)) for name, value in record.items()
-                   if name != STEP and isinstance(value, int | float) and not isinstance(value, bool)]
+        metrics = [Metric(name, value, now, int(step)) for name, value in numbers(record).items()]
         if metrics:
             self.pending.append(self.client.log_batch(self.run_id, metrics=metrics, synchronous=False))
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from contract.container import ENV_TENSORBOARD_DIR
 from contract.metrics import STEP
+from training.metrics.logger import numbers
 
 
 class TensorBoardWriter:
@@ -46,9 +47,8 @@ class TensorBoardWriter:
         step = record.get(STEP)
         if step is None:
             return
-        for name, value in record.items():
-            if name != STEP and isinstance(value, int | float) and not isinstance(value, bool):
-                self.writer.add_scalar(name, value, int(step))
+        for name, value in numbers(record).items():
+            self.writer.add_scalar(name, value, int(step))
 
     def close(self) -> None:
         self.writer.close()

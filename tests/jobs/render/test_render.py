@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 from contract.container import (
     ENV_EPOCH,
     ENV_METRICS_NAMESPACE,
+    ENV_MLFLOW_EXPERIMENT,
+    ENV_MLFLOW_TRACKING_URI,
     ENV_RUN_ID,
     ENV_TENSORBOARD_DIR,
     STOP_FILE,
@@ -320,6 +322,11 @@ def test_optional_settings_always_have_a_form(platform):
     off = render({"tensorboard": False}, platform)
     assert ENV_TENSORBOARD_DIR not in off["Environment"] and off["TensorBoardOutputConfig"] == \
         plain["TensorBoardOutputConfig"]  # rendered all the same (the state machine maps it); nothing is written
+    # MLflow: the platform's tracking server and the team's own experiment there, only where the platform names one.
+    tracked = render({}, dataclasses.replace(platform, mlflow_tracking_uri="https://mlflow.example.com"))
+    assert tracked["Environment"] == {**plain["Environment"], ENV_MLFLOW_TRACKING_URI: "https://mlflow.example.com",
+                                      ENV_MLFLOW_EXPERIMENT: platform.name_prefix}
+    assert_valid_create_request(tracked)
     assert "KeepAlivePeriodInSeconds" not in plain["ResourceConfig"]
     full = render({"profiler": True, "infra_check": True, "warm_pool_minutes": 30, "environment": {"NCCL_DEBUG": "1"},
                    "max_pending_hours": 1, "training_plan": "p5-reserved",
