@@ -96,6 +96,15 @@ MLFLOW_SERVER_FORM = ("http(s)://host:port or a SageMaker MLflow ARN (arn:aws:sa
                       "mlflow-tracking-server/<name>)")
 MLFLOW_LOCAL = re.compile(rf"{MLFLOW_SERVER.pattern}|file:/\S+")
 MLFLOW_LOCAL_FORM = f"{MLFLOW_SERVER_FORM}, or file:/absolute/folder"
+# The tag by which a training run's MLflow run is found (by its attempts, and by people: trainctl show prints it).
+MLFLOW_RUN_ID_TAG = "trainctl.run_id"
+
+
+def mlflow_place(tracking_uri: str, experiment: str, run_id: str) -> str:
+    """Where a run's MLflow run is, in words a person can search by."""
+    return f"the run tagged {MLFLOW_RUN_ID_TAG}={run_id} in experiment {experiment} at {tracking_uri}"
+
+
 # What training.metrics.mlflow_run calls, by MLflow REST endpoint (under /api/2.0/mlflow/), and the sagemaker-mlflow
 # action a SageMaker managed server authorizes it as (the action of the operation's name, the Service Authorization
 # Reference's list for sagemaker-mlflow): the execution role gets these on the configured server and nothing else

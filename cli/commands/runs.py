@@ -22,6 +22,7 @@ from rich.table import Table
 from cli.aws import Aws
 from cli.console import out
 from cli.errors import UserError
+from contract.container import mlflow_place
 from jobs.outcome.run_record import BUCKETS, run_record
 from jobs.outcome.summary import money
 from jobs.registry import Registry, table_name
@@ -56,6 +57,7 @@ class RunView:
     checkpoint_s3_uri: str
     started: float
     tensorboard_s3_uri: str = ""
+    mlflow: str = ""  # where its MLflow run is (contract.container.mlflow_place), when it logs one
     executions: list[ExecutionOfRun] = field(default_factory=list)  # oldest first
     attempts: list[Attempt] = field(default_factory=list)  # every execution's, oldest first
     # Each ended execution's `measured` section (its last job against the planner: jobs.planning.measured).
@@ -145,6 +147,8 @@ def collect_runs(aws: Aws, machine: str, limit: int = DEFAULT_LIMIT, run_id: str
         view = runs.setdefault(run.run_id, RunView(run.run_id, run.name, run.checkpoint_s3_uri,
                                                    run.started_epoch))
         view.tensorboard_s3_uri = run.tensorboard_s3_uri or view.tensorboard_s3_uri
+        if run.mlflow_tracking_uri:
+            view.mlflow = mlflow_place(run.mlflow_tracking_uri, run.mlflow_experiment, run.run_id)
         attempts = [Attempt(**a) for a in summary["attempts"]] if summary else run.attempts
         if not successor:  # a successor carries the attempts of the execution it took the run over from
             view.attempts.extend(attempts)
@@ -241,6 +245,7 @@ def _as_dict(view: RunView, record: dict[str, Any]) -> dict[str, Any]:
 
     return {"run_id": view.run_id, "request_name": view.request_name, "status": view.status,
             "checkpoint_s3_uri": view.checkpoint_s3_uri, "tensorboard_s3_uri": view.tensorboard_s3_uri,
+            "mlflow": view.mlflow or None,
             "executions": [asdict(e) for e in view.executions],
             "attempts": [asdict(a) for a in view.attempts], "record": record, "measured": view.measured}
 
@@ -290,6 +295,8 @@ def print_run(view: RunView, record: dict[str, Any], prices: str) -> None:
     if view.tensorboard_s3_uri:
         rows.append(("tensorboard", f"{view.tensorboard_s3_uri}: "
                                     f"{tensorboard_command(view.tensorboard_s3_uri, view.run_id)}"))
+    if view.mlflow:
+        rows.append(("mlflow", view.mlflow))
     if view.status == "ended":
         rows.append(("resume", resume_command(view.run_id) + " REQUEST"))
     for name, value in rows:

@@ -52,6 +52,8 @@ def summary_lines(output: Any) -> list[str]:
         lines.append(f"model: {output['model_artifacts']}")
     if output.get("checkpoint_s3_uri"):
         lines.append(f"checkpoints: {output['checkpoint_s3_uri']}")
+    if output.get("mlflow"):
+        lines.append(f"mlflow: {output['mlflow']}")
     return lines
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from contract.container import ENV_RUN_ID, ENV_TENSORBOARD_DIR
+from contract.container import ENV_MLFLOW_EXPERIMENT, ENV_MLFLOW_TRACKING_URI, ENV_RUN_ID, ENV_TENSORBOARD_DIR
 from contract.metrics import (
     CHECKPOINT_AGE_S,
     CHECKPOINT_S,
@@ -134,6 +134,9 @@ class RunState:
     checkpoint_s3_uri: str = ""
     # Where SageMaker syncs the run's TensorBoard event files (empty when the request turned tensorboard off).
     tensorboard_s3_uri: str = ""
+    # The MLflow tracking server and experiment the run logs to (empty without a server in the platform settings).
+    mlflow_tracking_uri: str = ""
+    mlflow_experiment: str = ""
     counts: Counts = field(default_factory=Counts)
     waited_seconds: int = 0
     attempts: list[Attempt] = field(default_factory=list)
@@ -283,6 +286,8 @@ def start_attempt(run: RunState, create: dict[str, Any], *, attempt: int, now: f
     run.checkpoint_s3_uri = create["CheckpointConfig"]["S3Uri"]
     run.tensorboard_s3_uri = create["TensorBoardOutputConfig"]["S3OutputPath"] \
         if ENV_TENSORBOARD_DIR in create["Environment"] else ""
+    run.mlflow_tracking_uri = create["Environment"].get(ENV_MLFLOW_TRACKING_URI, "")
+    run.mlflow_experiment = create["Environment"].get(ENV_MLFLOW_EXPERIMENT, "")
     run.instance_type = resources.get("InstanceType") or run.instance_type
     run.spot = create["EnableManagedSpotTraining"]
     run.attempts.append(Attempt(

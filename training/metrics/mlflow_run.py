@@ -34,13 +34,14 @@ from contract.container import (
     ENV_MLFLOW_EXPERIMENT,
     ENV_MLFLOW_TRACKING_URI,
     ENV_RUN_ID,
+    MLFLOW_RUN_ID_TAG,
 )
 from contract.metrics import STEP
 from training.environment import container
 from training.export import CONFIG_FILE, MODEL_FILE
 from training.metrics.logger import numbers
 
-RUN_ID_TAG = "trainctl.run_id"
+RUN_ID_TAG = MLFLOW_RUN_ID_TAG
 WORKDIR_TAG = "trainctl.workdir"  # `trainctl local`'s: a run is its work folder (its run id is the request name's)
 ATTEMPT_TAG = "trainctl.attempt"
 INSTANCE_TYPE_TAG = "trainctl.instance_type"
