@@ -32,7 +32,7 @@ CONFIG_PROPS = {
     "default_warm_pool_minutes": "default_warm_pool_minutes", "environment_patterns": "environment_patterns",
     "notification_email": "notification_email", "allowed_instance_types": "allowed_instance_types", "teams": "teams",
     "notify_refusals": "notify_refusals", "team_keys": "own_key",
-    "allowed_image_repositories": "image_repositories",
+    "allowed_image_repositories": "image_repositories", "mlflow_tracking_server": "mlflow_tracking_server",
 }
 # removal_policy: the stacks take it from retain_data (required there, tested below); the constructs keep RETAIN, the
 # safe default that aws-cdk-lib's own stateful L2s have, and the stacks always pass the config's.
@@ -42,6 +42,8 @@ NOT_COPIES = {
     ("Team", "dataset_prefix"), ("Team", "allowed_instance_types"),
     # None is the construct's "no subscription" (kept optional, like an L2's); the stack passes the config's.
     ("JobLauncherProps", "notification_email"),
+    # None is the role's "no MLflow server" (kept optional for a role built alone); the stack passes the config's.
+    ("ExecutionRoleProps", "mlflow_tracking_server"),
     # False is the constructs' "tell only whoever started it", which the stack replaces with the config's.
     ("JobLauncherProps", "notify_refusals"), ("LauncherDefinitionProps", "notify_refusals"),
     # The default team of a platform without teams has no key of its own; team_specs sets it for declared teams.
@@ -84,7 +86,7 @@ def test_the_app_passes_each_field_on():
                           "az_count": 2, "availability_zones": ["eu-west-1a", "eu-west-1b"],
                           "largest_cluster_instances": 4, "flow_log_retention_days": 30, "fsx_storage_gib": 2400,
                           "fsx_throughput_per_tib": 500, "default_warm_pool_minutes": 5,
-                          "environment_patterns": ["MYLIB_*"]})
+                          "environment_patterns": ["MYLIB_*"], "mlflow_tracking_server": "https://mlflow.example.com"})
     # The stack sets the network's key and removal policy (its own); the config sets the rest.
     assert vars(cdk_app.network_props(config)) == {
         "cidr": "10.9.0.0/16", "az_count": 2, "availability_zones": ("eu-west-1a", "eu-west-1b"), "nat_gateways": 2,
@@ -93,7 +95,8 @@ def test_the_app_passes_each_field_on():
     fs = cdk_app.file_system_props(config)
     assert (fs.storage_capacity_gib, fs.throughput_per_tib, fs.deployment_type.name) == (2400, 500, "PERSISTENT_2")
     assert vars(cdk_app.job_defaults(config)) == {"training_plans": (), "default_warm_pool_minutes": 5,
-                                                   "environment_patterns": ("MYLIB_*",)}
+                                                   "environment_patterns": ("MYLIB_*",),
+                                                   "mlflow_tracking_server": "https://mlflow.example.com"}
     assert cdk_app.file_system_props(dataclasses.replace(config, fsx_enabled=False)) is None
 
 
