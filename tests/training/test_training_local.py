@@ -5,6 +5,7 @@ weights as an uninterrupted run."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 from pathlib import Path
 
@@ -33,6 +34,9 @@ def test_interrupted_local_run_resumes_to_the_uninterrupted_weights(tmp_path, co
     assert code == 0 and sent and (work / "stop").exists()
     console = capfd.readouterr()
     assert "SignalException" not in console.err + console.out and "Traceback" not in console.err + console.out
+    # What the stop shows a local user speaks of this machine, not of AWS (the issue's "Ctrl-C in a local run speaking
+    # of AWS": no SageMaker, Spot, S3 or AWS in anything printed).
+    assert not (aws := re.findall(r".*\b(?:SageMaker|Spot|S3|AWS)\b.*", console.out + console.err)), aws
     status = json.loads((work / "output" / "data" / "training_status.json").read_text())
     assert status["status"] == "stopped" and 3 <= status["step"] < LOCAL_HPS["max_steps"]
     stopped_at = work / "checkpoints" / f"step-{status['step']}"
