@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from contract.container import ENV_RUN_ID
@@ -13,7 +14,7 @@ from jobs.retry.run_state import Execution, RunState, is_ours
 
 T0 = 1_800_000_000.0
 KEYS = ["run_id", "name", "execution", "started_at", "started_epoch", "attempt", "job_name", "instance_type", "spot",
-        "checkpoint_s3_uri", "tensorboard_s3_uri", "counts", "waited_seconds", "attempts", "resumed_after", "plans_ended"]
+        "checkpoint_s3_uri", "tensorboard_s3_uri", "mlflow_tracking_uri", "mlflow_experiment", "counts", "waited_seconds", "attempts", "resumed_after", "plans_ended"]
 ATTEMPT_KEYS = ["attempt", "job_name", "instance_type", "instance_count", "spot", "status", "secondary_status",
                 "category", "reason", "started_at", "ended_at", "limit_seconds", "training_plan", "infra_check",
                 "training_seconds", "billable_seconds",
@@ -91,6 +92,14 @@ def test_a_state_written_before_the_watch_fields_still_reads(platform):
     again = RunState.from_dict(data)
     assert (again.current.looks, again.current.lookup_errors, again.current.stopped_by_launcher) == (0, 0, False)
     assert again.current.job_name == run.current.job_name
+
+
+def test_a_state_written_before_mlflow_still_reads(platform):
+    # Executions started before the platform logged to MLflow carry states without its two keys.
+    _, run = started(dataclasses.replace(platform, mlflow_tracking_uri="https://mlflow.example.com"))
+    assert (run.mlflow_tracking_uri, run.mlflow_experiment) == ("https://mlflow.example.com", platform.name_prefix)
+    data = {k: v for k, v in json.loads(run.to_json()).items() if not k.startswith("mlflow_")}
+    assert (RunState.from_dict(data).mlflow_tracking_uri, RunState.from_dict(data).mlflow_experiment) == ("", "")
 
 
 ROLE = "arn:aws:iam::123456789012:role/mltrain/ExecutionRole"
