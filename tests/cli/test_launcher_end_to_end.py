@@ -352,7 +352,7 @@ def test_what_prepare_would_refuse_is_refused_where_it_was_asked(launcher, tmp_p
 
 def test_a_launched_job_writes_tensorboard_events_and_an_mlflow_run(launcher, tmp_path, monkeypatch, mlflow_server):
     """With an MLflow server in the platform settings, the CreateTrainingJob the launcher sends names it and the
-    platform's (team's) own experiment; that very request, run by the container emulator on 2 gloo ranks, writes
+    platform's (team's) own experiment; that very request, run by the container emulator (torchrun, one rank), writes
     TensorBoard events and logs an MLflow run whose values equal its metrics file, with its parameters, where it
     ran and its model, calling nothing the execution role is not granted."""
     from cli.container_emulator import run_local
@@ -375,7 +375,7 @@ def test_a_launched_job_writes_tensorboard_events_and_an_mlflow_run(launcher, tm
     corpus = tmp_path / "corpus"
     prepare(corpus, val_fraction=0.25, max_bytes=300_000, shard_bytes=200_000)
     work, since = tmp_path / "job", mlflow_server.mark()
-    assert run_local(create, workdir=work, nproc=2,
+    assert run_local(create, workdir=work, nproc=1,
                      data_dirs={"train": corpus / "train", "validation": corpus / "validation"}) == 0
     records = [json.loads(line) for line in (work / "output" / "data" / "metrics.jsonl").read_text().splitlines()]
     assert not (problems := tensorboard_problems(work / "output" / "tensorboard", records)), problems
