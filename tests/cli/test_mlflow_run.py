@@ -96,6 +96,14 @@ def test_an_image_without_the_mlflow_client_says_so_once(capsys, monkeypatch):
     assert len(said) == 1 and "the mlflow package is not installed" in said[0] and "mlflow-skinny" in said[0]
 
 
+def test_a_sagemaker_mlflow_arn_without_its_signing_plugin_says_which_package(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "sagemaker_mlflow", None)  # not installed
+    arn = "arn:aws:sagemaker:us-east-1:123456789012:mlflow-tracking-server/shared"
+    assert MlflowRun.from_environment(CONFIG, _env(arn, "r", 1), is_main=True) is None
+    said = capsys.readouterr().out.strip().splitlines()
+    assert len(said) == 1 and "SageMaker MLflow ARN" in said[0] and "pip install sagemaker-mlflow" in said[0]
+
+
 @pytest.mark.parametrize("name", [ENV_MLFLOW_TRACKING_URI, ENV_MLFLOW_EXPERIMENT, "MLFLOW_TRACKING_TOKEN"])
 def test_a_request_cannot_send_its_run_to_another_server_or_experiment(name):
     """The server and the experiment are the platform's (a team logs into its own experiment only)."""

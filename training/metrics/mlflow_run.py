@@ -34,6 +34,7 @@ from contract.container import (
     ENV_MLFLOW_EXPERIMENT,
     ENV_MLFLOW_TRACKING_URI,
     ENV_RUN_ID,
+    MLFLOW_ARN,
     MLFLOW_RUN_ID_TAG,
 )
 from contract.metrics import STEP
@@ -94,6 +95,14 @@ class MlflowRun:
                   "no MLflow run (pip install mlflow-skinny, plus sagemaker-mlflow for a SageMaker MLflow ARN)",
                   flush=True)
             return None
+        if MLFLOW_ARN.fullmatch(uri):
+            try:
+                import sagemaker_mlflow  # noqa: F401 - MLflow's plugin for ARN URIs: signs each request with the role
+            except ImportError:
+                print(f"[mlflow] {ENV_MLFLOW_TRACKING_URI} is a SageMaker MLflow ARN but the sagemaker-mlflow package, "
+                      "which signs the requests with the job's role, is not installed in this image: no MLflow run "
+                      "(pip install sagemaker-mlflow)", flush=True)
+                return None
         try:
             return cls._open(MlflowClient(tracking_uri=uri), config, env)
         except Exception as e:  # noqa: BLE001 - any client or server error: the run trains on without MLflow
