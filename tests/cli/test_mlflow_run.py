@@ -18,6 +18,7 @@ from training.metrics.mlflow_run import (
     MODEL_DIR_TAG,
     RUN_ID_TAG,
     STATUS_TAG,
+    TEAM_TAG,
     MlflowRun,
 )
 
@@ -58,7 +59,7 @@ def test_a_resumed_run_logs_on_into_the_same_mlflow_run(mlflow_server, tmp_path)
     assert float(run.data.tags[INSTANCE_HOURS_TAG]) > hours_after_first
     assert sorted(a.path for a in client.list_artifacts(run.info.run_id, "model")) == [
         "model/config.json", "model/model.safetensors"]
-    assert client.get_experiment(run.info.experiment_id).name == "mltrain--a"
+    assert client.get_experiment(run.info.experiment_id).name == run.data.tags[TEAM_TAG] == "mltrain--a"
 
 
 def test_a_model_too_large_to_copy_is_named_not_copied(mlflow_server, tmp_path, monkeypatch):

@@ -8,8 +8,9 @@ its run id tag on every attempt: a resumed attempt logs on into the same MLflow 
   strategy, degrees, micro-batch, accumulation...); a value a later attempt changes (a resume on other instances
   re-plans accumulation) is kept as the tag `changed.<name>`, as MLflow never changes a logged parameter;
 - metrics: every number of every metrics record (the `[metrics]` lines, metrics.jsonl), at its step;
-- tags: RUN_ID_TAG, the attempt, the instance type and count, the instance-hours the attempts ran, how the last
-  attempt ended;
+- tags: RUN_ID_TAG, the team (its name prefix), the attempt, the instance type and count, the instance-hours the
+  attempts ran, how the last attempt ended (a dollar cost is not known here: the launcher prices the run from the
+  Price List API when it ends, and `trainctl show` says it);
 - artifacts: the exported model (model.safetensors and config.json) when it is at most MAX_MODEL_ARTIFACT_BYTES;
   a larger one is not copied (the platform keeps one copy of what costs money: the job's model.tar.gz) and the tag
   `model_dir` says where it is.
@@ -49,6 +50,7 @@ INSTANCE_TYPE_TAG = "trainctl.instance_type"
 INSTANCE_COUNT_TAG = "trainctl.instance_count"
 INSTANCE_HOURS_TAG = "trainctl.instance_hours"
 STATUS_TAG = "trainctl.status"
+TEAM_TAG = "trainctl.team"  # the platform's (or team's) name prefix, whose experiment the run is in
 MODEL_DIR_TAG = "trainctl.model_dir"
 DEFAULT_EXPERIMENT = "trainctl"
 # A model up to this size is copied into the run's artifacts; a larger one only named (MODEL_DIR_TAG).
@@ -125,7 +127,7 @@ class MlflowRun:
         runs = client.search_runs([experiment_id], max_results=1, filter_string=" AND ".join(
             f"tags.`{tag}` = '{_quoted(value)}'" for tag, value in identity.items()))
         tags = {ATTEMPT_TAG: attempt, INSTANCE_TYPE_TAG: _instance_type(env), INSTANCE_COUNT_TAG: str(len(hosts)),
-                STATUS_TAG: "running"}
+                STATUS_TAG: "running", TEAM_TAG: experiment}
         params = {k: _param(v) for k, v in sorted(config.items())}
         if runs:
             run = runs[0]
