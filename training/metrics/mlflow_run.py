@@ -74,8 +74,8 @@ def _instance_type(env: typing.Mapping[str, str]) -> str:
 
 
 class MlflowRun:
-    def __init__(self, client, run_id: str, attempt: str, instances: int) -> None:
-        self.client, self.run_id, self.attempt, self.instances = client, run_id, attempt, instances
+    def __init__(self, client, run_id: str, instances: int) -> None:
+        self.client, self.run_id, self.instances = client, run_id, instances
         self.began = time.monotonic()
         self.pending: list = []  # the queued batches not yet known sent (MLflow's RunOperations)
 
@@ -139,11 +139,12 @@ class MlflowRun:
             mlflow_id = run.info.run_id
         else:
             mlflow_id = client.create_run(experiment_id, tags=identity, run_name=run_id).info.run_id
+        # (MLflow's client splits a batch at the REST API's limits: 100 parameters or tags a request.)
         client.log_batch(mlflow_id, params=[Param(k, v) for k, v in params.items()],
                          tags=[RunTag(k, v) for k, v in tags.items()])
         print(f"[mlflow] logging to run {mlflow_id} of experiment {experiment!r} at {client.tracking_uri}",
               flush=True)
-        return cls(client, mlflow_id, attempt, len(hosts))
+        return cls(client, mlflow_id, len(hosts))
 
     def write(self, record: dict) -> None:
         """Each number of a metrics record, at the record's step (queued: MLflow sends it from its own thread)."""
