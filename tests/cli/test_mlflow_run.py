@@ -5,6 +5,7 @@ client, a request that tries to send its runs elsewhere. The package's own Mlflo
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import pytest
@@ -14,6 +15,7 @@ from tests.tracking import logged_run
 from tests.training.helpers import free_port
 from training.metrics.mlflow_run import (
     ATTEMPT_TAG,
+    HTTP_DEFAULTS,
     INSTANCE_HOURS_TAG,
     MODEL_DIR_TAG,
     RUN_ID_TAG,
@@ -23,6 +25,14 @@ from training.metrics.mlflow_run import (
 )
 
 CONFIG = {"strategy": "fsdp", "grad_accum": 1, "micro_batch_size": 2, "lr": 0.001}
+
+
+@pytest.fixture(autouse=True)
+def _http_defaults_undone(monkeypatch):
+    """MlflowRun sets its HTTP defaults in the process's environment (a job's rank 0 is its own process); here
+    monkeypatch holds them, so no other test of the worker inherits them."""
+    for name, value in HTTP_DEFAULTS.items():
+        monkeypatch.setenv(name, value)
 
 
 def _env(uri: str, run_id: str, attempt: int) -> dict[str, str]:
@@ -83,8 +93,12 @@ def test_a_server_that_does_not_answer_is_one_line_and_the_run_trains_on(capsys,
     # Nothing listens on the port. The client's retries are cut so the test is quick; the package's own defaults
     # (training.metrics.mlflow_run.HTTP_DEFAULTS) bound how long a job waits for a dead server at its start.
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_TIMEOUT")
     uri = f"http://127.0.0.1:{free_port()}"
     assert MlflowRun.from_environment(CONFIG, _env(uri, "r", 1), is_main=True) is None
+    # The package's bound where the job's environment sets none; a value it does set is kept.
+    assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == HTTP_DEFAULTS["MLFLOW_HTTP_REQUEST_TIMEOUT"]
+    assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "0"
     said = capsys.readouterr().out.strip().splitlines()
     assert len(said) == 1 and said[0].startswith(f"[mlflow] the tracking server {uri} could not be reached")
     assert "trains on" in said[0]
