@@ -40,8 +40,9 @@ THIRD_PARTY = {
     # smdistributed: SMDDP, present only in the SageMaker images that ship it (imported when asked for).
     # PIL: image decoding in the loader. boto3: training.metrics.cloudwatch alone, imported only when the launcher
     # names the team's metrics namespace (SageMaker's images ship it; a local run never imports it).
-    # mlflow: training.metrics.mlflow_run alone, imported only when a tracking server is named.
-    "training": {"torch", "numpy", "safetensors", "smdistributed", "PIL", "boto3", "mlflow"},
+    # mlflow: training.metrics.mlflow_run alone, imported only when a tracking server is named (sagemaker_mlflow, its
+    # plugin for a SageMaker MLflow ARN, only to say it is missing).
+    "training": {"torch", "numpy", "safetensors", "smdistributed", "PIL", "boto3", "mlflow", "sagemaker_mlflow"},
     # tokenizers, pyarrow: prepare time only (prepare.text), so a job never imports them; PIL checks each image opens.
     "prepare": {"numpy", "tokenizers", "pyarrow", "PIL"},
 }
