@@ -72,6 +72,16 @@ def test_a_resumed_run_logs_on_into_the_same_mlflow_run(mlflow_server, tmp_path)
     assert client.get_experiment(run.info.experiment_id).name == run.data.tags[TEAM_TAG] == "mltrain--a"
 
 
+def test_a_failed_attempt_ends_its_mlflow_run_failed(mlflow_server):
+    # What the loop hands end() when the attempt raised (training.loop.train's finally): no model, "failed".
+    tracked = MlflowRun.from_environment(CONFIG, _env(mlflow_server.uri, "gpt-failed-0123456789abcdef", 1), is_main=True)
+    tracked.write({"step": 3, "train_loss": float("nan")})
+    tracked.end("failed")
+    client, run, history = logged_run(mlflow_server.uri, {RUN_ID_TAG: "gpt-failed-0123456789abcdef"})
+    assert run.info.status == "FAILED" and run.data.tags[STATUS_TAG] == "failed"
+    assert client.list_artifacts(run.info.run_id, "model") == [] and len(history["train_loss"]) == 1
+
+
 def test_a_model_too_large_to_copy_is_named_not_copied(mlflow_server, tmp_path, monkeypatch):
     import training.metrics.mlflow_run as mlflow_run
 
