@@ -74,8 +74,9 @@ def _instance_type(env: typing.Mapping[str, str]) -> str:
 
 
 class MlflowRun:
-    def __init__(self, client, run_id: str, instances: int) -> None:
+    def __init__(self, client, run_id: str, instances: int, hours_before: float = 0.0) -> None:
         self.client, self.run_id, self.instances = client, run_id, instances
+        self.hours_before = hours_before  # the instance-hours the run's earlier attempts logged
         self.began = time.monotonic()
         self.pending: list = []  # the queued batches not yet known sent (MLflow's RunOperations)
 
@@ -136,15 +137,16 @@ class MlflowRun:
             tags.update({f"changed.{k}": f"{logged[k]} -> {v} (attempt {attempt})" for k, v in params.items()
                          if k in logged and logged[k] != v})
             params = {k: v for k, v in params.items() if k not in logged}
-            mlflow_id = run.info.run_id
+            mlflow_id, hours_before = run.info.run_id, float(run.data.tags.get(INSTANCE_HOURS_TAG, 0))
         else:
             mlflow_id = client.create_run(experiment_id, tags=identity, run_name=run_id).info.run_id
+            hours_before = 0.0
         # (MLflow's client splits a batch at the REST API's limits: 100 parameters or tags a request.)
         client.log_batch(mlflow_id, params=[Param(k, v) for k, v in params.items()],
                          tags=[RunTag(k, v) for k, v in tags.items()])
         print(f"[mlflow] logging to run {mlflow_id} of experiment {experiment!r} at {client.tracking_uri}",
               flush=True)
-        return cls(client, mlflow_id, len(hosts))
+        return cls(client, mlflow_id, len(hosts), hours_before)
 
     def write(self, record: dict) -> None:
         """Each number of a metrics record, at the record's step (queued: MLflow sends it from its own thread)."""
@@ -176,17 +178,13 @@ class MlflowRun:
         if lost:
             print(f"[mlflow] {lost} of {len(self.pending)} metrics records could not be sent to the tracking server",
                   flush=True)
-        hours = self.instances * (time.monotonic() - self.began) / 3600
+        hours = self.hours_before + self.instances * (time.monotonic() - self.began) / 3600
         _safely("the attempt's instance-hours and status", lambda: self.client.log_batch(self.run_id, tags=[
-            RunTag(INSTANCE_HOURS_TAG, f"{hours + float(self._tag(INSTANCE_HOURS_TAG) or 0):.6f}"),
-            RunTag(STATUS_TAG, status)]))
+            RunTag(INSTANCE_HOURS_TAG, f"{hours:.6f}"), RunTag(STATUS_TAG, status)]))
         if model_path is not None and not _safely("the model", lambda: self._attach(Path(model_path).parent)):
             _safely("the model's folder", lambda: self.client.set_tag(self.run_id, MODEL_DIR_TAG,
                                                                       str(Path(model_path).parent)))
         _safely("the run's status", lambda: self.client.set_terminated(self.run_id, _ENDED.get(status, "FAILED")))
-
-    def _tag(self, name: str) -> str | None:
-        return self.client.get_run(self.run_id).data.tags.get(name)
 
     def _attach(self, model_dir: Path) -> None:
         """The model's files as the run's artifacts; a model above MAX_MODEL_ARTIFACT_BYTES only named (its folder),
