@@ -72,10 +72,12 @@ def _env_patterns(value: Any) -> str | list[tuple[int, str]] | None:
             enumerate(value) if not ENV_PATTERN.fullmatch(item)]
 
 
-def _mlflow_server(value: Any) -> str | None:
+def mlflow_server_problem(value: Any) -> str | None:
+    """Why `value` names no tracking server a job can log to (None when it does, or is null): the platform config's
+    `mlflow_tracking_server` and the settings' `mlflow_tracking_uri`."""
     if value is None or (isinstance(value, str) and MLFLOW_SERVER.fullmatch(value)):
         return None
-    return f"expected {MLFLOW_SERVER_FORM}, or null; got {value!r}"
+    return f"must be {MLFLOW_SERVER_FORM}, or null"
 
 
 def _repositories(value: Any) -> str | list[tuple[int, str]] | None:
@@ -156,7 +158,7 @@ class PlatformSettings:
     # experiment named for name_prefix (the team's own).
     mlflow_tracking_uri: str | None = field(default=None, metadata=meta(
         "MLflow tracking server every run logs to (a SageMaker MLflow ARN or an http(s) URI; null: none)",
-        check=_mlflow_server))
+        check=mlflow_server_problem))
     # jobs.request.image_rules: requests' `image` must come from these or from the registries of the images above.
     allowed_image_repositories: list[str] = field(default_factory=list, metadata=meta(
         "ECR repositories requests' `image` may come from (`<registry>/<repo>`, or `<registry>/` for all), on top "

@@ -14,10 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from contract.container import MLFLOW_SERVER, MLFLOW_SERVER_FORM
 from contract.schema import meta
 from jobs.naming import MAX_NAME_PREFIX, NAME_PREFIX, SAGEMAKER_NAME, TEAM_SEPARATOR, team_prefix
-from jobs.platform import ENV_PATTERN, TrainingPlan, image_repositories_problem
+from jobs.platform import ENV_PATTERN, TrainingPlan, image_repositories_problem, mlflow_server_problem
 from platform_config.tested_torch import TESTED_TORCH_FILE, TESTED_TORCH_VERSIONS
 from platform_constructs.dataset_fs import (
     DEPLOYMENT_TYPES,
@@ -220,7 +219,7 @@ class PlatformConfig:
         None, "MLflow tracking server every run logs to (one MLflow run per run, in the team's experiment): a SageMaker "
         "managed MLflow ARN, which the execution roles may then log runs to and nothing else, or an http(s) URI the "
         "jobs can reach; null: none", expects="a string or null",
-        check=_optional(lambda v: None if MLFLOW_SERVER.fullmatch(v) else f"must be {MLFLOW_SERVER_FORM}, or null"))
+        check=mlflow_server_problem)
     notification_email: str | None = _f(None, "E-mail subscribed to run notifications", expects="a string or null",
                                         check=_optional(_matches(EMAIL, "must be an e-mail address or null")))
     notify_refusals: bool = _f(False, "Also send requests the launcher refuses (RequestInvalid) to the notification "
