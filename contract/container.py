@@ -119,6 +119,11 @@ MLFLOW_RUN_ACTIONS = {
     "runs/log-batch": "sagemaker-mlflow:LogBatch",
     "runs/set-tag": "sagemaker-mlflow:SetTag",
 }
+# Not a SageMaker variable: what the attempt's cluster costs, {"usd_per_hour": the on-demand price of all its
+# instances (the AWS Price List API, asked by the launcher as it launches), "spot": whether it runs on Spot}, rendered
+# only where something reads it (a platform with an MLflow server: training.metrics.mlflow_run tags the run's cost)
+# and the price is known (not on a training plan, whose instances are paid up front).
+ENV_PRICE = "TRAINCTL_PRICE"
 # Not a SageMaker variable: `trainctl local` names its --workdir, so that a fix the job suggests is one its user
 # can apply (another --workdir, not a checkpoint_dir the request does not let them set).
 ENV_LOCAL_WORKDIR = "TRAINCTL_LOCAL_WORKDIR"

@@ -122,7 +122,8 @@ def prepare(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     try:
         nonce, epoch = launch_epoch(registry, run, platform, attempt, now)
         create = render_create_training_job(request, platform, run_id=run_id, attempt=attempt,
-                                            measured_stall_s=measured, name_nonce=nonce, epoch=epoch)
+                                            measured_stall_s=measured, name_nonce=nonce, epoch=epoch,
+                                            prices=attempt_prices(request, platform))
         runs.start_attempt(run, create, attempt=attempt, now=now)
         if problem := state_size_problem(document, run.to_dict(), create, request.retry.max_attempts):
             raise RequestInvalid([problem])
@@ -402,7 +403,8 @@ def next_attempt(request, run: RunState, decision: dict[str, Any], platform: Pla
                                         instance_type=chosen.get("instance_type"), spot=chosen.get("spot"),
                                         infra_check=run.current.infra_check if infra_check is None else infra_check,
                                         starts_at=now, measured_stall_s=measured_save_seconds(run.attempts),
-                                        plans_ended=run.plans_ended, name_nonce=nonce, epoch=epoch)
+                                        plans_ended=run.plans_ended, name_nonce=nonce, epoch=epoch,
+                                        prices=attempt_prices(request, platform, chosen.get("instance_type")))
     runs.start_attempt(run, create, attempt=attempt, now=now)
     return create
 
@@ -553,7 +555,19 @@ def platform_region() -> str | None:
     return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
 
 
-def training_prices(region: str | None, instance_types: list[str]) -> dict[str, float]:
+def attempt_prices(request, platform: PlatformSettings, instance_type: str | None = None) -> dict[str, float] | None:
+    """The prices of the types an attempt launches (its instance groups', or `instance_type`, the request's unless
+    a retry chose another), asked only where the job tags its MLflow run with its cost; None elsewhere. One quick try:
+    a launch is never held up by a price (the run's record prices it again at the end)."""
+    if not platform.mlflow_tracking_uri:
+        return None
+    types = sorted({g.type for g in request.instance_groups}) if request.instance_groups else \
+        [instance_type or request.training_instance_type]
+    return training_prices(platform_region(), types, tries=1, read_timeout=5)
+
+
+def training_prices(region: str | None, instance_types: list[str], *, tries: int = 2,
+                    read_timeout: int = 10) -> dict[str, float]:
     """On-demand USD per instance-hour of each type, from the AWS Price List API (jobs.prices reads the answer,
     as trainctl's does); {} when it cannot be asked: the record's cost is then "unknown", and the run's end is
     never held up by a price (short timeouts, two tries)."""
@@ -564,7 +578,7 @@ def training_prices(region: str | None, instance_types: list[str]) -> dict[str, 
     from botocore.exceptions import BotoCoreError, ClientError
 
     client = boto3.client("pricing", region_name=API_REGION, config=Config(
-        connect_timeout=3, read_timeout=10, retries={"mode": "standard", "total_max_attempts": 2}))
+        connect_timeout=3, read_timeout=read_timeout, retries={"mode": "standard", "total_max_attempts": tries}))
     entries = []
     try:
         for kind in instance_types:

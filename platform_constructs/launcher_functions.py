@@ -41,6 +41,8 @@ SAGEMAKER_ACTIONS = {
 # Who lists training jobs (no resource-level permissions): prepare finds a resumed run's earlier jobs, summarize and
 # reap every running job carrying the run's marker (one whose create answered an error may show up late).
 LISTING = ("prepare", "summarize", "reap")
+# Who asks the Price List API: the two that launch an attempt (its MLflow run's cost) and summarize (the run's record).
+PRICING = ("prepare", "relaunch", "summarize")
 
 INLINE_POLICY_REASON = (
     "The CDK's grants write this role's least-privilege statements into a policy attached to this role only "
@@ -114,10 +116,12 @@ class LauncherFunctions(Construct):
         for name in LISTING:
             self.functions[name].add_to_role_policy(iam.PolicyStatement(
                 actions=["sagemaker:ListTrainingJobs"], resources=["*"]))
-        # The run's record prices its instance-hours (jobs.handler.training_prices: the AWS Price List API, public
-        # prices); GetProducts has no resource-level permissions either.
-        self.functions["summarize"].add_to_role_policy(iam.PolicyStatement(
-            actions=["pricing:GetProducts"], resources=["*"]))
+        # The run's record prices its instance-hours, and a launch prices its attempt for the MLflow run's cost
+        # (jobs.handler.training_prices: the AWS Price List API, public prices); GetProducts has no resource-level
+        # permissions either.
+        for name in PRICING:
+            self.functions[name].add_to_role_policy(iam.PolicyStatement(
+                actions=["pricing:GetProducts"], resources=["*"]))
 
     def __getitem__(self, name: str) -> lambda_.Function:
         return self.functions[name]

@@ -19,7 +19,9 @@ SMP v2 image supports are only as right as AWS's documentation.
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from contract.container import (
@@ -29,6 +31,7 @@ from contract.container import (
     ENV_METRICS_NAMESPACE,
     ENV_MLFLOW_EXPERIMENT,
     ENV_MLFLOW_TRACKING_URI,
+    ENV_PRICE,
     ENV_RUN_ID,
     ENV_SECRET_ARNS,
     ENV_TENSORBOARD_DIR,
@@ -46,6 +49,7 @@ from jobs.naming import job_name, metrics_namespace, new_name_nonce, platform_ta
 from jobs.planning.auto_strategy import attempt_cadence, plan_for_request
 from jobs.planning.cadence import before_plan_end, reclaim_epoch
 from jobs.platform import PlatformSettings, TrainingPlan
+from jobs.prices import priced
 from jobs.render.container_entry import container_entrypoint
 from jobs.render.images import resolve_image
 from jobs.request.command_line import TOOLKIT_PREFIX, command_line_problems
@@ -115,6 +119,7 @@ def render_create_training_job(
     starts_at: float | None = None,
     measured_stall_s: float | None = None,
     plans_ended: list[str] | tuple[str, ...] = (),
+    prices: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """The botocore CreateTrainingJob kwargs for `attempt` (1-based) of run `run_id`.
 
@@ -126,7 +131,9 @@ def render_create_training_job(
     `measured_stall_s`: a checkpoint save's stall as the run's earlier attempts measured it (the cadence plans
     with it rather than with the planner's model of a save). `plans_ended`: training plans an earlier attempt was
     stopped on; the attempt does not target them. `epoch`: the attempt's epoch (contract.container.ENV_EPOCH, which
-    fences the checkpoint folder against older attempts): the attempt number unless given.
+    fences the checkpoint folder against older attempts): the attempt number unless given. `prices`: on-demand USD per
+    instance-hour by type (the launcher's, from the Price List API), for the attempt's price on a platform with an
+    MLflow server (_price).
     """
     if attempt < 1:
         raise ValueError(f"attempt numbers start at 1, got {attempt}")
@@ -138,6 +145,7 @@ def render_create_training_job(
     hyperparameters = training_hyperparameters(request, platform, name, primary)
     hyperparameters.update(_cadence(request, primary, use_spot, plan, starts_at, hyperparameters, measured_stall_s))
     _check_command_line(hyperparameters)
+    resources = _resources(request, platform, primary, plan)
     create: dict[str, Any] = {
         "TrainingJobName": name,
         "AlgorithmSpecification": _algorithm(request, platform, primary),
@@ -146,7 +154,7 @@ def render_create_training_job(
         "InputDataConfig": _channels(request, platform),
         "OutputDataConfig": {"S3OutputPath": output_s3_uri(platform, run_id),
                              "KmsKeyId": platform.data_kms_key_arn or platform.kms_key_arn},
-        "ResourceConfig": _resources(request, platform, primary, plan),
+        "ResourceConfig": resources,
         "VpcConfig": {"SecurityGroupIds": list(platform.security_group_ids), "Subnets": list(platform.subnet_ids)},
         "StoppingCondition": _stopping(request, use_spot, primary),
         "EnableNetworkIsolation": request.network_isolation,
@@ -164,7 +172,7 @@ def render_create_training_job(
                         ENV_EPOCH: str(attempt if epoch is None else epoch),
                         ENV_METRICS_NAMESPACE: metrics_namespace(platform.name_prefix),
                         **({ENV_TENSORBOARD_DIR: TENSORBOARD_DIR} if request.tensorboard else {}),
-                        **_mlflow(platform)},
+                        **_mlflow(platform), **_price(platform, resources, use_spot, prices)},
         "ProfilerConfig": _profiler(request, platform, run_id),
         "InfraCheckConfig": {"EnableInfraCheck": request.infra_check if infra_check is None else infra_check},
         "Tags": _tags(request, platform, run_id, attempt, strategy_and_degrees(request, primary)[0]),
@@ -190,6 +198,33 @@ def _mlflow(platform: PlatformSettings) -> dict[str, str]:
     if not platform.mlflow_tracking_uri:
         return {}
     return {ENV_MLFLOW_TRACKING_URI: platform.mlflow_tracking_uri, ENV_MLFLOW_EXPERIMENT: platform.name_prefix}
+
+
+def _price(platform: PlatformSettings, resources: dict[str, Any], spot: bool,
+           prices: Mapping[str, float] | None) -> dict[str, str]:
+    """The attempt's price for its MLflow run's cost (contract.container.ENV_PRICE): rendered where the platform
+    logs to MLflow and every instance of the cluster has a price; never for a training plan's instances (paid up
+    front, not by the hour)."""
+    rate = cluster_usd_per_hour(resources, prices)
+    if not platform.mlflow_tracking_uri or rate is None or "TrainingPlanArn" in resources:
+        return {}
+    return {ENV_PRICE: json.dumps({"usd_per_hour": round(rate, 4), "spot": spot})}
+
+
+def cluster_types(resources: dict[str, Any]) -> list[tuple[int, str]]:
+    """(count, instance type) of a rendered ResourceConfig: its one type, or each of its instance groups."""
+    groups = resources.get("InstanceGroups")
+    if groups:
+        return [(g["InstanceCount"], g["InstanceType"]) for g in groups]
+    return [(resources["InstanceCount"], resources["InstanceType"])]
+
+
+def cluster_usd_per_hour(resources: dict[str, Any], prices: Mapping[str, float] | None) -> float | None:
+    """What the cluster of a rendered ResourceConfig costs an hour at `prices`; None when a type has none."""
+    rates = [(count, priced(prices, kind)) for count, kind in cluster_types(resources)]
+    if any(rate is None for _, rate in rates):
+        return None
+    return sum(count * rate for count, rate in rates)
 
 
 def _secrets(request: JobRequest) -> dict[str, str]:

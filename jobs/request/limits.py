@@ -13,6 +13,7 @@ from contract.container import (
     ENV_METRICS_NAMESPACE,
     ENV_MLFLOW_EXPERIMENT,
     ENV_MLFLOW_TRACKING_URI,
+    ENV_PRICE,
     ENV_RUN_ID,
     ENV_SECRET_ARNS,
     ENV_TENSORBOARD_DIR,
@@ -58,6 +59,7 @@ RUN_ENVIRONMENT = {
     ENV_TENSORBOARD_DIR: "the folder SageMaker syncs TensorBoard event files from (the request's `tensorboard`)",
     ENV_MLFLOW_TRACKING_URI: "the platform's MLflow tracking server (platform config `mlflow_tracking_server`)",
     ENV_MLFLOW_EXPERIMENT: "the team's own MLflow experiment",
+    ENV_PRICE: "the attempt's price, from the AWS Price List API (its MLflow run's cost)",
 }
 # The variable that carries a request's `secrets` (their ARNs, as JSON; jobs.render.container_entry reads them).
 SECRETS_ENVIRONMENT = (ENV_SECRET_ARNS,)

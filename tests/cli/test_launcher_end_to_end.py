@@ -356,12 +356,15 @@ def test_a_launched_job_writes_tensorboard_events_and_an_mlflow_run(launcher, tm
     TensorBoard events and logs an MLflow run whose values equal its metrics file, with its parameters, where it
     ran and its model, calling nothing the execution role is not granted."""
     from cli.container_emulator import run_local
-    from contract.container import ENV_MLFLOW_EXPERIMENT, ENV_MLFLOW_TRACKING_URI, ENV_RUN_ID
+    from contract.container import ENV_MLFLOW_EXPERIMENT, ENV_MLFLOW_TRACKING_URI, ENV_PRICE, ENV_RUN_ID
     from prepare.corpus import prepare
     from tests.tracking import check_run, tensorboard_problems
-    from training.metrics.mlflow_run import RUN_ID_TAG
+    from training.metrics.mlflow_run import COST_TAG, INSTANCE_HOURS_TAG, RUN_ID_TAG
 
     monkeypatch.setenv("PLATFORM_SETTINGS", json.dumps({**launcher.settings, "mlflow_tracking_uri": mlflow_server.uri}))
+    # moto has no Price List API: the launch's price as jobs.handler.training_prices reads it (tests/jobs/outcome);
+    # 3,600 USD an hour (not m5's) so that the cost is the seconds the job ran, well above the tags' rounding.
+    monkeypatch.setattr("jobs.handler.training_prices", lambda region, types, **kw: {"ml.m5.xlarge": 3600.0})
     request = job_request(name="gpt-tiny-tracked", model_size="tiny", instance={"type": "ml.m5.xlarge", "count": 1},
                           validation_dataset="s3://mltrain-datasets-123456789012-us-east-1/datasets/tokens-val/",
                           hyperparameters={"max_steps": 4, "micro_batch_size": 2, "seq_len": 32, "log_interval": 1,
@@ -371,6 +374,7 @@ def test_a_launched_job_writes_tensorboard_events_and_an_mlflow_run(launcher, tm
     create = sm.StateTaskServiceSageMaker.world.create_calls[-1]
     env = create["Environment"]
     assert (env[ENV_MLFLOW_TRACKING_URI], env[ENV_MLFLOW_EXPERIMENT]) == (mlflow_server.uri, launcher.settings["name_prefix"])
+    assert json.loads(env[ENV_PRICE]) == {"usd_per_hour": 3600.0, "spot": False}
 
     corpus = tmp_path / "corpus"
     prepare(corpus, val_fraction=0.25, max_bytes=300_000, shard_bytes=200_000)
@@ -384,3 +388,7 @@ def test_a_launched_job_writes_tensorboard_events_and_an_mlflow_run(launcher, tm
     from mlflow import MlflowClient
 
     assert MlflowClient(mlflow_server.uri).get_experiment(run_.info.experiment_id).name == launcher.settings["name_prefix"]
+    # Its cost: the price the launcher rendered times the hours it ran (one instance), to the tags' rounding (6
+    # decimals of an hour: 0.0036 s).
+    seconds = 3600 * float(run_.data.tags[INSTANCE_HOURS_TAG])
+    assert seconds > 1 and abs(float(run_.data.tags[COST_TAG]) - seconds) < 0.005

@@ -10,15 +10,25 @@ import sys
 
 import pytest
 
-from contract.container import ENV_EPOCH, ENV_MLFLOW_EXPERIMENT, ENV_MLFLOW_TRACKING_URI, ENV_RUN_ID
+from contract.container import (
+    ENV_EPOCH,
+    ENV_MLFLOW_EXPERIMENT,
+    ENV_MLFLOW_TRACKING_URI,
+    ENV_PRICE,
+    ENV_RUN_ID,
+)
 from tests.tracking import logged_run
 from tests.training.helpers import free_port
 from training.metrics.mlflow_run import (
     ATTEMPT_TAG,
+    COST_BASIS_TAG,
+    COST_TAG,
     HTTP_DEFAULTS,
     INSTANCE_HOURS_TAG,
     MODEL_DIR_TAG,
+    ON_DEMAND,
     RUN_ID_TAG,
+    SPOT,
     STATUS_TAG,
     TEAM_TAG,
     MlflowRun,
@@ -92,6 +102,65 @@ def test_a_model_too_large_to_copy_is_named_not_copied(mlflow_server, tmp_path, 
     tracked.end("completed", tmp_path / "model.safetensors")
     client, run, _ = logged_run(mlflow_server.uri, {RUN_ID_TAG: run_id})
     assert run.data.tags[MODEL_DIR_TAG] == str(tmp_path) and client.list_artifacts(run.info.run_id, "model") == []
+
+
+def _priced(env: dict[str, str], usd_per_hour: float, spot: bool) -> dict[str, str]:
+    return {**env, ENV_PRICE: json.dumps({"usd_per_hour": usd_per_hour, "spot": spot})}
+
+
+def _ran(tracked: MlflowRun, hours: float) -> MlflowRun:
+    """The attempt as if it had trained `hours` already (its clock's start moved back)."""
+    tracked.began -= hours * 3600
+    return tracked
+
+
+def test_the_run_is_tagged_with_what_its_attempts_cost(mlflow_server):
+    """Each attempt adds its cluster's price (as the launcher rendered it) times the hours it ran; a Spot attempt
+    makes the figure an upper bound, and the basis says so. The cost and the instance-hours come from one clock:
+    with 2 instances, each attempt's cost is its price times half the instance-hours it added (to the tags'
+    rounding: 4 decimals of USD, 6 of hours)."""
+    run_id = "gpt-costed-0123456789abcdef"
+    first = _ran(MlflowRun.from_environment(CONFIG, _priced(_env(mlflow_server.uri, run_id, 1), 98.32, False),
+                                            is_main=True), 1.0)
+    first.end("stopped")
+    _, run, _ = logged_run(mlflow_server.uri, {RUN_ID_TAG: run_id})
+    hours_1, cost_1 = float(run.data.tags[INSTANCE_HOURS_TAG]), float(run.data.tags[COST_TAG])
+    assert hours_1 >= 2.0 and abs(cost_1 - 98.32 * hours_1 / 2) < 1e-3
+    assert run.data.tags[COST_BASIS_TAG] == ON_DEMAND
+
+    second = _ran(MlflowRun.from_environment(CONFIG, _priced(_env(mlflow_server.uri, run_id, 2), 29.5, True),
+                                             is_main=True), 0.5)
+    second.end("completed")
+    _, run, _ = logged_run(mlflow_server.uri, {RUN_ID_TAG: run_id})
+    hours_2, cost_2 = float(run.data.tags[INSTANCE_HOURS_TAG]), float(run.data.tags[COST_TAG])
+    assert abs(cost_2 - cost_1 - 29.5 * (hours_2 - hours_1) / 2) < 1e-3 and cost_2 >= cost_1 + 29.5 * 0.5
+    assert run.data.tags[COST_BASIS_TAG] == SPOT
+
+    # A third attempt back on demand: the run had a Spot attempt, so its figure stays an upper bound.
+    third = MlflowRun.from_environment(CONFIG, _priced(_env(mlflow_server.uri, run_id, 3), 98.32, False),
+                                       is_main=True)
+    third.end("completed")
+    _, run, _ = logged_run(mlflow_server.uri, {RUN_ID_TAG: run_id})
+    assert run.data.tags[COST_BASIS_TAG] == SPOT and float(run.data.tags[COST_TAG]) >= cost_2
+
+
+@pytest.mark.parametrize("price", [None, "not json", '{"usd_per_hour": "x", "spot": false}', '{"spot": true}',
+                                   '{"usd_per_hour": -1, "spot": false}'])
+def test_an_attempt_without_a_price_leaves_the_cost_unknown_from_then_on(mlflow_server, price):
+    """No price rendered (the Price List API did not answer, a training plan, a local run), or one that is not a
+    price: the run's cost tag is absent (unknown), and stays absent however later attempts are priced."""
+    run_id = f"gpt-unpriced-{abs(hash(price)) % 10**16:016d}"
+    env = _env(mlflow_server.uri, run_id, 1)
+    first = _ran(MlflowRun.from_environment(CONFIG, env if price is None else {**env, ENV_PRICE: price},
+                                            is_main=True), 1.0)
+    first.end("stopped")
+    _, run, _ = logged_run(mlflow_server.uri, {RUN_ID_TAG: run_id})
+    assert COST_TAG not in run.data.tags and float(run.data.tags[INSTANCE_HOURS_TAG]) >= 2.0
+    second = MlflowRun.from_environment(CONFIG, _priced(_env(mlflow_server.uri, run_id, 2), 98.32, False),
+                                        is_main=True)
+    second.end("completed")
+    _, run, _ = logged_run(mlflow_server.uri, {RUN_ID_TAG: run_id})
+    assert COST_TAG not in run.data.tags and COST_BASIS_TAG not in run.data.tags
 
 
 def test_only_rank_0_and_only_with_a_server_named(mlflow_server):

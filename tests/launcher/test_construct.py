@@ -11,7 +11,7 @@ from tests.conftest import ROOT
 # Actions that support no resource-level permissions, so `"Resource": "*"` is the only form they take.
 UNSCOPABLE = {
     "sagemaker:ListTrainingJobs",
-    "pricing:GetProducts",  # summarize: public prices, for the run record's cost
+    "pricing:GetProducts",  # summarize, prepare, relaunch: public prices, for the run's and the attempt's cost
     "xray:PutTraceSegments",
     "xray:PutTelemetryRecords",
     "xray:GetSamplingRules",
@@ -183,6 +183,8 @@ def test_settings_fit_in_the_lambda_environment(launcher_template):
 
 
 LISTS = ("jobs.handler.prepare", "jobs.handler.summarize", "jobs.handler.reap")
+# Who prices: the run's record at its end, each launch for its MLflow run's cost.
+PRICES = ("jobs.handler.prepare", "jobs.handler.relaunch", "jobs.handler.summarize")
 
 
 def test_decide_may_describe_only_the_platforms_jobs(launcher_template):
@@ -204,7 +206,7 @@ def test_decide_may_describe_only_the_platforms_jobs(launcher_template):
         listing = [a for s in statements if s["Resource"] == "*" for a in actions(s) if a.startswith("sagemaker:")]
         assert listing == (["sagemaker:ListTrainingJobs"] if handler in LISTS else [])
         pricing = [a for s in statements if s["Resource"] == "*" for a in actions(s) if a.startswith("pricing:")]
-        assert pricing == (["pricing:GetProducts"] if handler == "jobs.handler.summarize" else [])
+        assert pricing == (["pricing:GetProducts"] if handler in PRICES else [])
         sagemaker = [s for s in statements
                      if s["Resource"] != "*" and any(a.startswith("sagemaker:") for a in actions(s))]
         expected = granted[handler]

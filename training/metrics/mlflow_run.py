@@ -9,8 +9,9 @@ its run id tag on every attempt: a resumed attempt logs on into the same MLflow 
   re-plans accumulation) is kept as the tag `changed.<name>`, as MLflow never changes a logged parameter;
 - metrics: every number of every metrics record (the `[metrics]` lines, metrics.jsonl), at its step;
 - tags: RUN_ID_TAG, the team (its name prefix), the attempt, the instance type and count, the instance-hours the
-  attempts ran, how the last attempt ended (a dollar cost is not known here: the launcher prices the run from the
-  Price List API when it ends, and `trainctl show` says it);
+  attempts ran, how the last attempt ended, and what the attempts cost: the on-demand price the launcher rendered
+  (contract.container.ENV_PRICE, from the Price List API) times the hours they ran here (SageMaker also bills a
+  job's start-up, and Spot bills less: `trainctl show RUN` has the billed cost once the run ends);
 - artifacts: the exported model (model.safetensors and config.json) when it is at most MAX_MODEL_ARTIFACT_BYTES;
   a larger one is not copied (the platform keeps one copy of what costs money: the job's model.tar.gz) and the tag
   `model_dir` says where it is.
@@ -34,6 +35,7 @@ from contract.container import (
     ENV_LOCAL_WORKDIR,
     ENV_MLFLOW_EXPERIMENT,
     ENV_MLFLOW_TRACKING_URI,
+    ENV_PRICE,
     ENV_RUN_ID,
     MLFLOW_ARN,
     MLFLOW_RUN_ID_TAG,
@@ -52,6 +54,11 @@ INSTANCE_HOURS_TAG = "trainctl.instance_hours"
 STATUS_TAG = "trainctl.status"
 TEAM_TAG = "trainctl.team"  # the platform's (or team's) name prefix, whose experiment the run is in
 MODEL_DIR_TAG = "trainctl.model_dir"
+# The attempts' cost in USD, written only while every attempt had a price (absent: unknown), and what it counts.
+COST_TAG = "trainctl.cost_usd"
+COST_BASIS_TAG = "trainctl.cost_basis"
+ON_DEMAND = "on-demand price x the hours the training ran"
+SPOT = f"{ON_DEMAND}; Spot bills less (trainctl show RUN has the billed cost)"
 DEFAULT_EXPERIMENT = "trainctl"
 # A model up to this size is copied into the run's artifacts; a larger one only named (MODEL_DIR_TAG).
 MAX_MODEL_ARTIFACT_BYTES = 2 * 1024**3
@@ -73,10 +80,35 @@ def _instance_type(env: typing.Mapping[str, str]) -> str:
         return "local"
 
 
+def _price(env: typing.Mapping[str, str]) -> tuple[float, bool] | None:
+    """(USD an hour of the attempt's cluster, whether on Spot) as the launcher rendered it; None when it did not
+    (no price known, a training plan, a local run) or rendered something else."""
+    try:
+        price = json.loads(env.get(ENV_PRICE) or "null")
+        rate, spot = float(price["usd_per_hour"]), bool(price["spot"])
+    except (ValueError, TypeError, KeyError):
+        return None
+    return (rate, spot) if rate >= 0 else None
+
+
+class Cost(typing.NamedTuple):
+    """What the run's earlier attempts cost (None: unknown, one ran without a price) and whether one was on Spot."""
+    usd: float | None = 0.0
+    spot: bool = False
+
+    @classmethod
+    def logged(cls, tags: typing.Mapping[str, str], hours_before: float) -> Cost:
+        if COST_TAG not in tags:
+            return cls(None if hours_before else 0.0)
+        return cls(float(tags[COST_TAG]), tags.get(COST_BASIS_TAG) == SPOT)
+
+
 class MlflowRun:
-    def __init__(self, client, run_id: str, instances: int, hours_before: float = 0.0) -> None:
+    def __init__(self, client, run_id: str, instances: int, hours_before: float = 0.0,
+                 price: tuple[float, bool] | None = None, cost_before: Cost | None = None) -> None:
         self.client, self.run_id, self.instances = client, run_id, instances
         self.hours_before = hours_before  # the instance-hours the run's earlier attempts logged
+        self.price, self.cost_before = price, cost_before or Cost()
         self.began = time.monotonic()
         self.pending: list = []  # the queued batches not yet known sent (MLflow's RunOperations)
 
@@ -138,15 +170,16 @@ class MlflowRun:
                          if k in logged and logged[k] != v})
             params = {k: v for k, v in params.items() if k not in logged}
             mlflow_id, hours_before = run.info.run_id, float(run.data.tags.get(INSTANCE_HOURS_TAG, 0))
+            cost_before = Cost.logged(run.data.tags, hours_before)
         else:
             mlflow_id = client.create_run(experiment_id, tags=identity, run_name=run_id).info.run_id
-            hours_before = 0.0
+            hours_before, cost_before = 0.0, Cost()
         # (MLflow's client splits a batch at the REST API's limits: 100 parameters or tags a request.)
         client.log_batch(mlflow_id, params=[Param(k, v) for k, v in params.items()],
                          tags=[RunTag(k, v) for k, v in tags.items()])
         print(f"[mlflow] logging to run {mlflow_id} of experiment {experiment!r} at {client.tracking_uri}",
               flush=True)
-        return cls(client, mlflow_id, len(hosts), hours_before)
+        return cls(client, mlflow_id, len(hosts), hours_before, _price(env), cost_before)
 
     def write(self, record: dict) -> None:
         """Each number of a metrics record, at the record's step (queued: MLflow sends it from its own thread)."""
@@ -178,13 +211,23 @@ class MlflowRun:
         if lost:
             print(f"[mlflow] {lost} of {len(self.pending)} metrics records could not be sent to the tracking server",
                   flush=True)
-        hours = self.hours_before + self.instances * (time.monotonic() - self.began) / 3600
-        _safely("the attempt's instance-hours and status", lambda: self.client.log_batch(self.run_id, tags=[
-            RunTag(INSTANCE_HOURS_TAG, f"{hours:.6f}"), RunTag(STATUS_TAG, status)]))
+        ran = (time.monotonic() - self.began) / 3600
+        hours = self.hours_before + self.instances * ran
+        tags = {INSTANCE_HOURS_TAG: f"{hours:.6f}", STATUS_TAG: status, **self._cost(ran)}
+        _safely("the attempt's instance-hours, cost and status", lambda: self.client.log_batch(
+            self.run_id, tags=[RunTag(k, v) for k, v in tags.items()]))
         if model_path is not None and not _safely("the model", lambda: self._attach(Path(model_path).parent)):
             _safely("the model's folder", lambda: self.client.set_tag(self.run_id, MODEL_DIR_TAG,
                                                                       str(Path(model_path).parent)))
         _safely("the run's status", lambda: self.client.set_terminated(self.run_id, _ENDED.get(status, "FAILED")))
+
+    def _cost(self, hours: float) -> dict[str, str]:
+        """The cost tags after an attempt that ran `hours`: none when this attempt or an earlier one had no price."""
+        if self.price is None or self.cost_before.usd is None:
+            return {}
+        rate, spot = self.price
+        usd = self.cost_before.usd + rate * hours
+        return {COST_TAG: f"{usd:.4f}", COST_BASIS_TAG: SPOT if spot or self.cost_before.spot else ON_DEMAND}
 
     def _attach(self, model_dir: Path) -> None:
         """The model's files as the run's artifacts; a model above MAX_MODEL_ARTIFACT_BYTES only named (its folder),

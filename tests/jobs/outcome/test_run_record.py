@@ -6,12 +6,15 @@ The state-machine test of a run of several attempts is tests/launcher/test_run_r
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import socket
 
 import boto3
 import pytest
 from botocore.stub import Stubber
 
+from contract.container import ENV_MLFLOW_TRACKING_URI, ENV_PRICE
 from jobs import handler
 from jobs.outcome.run_record import (
     attempt_time,
@@ -145,6 +148,37 @@ def test_the_launcher_prices_the_types_its_run_used(pricing):
 def test_a_refused_price_list_leaves_the_cost_unknown_and_ends_the_run_all_the_same(pricing, code):
     pricing.add_client_error("get_products", service_error_code=code, http_status_code=400)
     assert handler.training_prices("us-east-1", ["ml.p4d.24xlarge"]) == {}
+
+
+@pytest.mark.parametrize("mlflow", [True, False])
+def test_a_launch_prices_its_attempt_only_where_its_mlflow_run_tags_the_cost(pricing, monkeypatch, platform, mlflow):
+    """Prepare asks the Price List API for the attempt's type once, and renders its price (contract.container.
+    ENV_PRICE); on a platform without an MLflow server it asks nothing (the stub fails on any call it did not
+    expect) and renders none."""
+    settings = dataclasses.replace(platform, mlflow_tracking_uri="https://mlflow.example.com" if mlflow else None)
+    monkeypatch.setenv("PLATFORM_SETTINGS", json.dumps(settings.to_dict()))
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    if mlflow:
+        pricing.add_response("get_products", {"PriceList": [product("ml.p4d.24xlarge", "37.6885")]},
+                             _asked("ml.p4d.24xlarge"))
+    request = {"name": "priced", "dataset": "s3://mltrain-datasets-123456789012-us-east-1/tokens/train/",
+               "spot": True, "instance": {"type": "ml.p4d.24xlarge", "count": 2}}
+    environment = handler.prepare({"request": request, "execution": {}, "state_shape": handler.STATE_SHAPE})[
+        "launch"]["create"]["Environment"]
+    price = {"usd_per_hour": 2 * 37.6885, "spot": True}
+    assert (json.loads(environment[ENV_PRICE]) if ENV_PRICE in environment else None) == (price if mlflow else None)
+
+
+def test_a_price_list_that_does_not_answer_launches_the_attempt_unpriced(pricing, monkeypatch, platform):
+    settings = dataclasses.replace(platform, mlflow_tracking_uri="https://mlflow.example.com")
+    monkeypatch.setenv("PLATFORM_SETTINGS", json.dumps(settings.to_dict()))
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    pricing.add_client_error("get_products", service_error_code="ThrottlingException", http_status_code=400)
+    request = {"name": "unpriced", "dataset": "s3://mltrain-datasets-123456789012-us-east-1/tokens/train/",
+               "instance": {"type": "ml.p4d.24xlarge"}}
+    create = handler.prepare({"request": request, "execution": {}, "state_shape": handler.STATE_SHAPE})[
+        "launch"]["create"]
+    assert ENV_PRICE not in create["Environment"] and ENV_MLFLOW_TRACKING_URI in create["Environment"]
 
 
 def test_the_save_time_measured_is_the_newest_attempts_mean_stall():

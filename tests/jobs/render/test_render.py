@@ -17,6 +17,7 @@ from contract.container import (
     ENV_METRICS_NAMESPACE,
     ENV_MLFLOW_EXPERIMENT,
     ENV_MLFLOW_TRACKING_URI,
+    ENV_PRICE,
     ENV_RUN_ID,
     ENV_TENSORBOARD_DIR,
     STOP_FILE,
@@ -359,6 +360,47 @@ def test_instance_groups(platform):
     assert values["sagemaker_distribution_instance_groups"] == ["train"]
     assert values["sagemaker_instance_type"] == "ml.p4d.24xlarge"
     assert_valid_create_request(create)
+
+
+PRICES = {"ml.g5.12xlarge": 7.09, "ml.p4d.24xlarge": 37.6885, "ml.c5.4xlarge": 0.952, "ml.p5.48xlarge": 113.071}
+
+
+@pytest.mark.parametrize(("doc", "spot", "usd_per_hour"), [
+    ({}, False, 7.09),
+    ({"spot": True, "instance": {"type": "ml.p4d.24xlarge", "count": 4}}, True, 4 * 37.6885),
+    # A cluster of instance groups costs what all its instances cost.
+    ({"instance": None, "instance_groups": [{"name": "train", "type": "ml.p4d.24xlarge", "count": 2},
+                                            {"name": "data", "type": "ml.c5.4xlarge"}]}, False, 2 * 37.6885 + 0.952),
+])
+def test_an_attempt_carries_its_price_where_its_mlflow_run_tags_the_cost(platform, doc, spot, usd_per_hour):
+    tracked = dataclasses.replace(platform, mlflow_tracking_uri="https://mlflow.example.com")
+    create = render(doc, tracked, prices=PRICES)
+    assert json.loads(create["Environment"][ENV_PRICE]) == {"usd_per_hour": round(usd_per_hour, 4), "spot": spot}
+    assert_valid_create_request(create)
+    # A retry on another type is priced as that type.
+    fallback = render(doc, tracked, attempt=2, instance_type="ml.p5.48xlarge", prices=PRICES)
+    if "instance_groups" not in doc:
+        count = create["ResourceConfig"]["InstanceCount"]
+        assert json.loads(fallback["Environment"][ENV_PRICE])["usd_per_hour"] == round(count * 113.071, 4)
+
+
+@pytest.mark.parametrize("case", ["no MLflow server", "a type without a price", "no prices", "a training plan"])
+def test_an_attempt_carries_no_price_it_does_not_know_or_nobody_reads(platform, case):
+    tracked = dataclasses.replace(platform, mlflow_tracking_uri="https://mlflow.example.com")
+    doc, prices, where = {"instance": {"type": "ml.p5.48xlarge", "count": 2}}, PRICES, tracked
+    if case == "no MLflow server":
+        where = platform
+    elif case == "a type without a price":
+        prices = {k: v for k, v in PRICES.items() if k != "ml.p5.48xlarge"}
+    elif case == "no prices":
+        prices = {}  # the Price List API did not answer (jobs.handler.training_prices)
+    else:
+        doc["training_plan"] = "p5-reserved"  # its instances are paid for up front, not by the hour
+    create = render(doc, where, prices=prices)
+    assert ENV_PRICE not in create["Environment"]
+    assert ("TrainingPlanArn" in create["ResourceConfig"]) == (case == "a training plan")
+    assert ENV_PRICE in render({"instance": {"type": "ml.p5.48xlarge", "count": 2}}, tracked, prices=PRICES)[
+        "Environment"]  # the same request, priced, on a platform with MLflow
 
 
 def test_tags_tie_the_job_to_its_run_and_attempt(platform):
