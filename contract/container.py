@@ -124,6 +124,12 @@ MLFLOW_RUN_ACTIONS = {
 # only where something reads it (a platform with an MLflow server: training.metrics.mlflow_run tags the run's cost)
 # and the price is known (not on a training plan, whose instances are paid up front).
 ENV_PRICE = "TRAINCTL_PRICE"
+# Not a SageMaker variable: the request's fields that the job's hyperparameters do not carry (what it trains on, on
+# what and on which terms: jobs.render.training_job.REQUEST_PARAMS) as JSON, for its MLflow run's parameters; rendered
+# on a platform with an MLflow server. A value too long for a job's environment is replaced by TOO_LONG (short: with
+# every field replaced the whole is well within a variable's 512 characters).
+ENV_REQUEST = "TRAINCTL_REQUEST"
+TOO_LONG = "(too long)"
 # Not a SageMaker variable: `trainctl local` names its --workdir, so that a fix the job suggests is one its user
 # can apply (another --workdir, not a checkpoint_dir the request does not let them set).
 ENV_LOCAL_WORKDIR = "TRAINCTL_LOCAL_WORKDIR"

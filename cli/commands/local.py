@@ -24,6 +24,7 @@ from cli.request_file import LoadedRequest, load_request, validate_for_platform
 from contract.container import (
     CHECKPOINT_MARKER,
     ENV_MLFLOW_TRACKING_URI,
+    ENV_REQUEST,
     MLFLOW_LOCAL,
     MLFLOW_LOCAL_FORM,
     STATUS_FILE,
@@ -279,22 +280,25 @@ def run_local_command(request: Path, *, nproc: int | None, workdir: Path | None,
     loaded = load_request(request)
     workdir = workdir or DEFAULT_WORKDIR_ROOT / loaded.request.name
     started = time.time()
-    tracking = mlflow_environment(mlflow)
+    tracking = mlflow_environment(mlflow, loaded.request)
     code = run_request_locally(loaded, workdir=workdir, nproc=nproc, data=data, hosts=hosts,
                                **({"extra_env": tracking} if tracking else {}))
     out().print(local_outcome(code, workdir, since=started, hosts=hosts))
     return EXIT_STOPPED if code == 0 and _ended(workdir, started, hosts).get("status") == "stopped" else code
 
 
-def mlflow_environment(uri: str | None) -> dict[str, str]:
-    """The job's MLflow variables for `--mlflow URI` ({} without it); a URI MLflow cannot take is refused here,
-    before any process starts."""
+def mlflow_environment(uri: str | None, request) -> dict[str, str]:
+    """The job's MLflow variables for `--mlflow URI` (or an inherited $MLFLOW_TRACKING_URI): the server and the
+    request's fields for the run's parameters, as the launcher renders them; {} without a server. A URI MLflow cannot
+    take is refused here, before any process starts."""
+    from jobs.render.training_job import request_params
+
     if uri is None:
-        return {}
+        return {ENV_REQUEST: request_params(request)} if os.environ.get(ENV_MLFLOW_TRACKING_URI) else {}
     if not MLFLOW_LOCAL.fullmatch(uri):
         raise UserError(f"--mlflow {uri!r} is not a tracking server MLflow can log to",
                         f"give {MLFLOW_LOCAL_FORM} (e.g. http://127.0.0.1:5000 for `mlflow server`)")
-    return {ENV_MLFLOW_TRACKING_URI: uri}
+    return {ENV_MLFLOW_TRACKING_URI: uri, ENV_REQUEST: request_params(request)}
 
 
 def _killed_by(code: int) -> str | None:

@@ -32,12 +32,14 @@ from contract.container import (
     ENV_MLFLOW_EXPERIMENT,
     ENV_MLFLOW_TRACKING_URI,
     ENV_PRICE,
+    ENV_REQUEST,
     ENV_RUN_ID,
     ENV_SECRET_ARNS,
     ENV_TENSORBOARD_DIR,
     INIT_CHANNEL,
     INPUT_DATA_DIR,
     TENSORBOARD_DIR,
+    TOO_LONG,
     TRAIN_CHANNEL,
     VALIDATION_CHANNEL,
 )
@@ -56,7 +58,7 @@ from jobs.request.command_line import TOOLKIT_PREFIX, command_line_problems
 from jobs.request.environment_rules import secrets_variable
 from jobs.request.field_rules import dataset_kind, fsx_path
 from jobs.request.image_rules import starts_through_platform_entry
-from jobs.request.limits import PLATFORM_ENVIRONMENT
+from jobs.request.limits import MAX_ENVIRONMENT_TEXT, PLATFORM_ENVIRONMENT
 from jobs.request.parallelism import request_hyperparameters
 from jobs.request.schema import JobRequest
 
@@ -81,6 +83,10 @@ CREATE_REQUEST_KEYS: tuple[str, ...] = (
     "Tags",
 )
 
+# The request's fields its MLflow run records as parameters (`request.<field>`) beside the job's configuration, which
+# carries the rest (strategy, model, hyperparameters, degrees): what it trains on, on what, on which terms.
+REQUEST_PARAMS = ("name", "dataset", "validation_dataset", "instance", "instance_groups", "spot", "input_mode",
+                  "framework_version", "image", "training_plan", "max_runtime_hours", "init_from_run")
 ENTRY_POINT = "train.py"
 CONTAINER_LOG_LEVEL = 20  # logging.INFO, as SDK v2 sends it
 PROFILING_INTERVAL_MS = 500
@@ -172,7 +178,7 @@ def render_create_training_job(
                         ENV_EPOCH: str(attempt if epoch is None else epoch),
                         ENV_METRICS_NAMESPACE: metrics_namespace(platform.name_prefix),
                         **({ENV_TENSORBOARD_DIR: TENSORBOARD_DIR} if request.tensorboard else {}),
-                        **_mlflow(platform), **_price(platform, resources, use_spot, prices)},
+                        **_mlflow(request, platform), **_price(platform, resources, use_spot, prices)},
         "ProfilerConfig": _profiler(request, platform, run_id),
         "InfraCheckConfig": {"EnableInfraCheck": request.infra_check if infra_check is None else infra_check},
         "Tags": _tags(request, platform, run_id, attempt, strategy_and_degrees(request, primary)[0]),
@@ -193,11 +199,26 @@ def _with_the_mapped_keys(create: dict[str, Any]) -> dict[str, Any]:
     return create
 
 
-def _mlflow(platform: PlatformSettings) -> dict[str, str]:
-    """The tracking server every run logs to, and the platform's (team's) own experiment there."""
+def _mlflow(request: JobRequest, platform: PlatformSettings) -> dict[str, str]:
+    """The tracking server every run logs to, the platform's (team's) own experiment there, and the request's fields
+    for the MLflow run's parameters."""
     if not platform.mlflow_tracking_uri:
         return {}
-    return {ENV_MLFLOW_TRACKING_URI: platform.mlflow_tracking_uri, ENV_MLFLOW_EXPERIMENT: platform.name_prefix}
+    return {ENV_MLFLOW_TRACKING_URI: platform.mlflow_tracking_uri, ENV_MLFLOW_EXPERIMENT: platform.name_prefix,
+            ENV_REQUEST: request_params(request)}
+
+
+def request_params(request: JobRequest) -> str:
+    """REQUEST_PARAMS that the request sets, as compact JSON within a variable's MAX_ENVIRONMENT_TEXT: the longest
+    values give way to TOO_LONG until it fits (every field stays named)."""
+    document = request.to_dict()
+    fields = {k: document[k] for k in REQUEST_PARAMS if document.get(k) not in (None, [], {})}
+    text = json.dumps(fields, separators=(",", ":"))
+    while len(text) > MAX_ENVIRONMENT_TEXT:
+        longest = max(fields, key=lambda k: len(json.dumps(fields[k])))
+        fields[longest] = TOO_LONG
+        text = json.dumps(fields, separators=(",", ":"))
+    return text
 
 
 def _price(platform: PlatformSettings, resources: dict[str, Any], spot: bool,

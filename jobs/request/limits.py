@@ -14,6 +14,7 @@ from contract.container import (
     ENV_MLFLOW_EXPERIMENT,
     ENV_MLFLOW_TRACKING_URI,
     ENV_PRICE,
+    ENV_REQUEST,
     ENV_RUN_ID,
     ENV_SECRET_ARNS,
     ENV_TENSORBOARD_DIR,
@@ -60,6 +61,7 @@ RUN_ENVIRONMENT = {
     ENV_MLFLOW_TRACKING_URI: "the platform's MLflow tracking server (platform config `mlflow_tracking_server`)",
     ENV_MLFLOW_EXPERIMENT: "the team's own MLflow experiment",
     ENV_PRICE: "the attempt's price, from the AWS Price List API (its MLflow run's cost)",
+    ENV_REQUEST: "the request's fields, for its MLflow run's parameters",
 }
 # The variable that carries a request's `secrets` (their ARNs, as JSON; jobs.render.container_entry reads them).
 SECRETS_ENVIRONMENT = (ENV_SECRET_ARNS,)

@@ -384,7 +384,9 @@ def test_a_launched_job_writes_tensorboard_events_and_an_mlflow_run(launcher, tm
     records = [json.loads(line) for line in (work / "output" / "data" / "metrics.jsonl").read_text().splitlines()]
     assert not (problems := tensorboard_problems(work / "output" / "tensorboard", records)), problems
     run_ = check_run(mlflow_server, since, {RUN_ID_TAG: env[ENV_RUN_ID]}, records,
-                     {"strategy": "fsdp", "max_steps": "4", "seq_len": "32"}, work / "model", instance_type="ml.m5.xlarge")
+                     {"strategy": "fsdp", "max_steps": "4", "seq_len": "32", "request.name": "gpt-tiny-tracked",
+                      "request.dataset": request["dataset"], "request.spot": "false"},
+                     work / "model", instance_type="ml.m5.xlarge")
     from mlflow import MlflowClient
 
     assert MlflowClient(mlflow_server.uri).get_experiment(run_.info.experiment_id).name == launcher.settings["name_prefix"]

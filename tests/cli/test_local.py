@@ -152,7 +152,8 @@ def test_local_runs_the_request_with_two_processes(corpus_dir, tmp_path, mlflow_
     # MLflow: one run, found by the run's id and its work folder, holding every record's numbers at their steps, the
     # whole configuration as parameters, where it ran, and the exported model.
     check_run(mlflow_server, since, {WORKDIR_TAG: str(workdir.resolve())}, records,
-              {"strategy": "fsdp", "max_steps": "6", "micro_batch_size": "2", "seq_len": "32"}, workdir / "model",
+              {"strategy": "fsdp", "max_steps": "6", "micro_batch_size": "2", "seq_len": "32",
+               "request.name": "cli-local-tiny", "request.dataset": "./corpus/train"}, workdir / "model",
               instance_type="ml.c5.2xlarge")
 
 

@@ -211,3 +211,21 @@ def test_a_request_cannot_send_its_run_to_another_server_or_experiment(name):
         assert name in refused  # a credential by its name: `secrets` carry those
     else:
         assert "is set by the platform to the" in refused[name] and "MLflow" in refused[name]
+
+
+@pytest.mark.parametrize("inherited", [True, False])
+def test_a_local_run_passes_its_request_fields_wherever_it_logs_to_mlflow(monkeypatch, inherited):
+    """`trainctl local` renders the request's fields as the launcher does, whether the server comes from --mlflow
+    or from an inherited $MLFLOW_TRACKING_URI; with neither, no MLflow variable at all."""
+    from cli.commands.local import mlflow_environment
+    from contract.container import ENV_REQUEST
+    from jobs.request.parse import parse_request
+
+    request = parse_request({"name": "local-tracked", "dataset": "./corpus/train", "instance": {"type": "ml.c5.2xlarge"}})
+    if inherited:
+        monkeypatch.setenv(ENV_MLFLOW_TRACKING_URI, "http://127.0.0.1:5000")
+    else:
+        monkeypatch.delenv(ENV_MLFLOW_TRACKING_URI, raising=False)
+    assert json.loads(mlflow_environment("http://127.0.0.1:5000", request)[ENV_REQUEST])["dataset"] == "./corpus/train"
+    assert mlflow_environment(None, request) == (
+        {ENV_REQUEST: mlflow_environment("http://127.0.0.1:5000", request)[ENV_REQUEST]} if inherited else {})

@@ -5,8 +5,9 @@ ENV_MLFLOW_TRACKING_URI: the platform config's `mlflow_tracking_server`, rendere
 One MLflow run per training run, in the platform's (or team's) experiment (ENV_MLFLOW_EXPERIMENT), found again by
 its run id tag on every attempt: a resumed attempt logs on into the same MLflow run. It holds
 - parameters: the attempt's whole configuration (the request's hyperparameters as the launcher resolved them:
-  strategy, degrees, micro-batch, accumulation...); a value a later attempt changes (a resume on other instances
-  re-plans accumulation) is kept as the tag `changed.<name>`, as MLflow never changes a logged parameter;
+  strategy, degrees, micro-batch, accumulation...), and the request's fields it does not carry as `request.<field>`
+  (dataset, instance, Spot...: contract.container.ENV_REQUEST); a value a later attempt changes (a resume on other
+  instances re-plans accumulation) is kept as the tag `changed.<name>`, as MLflow never changes a logged parameter;
 - metrics: every number of every metrics record (the `[metrics]` lines, metrics.jsonl), at its step;
 - tags: RUN_ID_TAG, the team (its name prefix), the attempt, the instance type and count, the instance-hours the
   attempts ran, how the last attempt ended, and what the attempts cost: the on-demand price the launcher rendered
@@ -36,6 +37,7 @@ from contract.container import (
     ENV_MLFLOW_EXPERIMENT,
     ENV_MLFLOW_TRACKING_URI,
     ENV_PRICE,
+    ENV_REQUEST,
     ENV_RUN_ID,
     MLFLOW_ARN,
     MLFLOW_RUN_ID_TAG,
@@ -54,6 +56,8 @@ INSTANCE_HOURS_TAG = "trainctl.instance_hours"
 STATUS_TAG = "trainctl.status"
 TEAM_TAG = "trainctl.team"  # the platform's (or team's) name prefix, whose experiment the run is in
 MODEL_DIR_TAG = "trainctl.model_dir"
+# The parameters of the request's own fields (contract.container.ENV_REQUEST) beside the configuration's.
+REQUEST_PARAM = "request."
 # The attempts' cost in USD, written only while every attempt had a price (absent: unknown), and what it counts.
 COST_TAG = "trainctl.cost_usd"
 COST_BASIS_TAG = "trainctl.cost_basis"
@@ -89,6 +93,15 @@ def _price(env: typing.Mapping[str, str]) -> tuple[float, bool] | None:
     except (ValueError, TypeError, KeyError):
         return None
     return (rate, spot) if rate >= 0 else None
+
+
+def _request(env: typing.Mapping[str, str]) -> dict:
+    """The request's fields the launcher (or trainctl local) rendered for the parameters; {} where none are."""
+    try:
+        fields = json.loads(env.get(ENV_REQUEST) or "{}")
+    except ValueError:
+        return {}
+    return fields if isinstance(fields, dict) else {}
 
 
 class Cost(typing.NamedTuple):
@@ -161,7 +174,8 @@ class MlflowRun:
             f"tags.`{tag}` = '{_quoted(value)}'" for tag, value in identity.items()))
         tags = {ATTEMPT_TAG: attempt, INSTANCE_TYPE_TAG: _instance_type(env), INSTANCE_COUNT_TAG: str(len(hosts)),
                 STATUS_TAG: "running", TEAM_TAG: experiment}
-        params = {k: _param(v) for k, v in sorted(config.items())}
+        params = {**{k: _param(v) for k, v in sorted(config.items())},
+                  **{f"{REQUEST_PARAM}{k}": _param(v) for k, v in _request(env).items()}}
         if runs:
             run = runs[0]
             client.update_run(run.info.run_id, status="RUNNING")

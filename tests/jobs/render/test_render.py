@@ -18,10 +18,12 @@ from contract.container import (
     ENV_MLFLOW_EXPERIMENT,
     ENV_MLFLOW_TRACKING_URI,
     ENV_PRICE,
+    ENV_REQUEST,
     ENV_RUN_ID,
     ENV_TENSORBOARD_DIR,
     STOP_FILE,
     TENSORBOARD_DIR,
+    TOO_LONG,
 )
 from contract.metrics import MAX_METRIC_DEFINITIONS, METRIC_NAMES, metric_definitions
 from jobs import catalog
@@ -325,8 +327,13 @@ def test_optional_settings_always_have_a_form(platform):
         plain["TensorBoardOutputConfig"]  # rendered all the same (the state machine maps it); nothing is written
     # MLflow: the platform's tracking server and the team's own experiment there, only where the platform names one.
     tracked = render({}, dataclasses.replace(platform, mlflow_tracking_uri="https://mlflow.example.com"))
+    request_fields = tracked["Environment"].pop(ENV_REQUEST)
     assert tracked["Environment"] == {**plain["Environment"], ENV_MLFLOW_TRACKING_URI: "https://mlflow.example.com",
                                       ENV_MLFLOW_EXPERIMENT: platform.name_prefix}
+    # The request's fields its hyperparameters do not carry, for the MLflow run's parameters.
+    assert json.loads(request_fields) == {"name": "gpt-small", "dataset": BASE["dataset"], "spot": False,
+                                          "instance": {"type": "ml.g5.12xlarge", "count": 1, "fallbacks": [],
+                                                       "volume_gb": 100}, "max_runtime_hours": 24.0}
     assert_valid_create_request(tracked)
     assert "KeepAlivePeriodInSeconds" not in plain["ResourceConfig"]
     full = render({"profiler": True, "infra_check": True, "warm_pool_minutes": 30, "environment": {"NCCL_DEBUG": "1"},
@@ -359,6 +366,30 @@ def test_instance_groups(platform):
     values = decoded(create)
     assert values["sagemaker_distribution_instance_groups"] == ["train"]
     assert values["sagemaker_instance_type"] == "ml.p4d.24xlarge"
+    assert_valid_create_request(create)
+
+
+@pytest.mark.parametrize(("long", "replaced"), [
+    (["dataset"], ["dataset"]),
+    (["dataset", "validation_dataset"], ["dataset", "validation_dataset"]),
+    # The image's 230 characters fit once the two URIs gave way: the longest go first, and no more than needed.
+    (["dataset", "validation_dataset", "image", "init_from_run"], ["dataset", "validation_dataset"]),
+])
+def test_request_fields_too_long_for_a_variable_give_way_and_stay_named(platform, long, replaced):
+    """A job's environment value holds 512 characters; S3 URIs hold 1,024: the longest values give way to TOO_LONG,
+    every field stays named, the others keep their values, and the request still renders a valid job."""
+    tracked = dataclasses.replace(platform, mlflow_tracking_uri="https://mlflow.example.com")
+    doc = {"dataset": f"s3://mltrain-datasets-123456789012-us-east-1/{'a' * 900}/",
+           "validation_dataset": f"s3://mltrain-datasets-123456789012-us-east-1/{'b' * 400}/",
+           "image": f"123456789012.dkr.ecr.us-east-1.amazonaws.com/team-a/{'c' * 170}:latest",
+           "init_from_run": new_run_id("gpt-small")}
+    doc = {k: v for k, v in doc.items() if k in long}
+    create = render(doc, tracked)
+    text = create["Environment"][ENV_REQUEST]
+    fields = json.loads(text)
+    assert len(text) <= 512 and fields["name"] == "gpt-small" and fields["instance"]["type"] == "ml.g5.12xlarge"
+    assert set(long) <= set(fields) and [k for k in fields if fields[k] == TOO_LONG] == replaced
+    assert all(fields[k] == doc[k] for k in long if k not in replaced)
     assert_valid_create_request(create)
 
 
