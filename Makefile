@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint synth clean
+.PHONY: setup demo tensorboard-screenshot test lint synth clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -22,6 +22,10 @@ setup: $(VENV)/.installed node_modules/.installed
 
 demo: setup
 	$(BIN)/python -m tools.demo
+
+# docs/tensorboard.png, README's view of the demo's TensorBoard (needs Debian's chromium; after `make demo`).
+tensorboard-screenshot: setup
+	$(BIN)/python -m tools.tensorboard_screenshot
 
 # The whole suite on the pinned torch, then the training package's tests again on every torch version
 # in the tested set (platform_config/tested_torch.json; a venv each, made once). The config loader refuses a
