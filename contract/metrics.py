@@ -49,6 +49,10 @@ EVAL_S = "eval_s"  # in evaluation
 # slowest rank's own time against the median rank's (1.0: even). The last value is the run's verdict.
 STRAGGLER_RANK = "straggler_rank"
 SLOWEST_RANK_RATIO = "slowest_rank_ratio"
+# Not a line's metric: each rank's own time per step (before it waits for the others at the step boundary), each log
+# interval, in TensorBoard only (`rank_step_time_ms/rank_<r>`, a chart per rank): one number per rank, too many for a
+# log line or an MLflow run at scale, whose slowest one slowest_rank_ratio carries.
+RANK_STEP_TIME_MS = "rank_step_time_ms"
 
 # Every metric, in the order a line carries them (and trainctl shows them).
 METRIC_NAMES: tuple[str, ...] = (

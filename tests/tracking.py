@@ -143,3 +143,25 @@ def tensorboard_problems(folder: Path, records: list[dict], names=("train_loss",
         if not logged or seen != [(step, pytest.approx(value, rel=1e-6)) for step, value in logged]:
             problems.append(f"{name}: TensorBoard has {seen}, the metrics file {logged}")
     return problems
+
+
+def rank_problems(folder: Path, records: list[dict], world: int) -> list[str]:
+    """Where rank 0's event files do not hold each rank's own step time (contract.metrics.RANK_STEP_TIME_MS, one tag
+    per rank), a positive number of milliseconds, at exactly the steps the straggler check judged (the records that
+    carry slowest_rank_ratio); or hold a rank that is not there."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from contract.metrics import RANK_STEP_TIME_MS, SLOWEST_RANK_RATIO
+
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    judged = [r["step"] for r in records if SLOWEST_RANK_RATIO in r]
+    tags = sorted(t for t in events.Tags()["scalars"] if t.startswith(f"{RANK_STEP_TIME_MS}/"))
+    problems = [] if judged else ["no record carries slowest_rank_ratio"]
+    if tags != sorted(f"{RANK_STEP_TIME_MS}/rank_{r}" for r in range(world)):
+        problems.append(f"per-rank tags {tags}, expected one for each of {world} ranks")
+    for tag in tags:
+        seen = events.Scalars(tag)
+        if [e.step for e in seen] != judged or not all(e.value > 0 for e in seen):
+            problems.append(f"{tag}: {[(e.step, e.value) for e in seen]}, judged at steps {judged}")
+    return problems

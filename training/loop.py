@@ -117,6 +117,7 @@ def _train(cfg: TrainConfig, dist: Dist, stop: StopFlag, stop_at: int | None, ob
                           heartbeat=heartbeat)
     logger = MetricsLogger(cfg.output_data_dir, dist.is_main, cfg.max_steps,
                            sinks=(TensorBoardWriter.from_environment(is_main=dist.is_main), tracking))
+    timing.logger = logger
     cloud = CloudWatchMetrics.from_environment(os.environ, current_run_id(), is_main=dist.is_main,
                                                local_rank=dist.local_rank)
     profiler = StepProfiler.for_run(cfg, dist.rank, dist.device)

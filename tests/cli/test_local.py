@@ -12,7 +12,7 @@ from cli.commands.local import run_request_locally
 from cli.errors import UserError
 from cli.request_file import load_request
 from tests.cli.conftest import DATA, channel_folder, run
-from tests.tracking import check_run, tensorboard_problems
+from tests.tracking import check_run, rank_problems, tensorboard_problems
 from training.metrics.mlflow_run import WORKDIR_TAG
 
 REPO = Path(__file__).resolve().parents[2]
@@ -149,6 +149,11 @@ def test_local_runs_the_request_with_two_processes(corpus_dir, tmp_path, mlflow_
     # TensorBoard (the request's `tensorboard`, on by default): rank 0's event files in the work folder hold every
     # metric line's values at their steps.
     assert not (problems := tensorboard_problems(workdir / "output" / "tensorboard", records)), problems
+    # The straggler check's metrics (every log interval, from the ranks' exchange) reach the metrics file and
+    # TensorBoard like the others, and each rank's own step time is a TensorBoard chart of its own.
+    assert not (problems := tensorboard_problems(workdir / "output" / "tensorboard", records,
+                                                 names=("slowest_rank_ratio", "straggler_rank"))), problems
+    assert not (problems := rank_problems(workdir / "output" / "tensorboard", records, world=2)), problems
     # MLflow: one run, found by the run's id and its work folder, holding every record's numbers at their steps, the
     # whole configuration as parameters, where it ran, and the exported model.
     check_run(mlflow_server, since, {WORKDIR_TAG: str(workdir.resolve())}, records,

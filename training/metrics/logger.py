@@ -90,6 +90,15 @@ class MetricsLogger:
         for sink in self.sinks:
             sink.write(clean)
 
+    def log_ranks(self, step: int, name: str, values: list[float]) -> None:
+        """One number per rank at `step` (contract.metrics.RANK_STEP_TIME_MS), for the sinks that chart them
+        (TensorBoard's write_ranks); not a line's metric, not in the metrics file."""
+        if not self.enabled:
+            return
+        for sink in self.sinks:
+            if hasattr(sink, "write_ranks"):
+                sink.write_ranks(step, name, values)
+
     def final(self, record: dict) -> None:
         """The attempt's last metrics line, on stdout only: SageMaker keeps each metric's last value
         (FinalMetricDataList), which the launcher's run record reads; the metrics file keeps one record per

@@ -1,6 +1,7 @@
 """TensorBoard event files of the run's metrics, written by rank 0: every record the metrics logger logs (loss,
 learning rate, grad norm, throughput, MFU, data wait, checkpoint stall and age, the slowest rank's step time against
-the median, validation loss) as one scalar each, tagged by its metric name (contract.metrics) at its step.
+the median, validation loss) as one scalar each, tagged by its metric name (contract.metrics) at its step; and each
+rank's own step time every log interval (contract.metrics.RANK_STEP_TIME_MS, a chart per rank).
 
 Where: the folder the launcher names (contract.container.ENV_TENSORBOARD_DIR: SageMaker's TensorBoardOutputConfig
 path, synced to the run's S3 prefix during training; `trainctl local`'s work folder), when the request's
@@ -49,6 +50,11 @@ class TensorBoardWriter:
             return
         for name, value in numbers(record).items():
             self.writer.add_scalar(name, value, int(step))
+
+    def write_ranks(self, step: int, name: str, values: list[float]) -> None:
+        """One scalar per rank, `<name>/rank_<r>`: TensorBoard groups them under `name`, a chart each."""
+        for rank, value in enumerate(values):
+            self.writer.add_scalar(f"{name}/rank_{rank}", value, int(step))
 
     def close(self) -> None:
         self.writer.close()

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 
 from contract.hyperparameters import TrainConfig
-from contract.metrics import SLOWEST_RANK_RATIO, STEP, STRAGGLER_RANK, format_metrics
+from contract.metrics import RANK_STEP_TIME_MS, SLOWEST_RANK_RATIO, STEP, STRAGGLER_RANK, format_metrics
 
 
 @dataclass
@@ -143,6 +143,9 @@ class StepTiming:
         self.window = Window()
         self.stragglers = Stragglers(cfg.straggler_margin, cfg.straggler_patience, hosts)
         self._boundary_s = self._data_s = 0.0
+        # Rank 0's metrics logger once the loop has one (training.metrics.logger.MetricsLogger): the judged
+        # interval's metrics then reach the metrics file, TensorBoard and MLflow too, not the log line alone.
+        self.logger = None
 
     def waited_at_boundary(self, seconds: float) -> None:
         self._boundary_s += seconds
@@ -169,7 +172,12 @@ class StepTiming:
             return
         for line in self.stragglers.lines(interval):
             print(line, flush=True)
-        print(format_metrics({STEP: step, **self.stragglers.metrics(interval)}), flush=True)
+        record = {STEP: step, **self.stragglers.metrics(interval)}
+        if self.logger is None:
+            print(format_metrics(record), flush=True)
+            return
+        self.logger.log(record)
+        self.logger.log_ranks(step, RANK_STEP_TIME_MS, [seconds * 1000 for seconds in interval.own_s])
 
     def report(self) -> list[dict]:
         """The ranks named during the run (the status file's `stragglers`)."""
