@@ -19,12 +19,14 @@ import time
 import urllib.request
 from pathlib import Path
 
+from contract.metrics import GRAD_NORM, LR, TOKENS_PER_SEC, TRAIN_LOSS
+
 ROOT = Path(__file__).resolve().parents[1]
 EVENTS = ROOT / ".demo" / "local-fsdp" / "output" / "tensorboard"
 SHOT = ROOT / "docs" / "tensorboard.png"
 # The metrics the view shows (a tag filter, TensorBoard's regex): loss as it falls, its gradient norm, the learning
 # rate, throughput. (Not val_loss: the demo evaluates twice, and two points draw no line.)
-TAGS = "train_loss|grad_norm|tokens_per_sec|lr$"
+TAGS = "|".join((TRAIN_LOSS, GRAD_NORM, TOKENS_PER_SEC, f"{LR}$"))
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 
 
