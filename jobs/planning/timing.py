@@ -15,6 +15,7 @@ even share of compute is scaled by ModelFacts.pipeline_bottleneck, the same cut 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from jobs.catalog import GpuSpec, InstanceSpec
@@ -65,12 +66,15 @@ SELECTIVE_MATMUL_SHARE = 5 / 12  # proj (h^2) and out (4h^2) of a GPT block's 12
 # Fitted 2026-11-29: within 35% of every measured size, mean 16%; the rule before (rates at 80%, 30 us, the NVLink and
 # network phases one after the other) was up to 2.1x slow on two p5s' large messages and 4-7x fast on small ones.
 # Node counts beyond two have no public AWS measurement here: the network's latency is taken as two nodes'.
-NVLINK_EFFICIENCY = 0.90
-EFA_EFFICIENCY = 0.67
-NODE_LATENCY_S = 20.5e-6  # a collective inside one node
-NETWORK_LATENCY_S = 118e-6  # one that crosses nodes
-NODE_HALF_BYTES = 0.50e6
-NETWORK_HALF_BYTES = 5.5e6
+NVLINK_EFFICIENCY = 0.915
+EFA_EFFICIENCY = 0.668
+NODE_LATENCY_S = 20.3e-6  # a collective inside one node
+NETWORK_LATENCY_S = 133e-6  # one that crosses two nodes
+# ... and its growth per doubling of the nodes beyond two: on 4 to 32 p5s the time of a mid-size all-reduce grows with
+# the node count's logarithm (NCCL's tree and the ring's pipeline fill), which a fixed latency put 2.5x fast at 32.
+NETWORK_LATENCY_GROWTH = 1.61
+NODE_HALF_BYTES = 0.48e6
+NETWORK_HALF_BYTES = 4.75e6
 OVERLAP = 0.62  # share of a compute phase a bucketed/prefetched collective hides behind (fitted, see above)
 
 
@@ -132,7 +136,8 @@ def collective(kind: str, payload: float, spec: InstanceSpec, per_node: int, nod
         return NODE_LATENCY_S + inside * (1 + NODE_HALF_BYTES / payload)
     # A ring through several nodes moves its chunks over every link at once: the slower one sets the pace.
     between = groups * f * (nodes - 1) / nodes * payload / (spec.network_gbits / 8 * 1e9 * EFA_EFFICIENCY)
-    return NETWORK_LATENCY_S + max(inside, between) * (1 + NETWORK_HALF_BYTES / payload)
+    latency = NETWORK_LATENCY_S * (1 + NETWORK_LATENCY_GROWTH * math.log2(nodes / 2))
+    return latency + max(inside, between) * (1 + NETWORK_HALF_BYTES / payload)
 
 
 def _data_parallel_comm(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, fwd: float, bwd: float,

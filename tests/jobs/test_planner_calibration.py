@@ -100,16 +100,21 @@ def test_the_constants_are_the_fit_s():
         assert current[name] == pytest.approx(value, rel=0.02), name
 
 
-def test_collectives_within_35_percent_of_nccl_tests_on_aws():
-    # 54 all_reduce sizes (64 KiB to 16 GiB; one p5, two p5s, two p4des): mean |error| 16.3%, largest 34.8% (NCCL's
-    # protocol switches between 2 and 32 MiB, which one knee does not follow). The rule before: up to 2.1x slow on
-    # two p5s' large messages (NVLink's and the network's phases added, where a ring runs them at once), 4-7x fast on
-    # small ones (30 us for any collective).
-    errors = [calibration.collective_error(r) for r in calibration.COLLECTIVES]
-    print(f"\n{len(errors)} sizes: mean |error| {100 * sum(map(abs, errors)) / len(errors):.1f}%, largest "
-          f"{100 * max(map(abs, errors)):.1f}%")
-    assert len(errors) == 54 and all(abs(e) <= 0.35 for e in errors)
-    assert sum(map(abs, errors)) / len(errors) <= 0.17
+def test_collectives_within_nccl_tests_on_aws_fitted_and_held_out():
+    # 99 all_reduce sizes (64 KiB to 16 GiB; one p5, 2 to 32 p5s, two p4des), every second size of each table held
+    # out. Fitted: mean |error| 14.0%, largest 34.8%; held out: mean 14.6%, largest 41.2% (two p5s at 32 MiB, where
+    # NCCL switches protocols, which one knee does not follow). At 4 to 32 nodes, held out: largest 25.1%; the rule
+    # before (a latency that did not grow with the node count) was up to 60% fast there.
+    from jobs.planning.calibration import FITTED_COLLECTIVES, HELD_OUT_COLLECTIVES
+
+    assert (len(FITTED_COLLECTIVES), len(HELD_OUT_COLLECTIVES)) == (53, 46)
+    for rows, largest, mean in ((FITTED_COLLECTIVES, 0.35, 0.145), (HELD_OUT_COLLECTIVES, 0.42, 0.15)):
+        errors = [calibration.collective_error(r) for r in rows]
+        print(f"\n{len(errors)} sizes: mean |error| {100 * sum(map(abs, errors)) / len(errors):.1f}%, largest "
+              f"{100 * max(map(abs, errors)):.1f}%")
+        assert all(abs(e) <= largest for e in errors) and sum(map(abs, errors)) / len(errors) <= mean
+    at_scale = [calibration.collective_error(r) for r in HELD_OUT_COLLECTIVES if r.nodes >= 4]
+    assert len(at_scale) == 16 and max(map(abs, at_scale)) <= 0.26
 
 
 def test_the_error_band_covers_every_held_out_error():
