@@ -75,7 +75,9 @@ NETWORK_LATENCY_S = 133e-6  # one that crosses two nodes
 NETWORK_LATENCY_GROWTH = 1.61
 NODE_HALF_BYTES = 0.48e6
 NETWORK_HALF_BYTES = 4.75e6
-OVERLAP = 0.62  # share of a compute phase a bucketed/prefetched collective hides behind (fitted, see above)
+# torch's DistributedDataParallel buckets its gradients in 25 MiB (bucket_cap_mb's default, which the package keeps).
+DDP_BUCKET_BYTES = 25 * 2**20
+OVERLAP = 0.63  # share of a compute phase a bucketed/prefetched collective hides behind (fitted, see above)
 
 
 @dataclass(frozen=True)
@@ -152,15 +154,19 @@ def _data_parallel_comm(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Lay
     # group, so it has g // tensor GPUs in a node and all of the node's groups share its NIC.
     # A pipeline stage of part of a node (more stages than nodes) keeps its data ranks inside that node.
     dp_per_node = min(lay.data_parallel, max(1, g // lay.tensor))
-    if lay.shard == 1:  # DDP: one fp32 all-reduce per step, overlapped with the last backward
+    if lay.shard == 1:  # DDP: the fp32 gradients all-reduced bucket by bucket, overlapped with the last backward
         per_node = min(lay.replicate, dp_per_node)
-        t = collective("ar", 4 * local, spec, per_node, lay.replicate // per_node, g // per_node)
+        buckets = max(1, math.ceil(4 * local / DDP_BUCKET_BYTES))
+        t = buckets * collective("ar", 4 * local / buckets, spec, per_node, lay.replicate // per_node, g // per_node)
         return max(0.0, t - OVERLAP * bwd)
     shard_per_node = min(lay.shard, dp_per_node)
     shard_nodes = lay.shard // shard_per_node
     groups = g // shard_per_node
-    gather = collective("ag", a * local, spec, shard_per_node, shard_nodes, groups)
-    scatter = collective("ag", 4 * local, spec, shard_per_node, shard_nodes, groups)
+    # FSDP gathers and reduce-scatters unit by unit (each block, and the root's embedding and head): each of those
+    # collectives pays its own latency, which grows with the node count.
+    units = (m.layers or 0) + 1
+    gather = units * collective("ag", a * local / units, spec, shard_per_node, shard_nodes, groups)
+    scatter = units * collective("ag", 4 * local / units, spec, shard_per_node, shard_nodes, groups)
     regather = gather if n.reshard_after_forward else 0.0
     per_micro = max(0.0, gather - OVERLAP * fwd) + max(0.0, regather - OVERLAP * bwd)
     # The reduce-scatter (and HSDP's all-reduce after it) once a step, or after every micro-batch when the shards
@@ -168,7 +174,8 @@ def _data_parallel_comm(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Lay
     syncs = 1 if n.keeps_unsharded_gradients(lay) else accum
     exposed = accum * per_micro + syncs * max(0.0, scatter - OVERLAP * bwd)
     if lay.replicate > 1:  # HSDP: the shard's gradients all-reduced across replicas, after the reduce-scatter
-        exposed += syncs * collective("ar", 4 * local / lay.shard, spec, 1, lay.replicate, g // lay.tensor)
+        exposed += syncs * units * collective("ar", 4 * local / lay.shard / units, spec, 1, lay.replicate,
+                                              g // lay.tensor)
     return exposed
 
 

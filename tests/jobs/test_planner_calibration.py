@@ -117,6 +117,31 @@ def test_collectives_within_nccl_tests_on_aws_fitted_and_held_out():
     assert len(at_scale) == 16 and max(map(abs, at_scale)) <= 0.26
 
 
+def test_fsdp_pays_a_collective_latency_per_unit_which_grows_with_the_node_count():
+    """FSDP gathers and reduce-scatters block by block: a small model over many nodes is bound by those collectives'
+    latency (measured above to grow with the node count), not by their bytes. gpt 125m at micro-batch 4 on p5s: inside
+    one node nothing is exposed; from 4 nodes on, the exposed time grows with every doubling, past the compute at 32,
+    and is at least what the latency alone costs beyond what the compute hides."""
+    import math
+
+    from jobs.catalog import lookup
+    from jobs.planning import timing
+    from jobs.planning.layout import Layout, numerics
+    from jobs.planning.shape import model_facts
+
+    m, spec = model_facts("gpt", "125m"), lookup("ml.p5.48xlarge")
+    n = numerics({"micro_batch_size": 4, "precision": "bf16"})
+    steps = {nodes: timing.step_time(m, n, spec, Layout(nodes, 8, shard=8 * nodes)) for nodes in (1, 2, 4, 8, 16, 32)}
+    exposed = [steps[nodes].exposed_comm for nodes in sorted(steps)]
+    assert exposed[0] == 0 and all(a < b for a, b in zip(exposed[2:], exposed[3:], strict=False))
+    assert steps[32].exposed_comm > steps[32].compute
+    # Three collectives a unit (gather, gather again for backward, reduce-scatter), each hidden behind at most OVERLAP
+    # of the forward or the backward it overlaps: together at most OVERLAP x (forward + 2 x backward) <= 2 x compute.
+    assert n.reshard_after_forward
+    latency = timing.NETWORK_LATENCY_S * (1 + timing.NETWORK_LATENCY_GROWTH * math.log2(32 / 2))
+    assert steps[32].exposed_comm >= 3 * (m.layers + 1) * latency - timing.OVERLAP * 2 * steps[32].compute
+
+
 def test_the_error_band_covers_every_held_out_error():
     for gpu in (GPUS["A100"], GPUS["H100"]):
         band, _ = calibration_of(gpu)
