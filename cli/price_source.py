@@ -1,6 +1,8 @@
 """Where `trainctl plan` gets its prices: on-demand SageMaker training USD per instance-hour, by instance type.
 
-    --prices auto        the AWS Price List API when AWS credentials are found, else none (the default)
+    --prices auto        the AWS Price List API when AWS credentials are found (the default); offline, or when the
+                         API cannot be asked, the last answer this machine cached, however old (the plan says its
+                         date); else none
     --prices aws         the AWS Price List API, asked again now (an error says what failed and how to fix it)
     --prices none        no prices: every cost is "price unknown"
     --prices FILE.json   {"ml.p4d.24xlarge": <USD per hour>, ...}: positive numbers, instance types of the catalog
@@ -140,13 +142,27 @@ def auto_prices(region: str | None, aws: Any, now: dt.datetime) -> PriceTable:
         return PriceTable("none", reason=f"AWS credentials could not be read ({exc}); --prices auto plans without "
                                          "prices")
     if credentials is None:
-        return PriceTable("none", reason="no AWS credentials found, so --prices auto plans without prices (give "
-                                         "credentials for the AWS Price List API, or --prices FILE.json)")
+        return offline_prices(region, now) or PriceTable(
+            "none", reason="no AWS credentials found, so --prices auto plans without prices (give credentials for "
+                           "the AWS Price List API, or --prices FILE.json)")
     try:
         return aws_prices(region, session, now, refresh=False)
     except PricesUnavailable as exc:
-        return PriceTable("none", reason=f"the AWS Price List API could not be used: {exc.message}",
-                          notes=(f"to get prices: {exc.hint}",))
+        return offline_prices(region, now, why=exc.message) or PriceTable(
+            "none", reason=f"the AWS Price List API could not be used: {exc.message}",
+            notes=(f"to get prices: {exc.hint}",))
+
+
+def offline_prices(region: str | None, now: dt.datetime, why: str = "no AWS credentials found") -> PriceTable | None:
+    """The last answer this machine cached for the region, however old, when the API cannot be asked now (offline,
+    no credentials): the plan prices with it and says how old it is. None when there is none."""
+    cached = read_cache(region, now, max_age=None) if region else None
+    if cached is None:
+        return None
+    days = (now - cached.date).days
+    return dataclasses.replace(cached, notes=(*cached.notes, (
+        f"{why}: the AWS prices this machine fetched on {cached.date:%Y-%m-%d} ({days} day{'s' * (days != 1)} ago), "
+        "its last; --prices aws asks again once it can")))
 
 
 # ---- the AWS Price List API -------------------------------------------------------------------------------
@@ -228,8 +244,10 @@ def cache_path(region: str) -> Path:
     return cache_file(f"prices-{region}.json")
 
 
-def read_cache(region: str, now: dt.datetime) -> PriceTable | None:
-    """The cached answer for the region when it is younger than CACHE_DAYS; None when absent, old or unreadable."""
+def read_cache(region: str, now: dt.datetime, max_age: dt.timedelta | None = dt.timedelta(days=CACHE_DAYS)
+               ) -> PriceTable | None:
+    """The cached answer for the region when it is younger than `max_age` (CACHE_DAYS; None: any age); None when
+    absent, old or unreadable."""
     if not _REGION.fullmatch(region):
         return None
     path = cache_path(region)
@@ -242,7 +260,7 @@ def read_cache(region: str, now: dt.datetime) -> PriceTable | None:
             return None
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None
-    if not dt.timedelta(0) <= now - fetched <= dt.timedelta(days=CACHE_DAYS):
+    if now - fetched < dt.timedelta(0) or (max_age is not None and now - fetched > max_age):
         return None
     if None in prices.values():  # a file edited by hand or cut short: ask the API again
         return None

@@ -229,3 +229,16 @@ def test_a_local_run_passes_its_request_fields_wherever_it_logs_to_mlflow(monkey
     assert json.loads(mlflow_environment("http://127.0.0.1:5000", request)[ENV_REQUEST])["dataset"] == "./corpus/train"
     assert mlflow_environment(None, request) == (
         {ENV_REQUEST: mlflow_environment("http://127.0.0.1:5000", request)[ENV_REQUEST]} if inherited else {})
+
+
+@pytest.mark.parametrize(("tags", "hours_before", "usd"), [
+    ({}, 0.0, 0.0),  # a first attempt, or one found before any attempt ended
+    ({}, 2.0, None),  # earlier attempts ran without a price: unknown from then on
+    ({"trainctl.cost_usd": "12.5"}, 2.0, 12.5),
+    ({"trainctl.cost_usd": "twelve"}, 2.0, None),  # edited by hand: unknown, never a crash at the start
+])
+def test_what_earlier_attempts_cost_is_read_from_the_run_tags(tags, hours_before, usd):
+    from training.metrics.mlflow_run import Cost
+
+    assert COST_TAG == "trainctl.cost_usd"
+    assert Cost.logged(tags, hours_before).usd == usd

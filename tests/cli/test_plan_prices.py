@@ -256,6 +256,45 @@ def test_auto_without_credentials_plans_without_prices_and_no_call(monkeypatch, 
     assert doc["recommendation"]["cost_usd"] is None
 
 
+def _offline(monkeypatch):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.setenv(name, "")
+    monkeypatch.setattr(prices, "pricing_client", lambda session: pytest.fail("offline, auto called the API"))
+
+
+def test_auto_offline_prices_with_the_last_answer_this_machine_cached_and_says_how_old(api, credentials, monkeypatch,
+                                                                                     platform_file):
+    """Once online (any plan that asked the API), a plan offline or without credentials prices with that answer,
+    however old, saying when it was fetched: no price file to write by hand."""
+    api(PAGE_1, PAGE_2)
+    fetched = prices.resolve_prices("aws", REGION, Aws(region=REGION), NOW)
+    _offline(monkeypatch)
+    later = prices.resolve_prices("auto", REGION, Aws(region=REGION), NOW + dt.timedelta(days=30))
+    assert later.source == "aws" and later.cached and later.prices == fetched.prices and later.date == NOW
+    assert any("no AWS credentials found: the AWS prices this machine fetched on 2026-05-04 (30 days ago)" in note
+               for note in later.notes)
+    # Another region's plan finds no answer for its own region: none, as before.
+    assert prices.resolve_prices("auto", "eu-west-1", Aws(region="eu-west-1"), NOW).source == "none"
+    # Through the CLI (the real clock: the cache is as old as today is after 2026-05-04): priced, and said so.
+    doc = json.loads(run("plan", DATA / "spot-fallbacks.json", "--platform", platform_file, "--json").stdout)
+    assert doc["prices"]["source"] == "aws" and doc["prices"]["cached"] and doc["prices"]["date"] == \
+        "2026-05-04T12:00:00Z"
+    assert any("the AWS prices this machine fetched on 2026-05-04" in note for note in doc["prices"]["notes"])
+    rec = doc["recommendation"]
+    assert rec["instance_type"] == "ml.p4d.24xlarge"
+    assert rec["cost_on_demand_usd"] == pytest.approx(rec["hours"] * 10.0 * rec["instance_count"], abs=0.05)
+
+
+def test_auto_prices_with_the_last_cached_answer_when_the_api_refuses(api, credentials):
+    api(PAGE_1, PAGE_2)
+    prices.resolve_prices("aws", REGION, Aws(region=REGION), NOW)
+    api(error=("AccessDeniedException", "not authorized"))
+    table = prices.resolve_prices("auto", REGION, Aws(region=REGION), NOW + dt.timedelta(days=9))
+    assert table.source == "aws" and table.cached and table.prices["ml.p4d.24xlarge"] == 10.0
+    assert any(note.startswith("access denied to pricing:GetProducts") and "(9 days ago)" in note
+               for note in table.notes)
+
+
 def test_auto_with_credentials_uses_the_api(api, credentials):
     api(PAGE_1, PAGE_2)
     table = prices.resolve_prices("auto", REGION, Aws(region=REGION), NOW)

@@ -111,9 +111,12 @@ class Cost(typing.NamedTuple):
 
     @classmethod
     def logged(cls, tags: typing.Mapping[str, str], hours_before: float) -> Cost:
-        if COST_TAG not in tags:
+        try:
+            return cls(float(tags[COST_TAG]), tags.get(COST_BASIS_TAG) == SPOT)
+        except KeyError:  # no earlier attempt had a price, or none ran
             return cls(None if hours_before else 0.0)
-        return cls(float(tags[COST_TAG]), tags.get(COST_BASIS_TAG) == SPOT)
+        except ValueError:  # not a number (edited by hand): unknown from here on
+            return cls(None)
 
 
 class MlflowRun:
