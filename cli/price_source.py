@@ -139,8 +139,8 @@ def auto_prices(region: str | None, aws: Any, now: dt.datetime) -> PriceTable:
         session = aws.session
         credentials = session.get_credentials()
     except BotoCoreError as exc:  # e.g. AWS_PROFILE names no profile
-        return PriceTable("none", reason=f"AWS credentials could not be read ({exc}); --prices auto plans without "
-                                         "prices")
+        return offline_prices(region, now, why=f"AWS credentials could not be read ({exc})") or PriceTable(
+            "none", reason=f"AWS credentials could not be read ({exc}); --prices auto plans without prices")
     if credentials is None:
         return offline_prices(region, now) or PriceTable(
             "none", reason="no AWS credentials found, so --prices auto plans without prices (give credentials for "
