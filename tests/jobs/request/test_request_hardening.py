@@ -36,6 +36,7 @@ from jobs.request.environment_rules import (
     refused_reason,
 )
 from jobs.request.hyperparameter_rules import PLATFORM_OWNED
+from jobs.request.limits import RUN_ENVIRONMENT
 from jobs.request.parse import JobRequest
 from tests.jobs.conftest import EXAMPLES
 from tests.jobs.test_training_contract import toolkit_args
@@ -180,7 +181,7 @@ def test_a_platform_owned_hyperparameter_is_refused_under_every_spelling(prepare
 def _refused_names() -> list[str]:
     """A concrete name for every refused pattern, and the issue's own examples."""
     names = {p.replace("*", "X") for p, _ in REFUSED}
-    return sorted(names | {"PYTHONWARNINGS", "BROWSER", "LD_PRELOAD", "BASH_ENV", "PYTHONPATH",
+    return sorted(names | set(RUN_ENVIRONMENT) | {"PYTHONWARNINGS", "BROWSER", "LD_PRELOAD", "BASH_ENV", "PYTHONPATH",
                            "SAGEMAKER_TRAINING_MODULE", "TRAINING_STOP_FILE", "TRAINING_CHECKPOINT_DIR",
                            "AWS_ACCESS_KEY_ID", "SM_HPS", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
                            "ld_preload", "Path", "pythonPath"})  # names compare case-insensitively
@@ -195,8 +196,32 @@ def test_every_refused_variable_is_refused_even_when_a_pattern_allows_it(prepare
     assert set(found) == {f"environment.{name}" for name in names}, found
     assert all("may not set it" in found[f"environment.{n}"] or "set by the platform" in found[f"environment.{n}"]
                for n in names), found
+    # What the renderer sets per run (the run's marker, the epoch, the team's namespace and experiment, the MLflow
+    # server, the attempt's price, the request's fields) is refused saying what it is, whatever the patterns allow.
+    for name, what in RUN_ENVIRONMENT.items():
+        assert found[f"environment.{name}"] == f"is set by the platform to {what}; remove it", name
     secrets = prepare(request(secrets={name: SECRET for name in names}))
     assert set(secrets) == {f"secrets.{name}" for name in names}, secrets
+
+
+def test_every_variable_the_renderer_sets_per_run_is_one_a_request_is_refused(prepare, monkeypatch):
+    """Render a job with every per-run variable on (TensorBoard, an MLflow server, a price, secrets): each variable
+    it sets that is neither the platform's fixed ones nor the request's own must be one RUN_ENVIRONMENT (or the
+    secrets' variable) refuses, even where the platform's patterns allow everything. A variable added to the
+    renderer but not to RUN_ENVIRONMENT would let a request set it."""
+    from jobs.render.training_job import render_create_training_job
+    from jobs.request.limits import PLATFORM_ENVIRONMENT, SECRETS_ENVIRONMENT
+    from jobs.request.parse import parse_request
+
+    everything = dataclasses.replace(PLATFORM, environment_patterns=["*"], mlflow_tracking_uri="https://mlflow.example")
+    doc = request(secrets={"WANDB_API_KEY": SECRET}, environment={"NCCL_DEBUG": "WARN"})
+    create = render_create_training_job(parse_request(doc), everything, run_id="ddp-gpt-125m-0123456789abcdef",
+                                        attempt=1, prices={BASE["instance"]["type"]: 1.0})
+    per_run = set(create["Environment"]) - set(PLATFORM_ENVIRONMENT) - set(doc["environment"])
+    assert per_run - set(SECRETS_ENVIRONMENT) == set(RUN_ENVIRONMENT)  # every one rendered here, none unlisted
+    monkeypatch.setenv("PLATFORM_SETTINGS", everything.to_json())
+    found = prepare(request(environment=dict.fromkeys(per_run, "1")))
+    assert set(found) == {f"environment.{name}" for name in per_run}, found
 
 
 # Variables that load code, each with a value that would point it at the request's own files or server: a prefix
