@@ -51,7 +51,7 @@ def _fields() -> list[tuple[str, Any, Any]]:
             ("published hopper attention", *eff(PUBLISHED, "hopper", "attention")),
             ("package hopper matmul = attention", *eff(timing.PACKAGE, "hopper", "matmul")),
             ("package traffic", *traffic(timing.PACKAGE)), ("published traffic", *traffic(PUBLISHED)),
-            ("WIDTH_HALF", *module("WIDTH_HALF")), ("OVERLAP", *module("OVERLAP"))]
+            ("WIDTH_HALF", *module("WIDTH_HALF")), ("OVERLAP", *module("OVERLAP")), ("CONTENTION", *module("CONTENTION"))]
 
 
 COLLECTIVE_CONSTANTS = ("NVLINK_EFFICIENCY", "NODE_LATENCY_S", "NODE_HALF_BYTES", "EFA_EFFICIENCY",
@@ -95,7 +95,7 @@ def fit() -> dict[str, float]:
     from scipy.optimize import least_squares
 
     fields = _fields()
-    start = [0.7, 0.5, 0.6, 0.4, 0.7, 6.0, 4.0, 150.0, 0.7]  # fixed, for a fit that does not depend on the code's
+    start = [0.7, 0.5, 0.6, 0.4, 0.7, 6.0, 4.0, 150.0, 0.7, 0.1]  # fixed, for a fit that does not depend on the code's
 
     def package_attention_follows(x):  # the package's attention on hopper is taken at its matmul rate
         for (_, _, write), v in zip(fields, x, strict=True):
@@ -107,13 +107,13 @@ def fit() -> dict[str, float]:
         package_attention_follows(x)
         return [math.log1p(throughput_error(r)) for r in FITTED] + [math.log1p(own_error(o)) for o in OWN_RUNS]
 
-    saved = (dict(timing.PACKAGE), dict(PUBLISHED), timing.WIDTH_HALF, timing.OVERLAP)
+    saved = (dict(timing.PACKAGE), dict(PUBLISHED), timing.WIDTH_HALF, timing.OVERLAP, timing.CONTENTION)
     try:
-        result = least_squares(residuals, start, bounds=([0.1] * 5 + [1, 1, 0, 0.1], [1] * 5 + [30, 30, 5000, 1]))
+        result = least_squares(residuals, start, bounds=([0.1] * 5 + [1, 1, 0, 0.1, 0], [1] * 5 + [30, 30, 5000, 1, 1]))
     finally:
         timing.PACKAGE.update(saved[0])
         PUBLISHED.update(saved[1])
-        timing.WIDTH_HALF, timing.OVERLAP = saved[2], saved[3]
+        timing.WIDTH_HALF, timing.OVERLAP, timing.CONTENTION = saved[2], saved[3], saved[4]
     return {name: float(v) for (name, _, _), v in zip(fields, result.x, strict=True)}
 
 

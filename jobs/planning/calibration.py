@@ -36,8 +36,8 @@ PUBLISHED_RUNS = Path(__file__).with_name("published_runs.json")
 PUBLISHED_COLLECTIVES = Path(__file__).with_name("published_collectives.json")
 
 # The published runs' stacks (see jobs.planning.timing): fitted with the package's own constants.
-PUBLISHED = {"ampere": Efficiency(matmul=0.68, attention=0.53, traffic=3.62),
-             "hopper": Efficiency(matmul=0.54, attention=0.30, traffic=3.62)}
+PUBLISHED = {"ampere": Efficiency(matmul=0.69, attention=0.53, traffic=3.3),
+             "hopper": Efficiency(matmul=0.55, attention=0.29, traffic=3.3)}
 
 
 @dataclass(frozen=True)

@@ -57,12 +57,15 @@ def _printed(name: str, rows) -> dict:
 
 def test_held_out_published_runs_are_predicted_within_5_percent_on_average_on_a100_and_h100():
     # 104 rows the fit never saw (every second row of llm-foundry's tables, chosen before fitting). Measured
-    # (2026-11-29): A100 69 rows, mean 3.7%, largest 22.4%; H100 35 rows, mean 4.5%, largest 15.1%. Beyond 15%: 5 on
-    # A100 (MPT-13B on 8 x A100 40GB at 16 micro-batches, memory-bound there; MPT-1B on 32 x A100 40GB, 18% below the
-    # same run on 16 and 64 GPUs; MPT-760M at micro 96), 1 on H100 (15.1%): listed by the next test.
+    # (2026-11-29, with the collectives' contention): A100 69 rows, mean 3.6%, largest 21.8%; H100 35 rows, mean 4.0%,
+    # largest 11.6% (before the contention: 4.4%, 15.1%). Beyond 15%: 5 on A100 (MPT-13B on 8 x A100 40GB at 16
+    # micro-batches, 16-19% slower than predicted in fitted and held-out rows alike, where the same model on 16 to 128
+    # GPUs is within 2%; MPT-1B on 32 x A100 40GB, 18% below the same run on 16 and 64 GPUs; MPT-760M at micro 96),
+    # none on H100: listed by the next test.
     held = _printed("held out", HELD_OUT)
     assert set(held) == {"ampere", "hopper"}
     assert all(s["mean"] <= 0.05 for s in held.values())
+    assert held["hopper"]["beyond_15"] == 0
 
 
 def test_the_held_out_runs_beyond_15_percent_are_the_known_ones():
@@ -70,7 +73,7 @@ def test_the_held_out_runs_beyond_15_percent_are_the_known_ones():
     beyond = sorted(r.label for r in HELD_OUT if abs(throughput_error(r)) > 0.15)
     print("\n" + "\n".join(f"{label}: {100 * throughput_error(next(r for r in HELD_OUT if r.label == label)):+.1f}%"
                             for label in beyond))
-    assert len(beyond) <= 6
+    assert len(beyond) == 5 and all("A100" in label for label in beyond)
 
 
 def test_fitted_runs_and_the_package_s_own():
@@ -120,7 +123,7 @@ def test_collectives_within_nccl_tests_on_aws_fitted_and_held_out():
 def test_fsdp_pays_a_collective_latency_per_unit_which_grows_with_the_node_count():
     """FSDP gathers and reduce-scatters block by block: a small model over many nodes is bound by those collectives'
     latency (measured above to grow with the node count), not by their bytes. gpt 125m at micro-batch 4 on p5s: inside
-    one node nothing is exposed; from 4 nodes on, the exposed time grows with every doubling, past the compute at 32,
+    one node almost nothing is exposed; from 4 nodes on, the exposed time grows with every doubling, past the compute at 32,
     and is at least what the latency alone costs beyond what the compute hides."""
     import math
 
@@ -133,7 +136,8 @@ def test_fsdp_pays_a_collective_latency_per_unit_which_grows_with_the_node_count
     n = numerics({"micro_batch_size": 4, "precision": "bf16"})
     steps = {nodes: timing.step_time(m, n, spec, Layout(nodes, 8, shard=8 * nodes)) for nodes in (1, 2, 4, 8, 16, 32)}
     exposed = [steps[nodes].exposed_comm for nodes in sorted(steps)]
-    assert exposed[0] == 0 and all(a < b for a, b in zip(exposed[2:], exposed[3:], strict=False))
+    # Inside one node everything hides: what shows is the contention of hidden collectives alone.
+    assert exposed[0] < 0.05 * steps[1].compute and all(a < b for a, b in zip(exposed[2:], exposed[3:], strict=False))
     assert steps[32].exposed_comm > steps[32].compute
     # Three collectives a unit (gather, gather again for backward, reduce-scatter), each hidden behind at most OVERLAP
     # of the forward or the backward it overlaps: together at most OVERLAP x (forward + 2 x backward) <= 2 x compute.

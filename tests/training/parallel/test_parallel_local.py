@@ -81,7 +81,7 @@ LLAMA_70B_ON_32_P5 = {"name": "l70", "model": "my.pkg:llama", "dataset": "s3://b
 
 
 def test_the_plans_fsdp_by_tensor_parallel_for_a_70b_runs_in_miniature_matching_one_process(tmp_path, corpus):
-    """trainctl plan shows FSDP x TP for a 70B on 32 x p5 (tensor 2 x shard 128, 1% behind pure FSDP's 256 shards
+    """trainctl plan shows FSDP x TP for a 70B on 32 x p5 (tensor 2 x shard 128, 1.5% behind pure FSDP's 256 shards
     in its time model), with the request fields that run it; those fields on a tiny model, on 4 CPU processes
     (tensor 2 x shard 2 through trainctl local), end on the weights of one process given the same global batch."""
     from cli.commands.local import run_request_locally
