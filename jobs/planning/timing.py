@@ -7,7 +7,8 @@ local parameter: read p, g, m, v; write p, m, v). The efficiencies per GPU gener
 traffic, are fitted to published runs on A100 and H100 and to the package's runs on one H100 (the constants below
 say how, and what the fit leaves).
 Communication: ring collectives on NVLink/PCIe inside a node and EFA between nodes (`collective`: the slower of the
-two for a ring that crosses nodes, a latency and a message-size knee; fitted to nccl-tests on AWS); a node's NIC
+two for a ring that crosses nodes, a latency that grows with the node count and a message-size knee; fitted to
+nccl-tests on AWS; a collective hidden behind compute slows it by CONTENTION of its time); a node's NIC
 carries every group that crosses it. A pipeline runs at its slowest stage: the
 even share of compute is scaled by ModelFacts.pipeline_bottleneck, the same cut the training package makes
 (contract.pipeline_cut; gpt/125m on 8 stages: 2.66x, its last stage holding the output projection).
@@ -60,12 +61,11 @@ COMPILED_TRAFFIC = 0.64
 RECOMPUTE_FACTOR = 269.9 / 225.7
 SELECTIVE_MATMUL_SHARE = 5 / 12  # proj (h^2) and out (4h^2) of a GPT block's 12 h^2 matmul weights
 # Collectives, fitted (`python -m tools.fit_planner`) to nccl-tests all_reduce on AWS from 64 KiB to
-# 16 GiB (jobs/planning/published_collectives.json: one p5, two p5s, two p4des): the share of the link's rate a ring
-# reaches on large messages, inside a node (NVLink) and between nodes (EFA, the instance's network_gbits), the time
-# any collective takes, and the message size at which half the rate is reached (NCCL's protocols and chunks).
-# Fitted 2026-11-29: within 35% of every measured size, mean 16%; the rule before (rates at 80%, 30 us, the NVLink and
-# network phases one after the other) was up to 2.1x slow on two p5s' large messages and 4-7x fast on small ones.
-# Node counts beyond two have no public AWS measurement here: the network's latency is taken as two nodes'.
+# 16 GiB (jobs/planning/published_collectives.json: one p5, 2 to 32 p5s, two p4des; every second size held out): the
+# share of the link's rate a ring reaches on large messages, inside a node (NVLink) and between nodes (EFA, the
+# instance's network_gbits), the time any collective takes, and the message size at which half the rate is reached
+# (NCCL's protocols and chunks). Fitted 2026-11-29: held-out sizes mean 14.6%, largest 41% (at 4 to 32 nodes 25%).
+# Beyond 32 nodes the latency's growth is extrapolated.
 NVLINK_EFFICIENCY = 0.915
 EFA_EFFICIENCY = 0.668
 NODE_LATENCY_S = 20.3e-6  # a collective inside one node
