@@ -141,6 +141,34 @@ def test_a_run_through_capacity_interruptions_on_demand_and_success(platform_env
     assert "Model: s3://out/model.tar.gz" in out["message"] and "train_loss=2.25" in out["message"]
 
 
+def test_each_launch_renders_the_price_of_the_instances_it_launches_on(platform_env, clock, monkeypatch):
+    """On a platform with an MLflow server, Prepare prices the request's type and NextAttempt the type the retry moved
+    to (the capacity fallback), with the attempt's Spot; one Price List question per launch, for that type only."""
+    import dataclasses
+
+    from contract.container import ENV_PRICE
+
+    monkeypatch.setenv("PLATFORM_SETTINGS", json.dumps(
+        dataclasses.replace(platform_env, mlflow_tracking_uri="https://mlflow.example.com").to_dict()))
+    asked = []
+
+    def prices(region, types, **patience):  # the Price List API (moto has none), as jobs.prices reads it
+        asked.append(types)
+        return {"ml.p4d.24xlarge": 37.6885, "ml.p4de.24xlarge": 40.966}
+
+    monkeypatch.setattr(handler, "training_prices", prices)
+    state = roundtrip(handler.prepare({"state_shape": handler.STATE_SHAPE, "request": REQUEST, "execution": EXECUTION}))
+    count = state["launch"]["create"]["ResourceConfig"]["InstanceCount"]
+    assert json.loads(state["launch"]["create"]["Environment"][ENV_PRICE]) == {
+        "usd_per_hour": round(count * 37.6885, 4), "spot": True}
+    clock(600)
+    state = decided(failed(state, TrainingJobStatus="Failed", SecondaryStatus="Failed", FailureReason=CAPACITY))
+    assert state["launch"]["create"]["ResourceConfig"]["InstanceType"] == "ml.p4de.24xlarge"
+    assert json.loads(state["launch"]["create"]["Environment"][ENV_PRICE]) == {
+        "usd_per_hour": round(count * 40.966, 4), "spot": True}
+    assert asked == [["ml.p4d.24xlarge"], ["ml.p4de.24xlarge"]]
+
+
 def test_user_error_fails_after_one_attempt(platform_env, clock):
     state = handler.prepare({"state_shape": handler.STATE_SHAPE, "request": REQUEST, "execution": EXECUTION})
     state = roundtrip(handler.decide(failed(state, TrainingJobStatus="Failed", SecondaryStatus="Failed",
