@@ -80,7 +80,11 @@ def main(argv: list[str] | None = None) -> int:
         screenshot(f"http://127.0.0.1:{port}/#scalars&tagFilter={urllib.request.quote(TAGS)}", args.out)
     finally:
         server.terminate()
-        server.wait(timeout=30)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
     print(f"{args.out}: TensorBoard's Scalars view of {args.events}")
     return 0
 

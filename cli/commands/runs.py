@@ -22,7 +22,6 @@ from rich.table import Table
 from cli.aws import Aws
 from cli.console import out
 from cli.errors import UserError
-from contract.container import mlflow_place
 from jobs.outcome.run_record import BUCKETS, run_record
 from jobs.outcome.summary import money
 from jobs.registry import Registry, table_name
@@ -57,7 +56,7 @@ class RunView:
     checkpoint_s3_uri: str
     started: float
     tensorboard_s3_uri: str = ""
-    mlflow: str = ""  # where its MLflow run is (contract.container.mlflow_place), when it logs one
+    mlflow: str = ""  # where its MLflow run is (RunState.mlflow_run), when it logs one
     executions: list[ExecutionOfRun] = field(default_factory=list)  # oldest first
     attempts: list[Attempt] = field(default_factory=list)  # every execution's, oldest first
     # Each ended execution's `measured` section (its last job against the planner: jobs.planning.measured).
@@ -147,8 +146,7 @@ def collect_runs(aws: Aws, machine: str, limit: int = DEFAULT_LIMIT, run_id: str
         view = runs.setdefault(run.run_id, RunView(run.run_id, run.name, run.checkpoint_s3_uri,
                                                    run.started_epoch))
         view.tensorboard_s3_uri = run.tensorboard_s3_uri or view.tensorboard_s3_uri
-        if run.mlflow_tracking_uri:
-            view.mlflow = mlflow_place(run.mlflow_tracking_uri, run.mlflow_experiment, run.run_id)
+        view.mlflow = run.mlflow_run or view.mlflow
         attempts = [Attempt(**a) for a in summary["attempts"]] if summary else run.attempts
         if not successor:  # a successor carries the attempts of the execution it took the run over from
             view.attempts.extend(attempts)

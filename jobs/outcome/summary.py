@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from contract.container import mlflow_place
 from contract.hyperparameters import INPUT_BOUND_SHARE, canonical_hyperparameters, decode_hyperparameters
 from contract.metrics import DATA_WAIT_MS, DATA_WAIT_SHARE
 from jobs.outcome.run_record import run_record
@@ -49,8 +48,7 @@ def summary(run: RunState, *, job: dict[str, Any] | None, decision: dict[str, An
         "model_artifacts": ((job or {}).get("ModelArtifacts") or {}).get("S3ModelArtifacts") if succeeded else None,
         "checkpoint_s3_uri": run.checkpoint_s3_uri,
         "tensorboard_s3_uri": run.tensorboard_s3_uri,
-        "mlflow": mlflow_place(run.mlflow_tracking_uri, run.mlflow_experiment, run.run_id)
-        if run.mlflow_tracking_uri else None,
+        "mlflow": run.mlflow_run or None,
         "stopped_jobs": list(stopped_jobs),
         "jobs_left_running": list(jobs_left_running),
         # This execution's attempts only: a resumed run's earlier ones are in their executions (trainctl show).

@@ -21,7 +21,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from contract.container import ENV_MLFLOW_EXPERIMENT, ENV_MLFLOW_TRACKING_URI, ENV_RUN_ID, ENV_TENSORBOARD_DIR
+from contract.container import (
+    ENV_MLFLOW_EXPERIMENT,
+    ENV_MLFLOW_TRACKING_URI,
+    ENV_RUN_ID,
+    ENV_TENSORBOARD_DIR,
+    mlflow_place,
+)
 from contract.metrics import (
     CHECKPOINT_AGE_S,
     CHECKPOINT_S,
@@ -176,6 +182,13 @@ class RunState:
     def attempts_used(self) -> int:
         """Attempts of this execution, which retry.max_attempts bounds."""
         return self.attempt - self.resumed_after
+
+    @property
+    def mlflow_run(self) -> str:
+        """Where the run's MLflow run is, in words a person can search by; "" when it logs to no server."""
+        if not self.mlflow_tracking_uri:
+            return ""
+        return mlflow_place(self.mlflow_tracking_uri, self.mlflow_experiment, self.run_id)
 
 
 # The output field of an execution that handed its run over near the history limit (the launcher's ContinuedIn state):

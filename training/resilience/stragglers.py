@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 
 from contract.hyperparameters import TrainConfig
-from contract.metrics import RANK_STEP_TIME_MS, SLOWEST_RANK_RATIO, STEP, STRAGGLER_RANK, format_metrics
+from contract.metrics import RANK_STEP_TIME_MS, SLOWEST_RANK_RATIO, STEP, STRAGGLER_RANK
 
 
 @dataclass
@@ -172,12 +172,9 @@ class StepTiming:
             return
         for line in self.stragglers.lines(interval):
             print(line, flush=True)
-        record = {STEP: step, **self.stragglers.metrics(interval)}
-        if self.logger is None:
-            print(format_metrics(record), flush=True)
-            return
-        self.logger.log(record)
-        self.logger.log_ranks(step, RANK_STEP_TIME_MS, [seconds * 1000 for seconds in interval.own_s])
+        if self.logger is not None:  # the loop's, set before its first step
+            self.logger.log({STEP: step, **self.stragglers.metrics(interval)})
+            self.logger.log_ranks(step, RANK_STEP_TIME_MS, [seconds * 1000 for seconds in interval.own_s])
 
     def report(self) -> list[dict]:
         """The ranks named during the run (the status file's `stragglers`)."""
