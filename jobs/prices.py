@@ -66,6 +66,14 @@ def priced(prices: Mapping[str, Any] | None, instance_type: str) -> float | None
     return usd_per_hour((prices or {}).get(instance_type))
 
 
+def cluster_usd_per_hour(cluster: Iterable[tuple[int, str]], prices: Mapping[str, Any] | None) -> float | None:
+    """What a cluster of (count, instance type) costs an hour at `prices`; None when a type of it has no price."""
+    rates = [(count, priced(prices, kind)) for count, kind in cluster]
+    if any(rate is None for _, rate in rates):
+        return None
+    return sum(count * rate for count, rate in rates)
+
+
 def instance_filters(region: str, instance_type: str) -> list[dict[str, str]]:
     """One type's training products in the region: the launcher prices only the types its run used."""
     return [*api_filters(region), {"Type": "TERM_MATCH", "Field": "instanceName", "Value": instance_type}]

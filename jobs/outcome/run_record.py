@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.prices import priced
+from jobs.prices import cluster_usd_per_hour, priced
 from jobs.timestamps import to_epoch
 
 # The held-time split, in the order a chart stacks it.
@@ -111,13 +111,13 @@ def run_cost(attempts: Iterable[Any], prices: Mapping[str, float] | None) -> dic
         if not billable and not held:
             continue  # never held instances: nothing billed
         cluster = cluster_types(attempt.instance_type, attempt.instance_count)
-        missing = {kind for _, kind in cluster if priced(prices, kind) is None}
         keys = ("spot_usd", "spot_savings_usd") if attempt.spot else ("on_demand_usd",)
-        if missing:
-            unpriced |= missing
+        hourly = cluster_usd_per_hour(cluster, prices)
+        if hourly is None:
+            unpriced |= {kind for _, kind in cluster if priced(prices, kind) is None}
             sums.update(dict.fromkeys(keys))
             continue
-        rate = sum(count * priced(prices, kind) for count, kind in cluster) / 3600
+        rate = hourly / 3600
         amounts = (billable * rate, max(held - billable, 0) * rate) if attempt.spot else (billable * rate,)
         for key, amount in zip(keys, amounts, strict=True):
             if sums[key] is not None:

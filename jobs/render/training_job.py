@@ -51,7 +51,7 @@ from jobs.naming import job_name, metrics_namespace, new_name_nonce, platform_ta
 from jobs.planning.auto_strategy import attempt_cadence, plan_for_request
 from jobs.planning.cadence import before_plan_end, reclaim_epoch
 from jobs.platform import PlatformSettings, TrainingPlan
-from jobs.prices import priced
+from jobs.prices import cluster_usd_per_hour
 from jobs.render.container_entry import container_entrypoint
 from jobs.render.images import resolve_image
 from jobs.request.command_line import TOOLKIT_PREFIX, command_line_problems
@@ -226,7 +226,7 @@ def _price(platform: PlatformSettings, resources: dict[str, Any], spot: bool,
     """The attempt's price for its MLflow run's cost (contract.container.ENV_PRICE): rendered where the platform
     logs to MLflow and every instance of the cluster has a price; never for a training plan's instances (paid up
     front, not by the hour)."""
-    rate = cluster_usd_per_hour(resources, prices)
+    rate = cluster_usd_per_hour(cluster_types(resources), prices)
     if not platform.mlflow_tracking_uri or rate is None or "TrainingPlanArn" in resources:
         return {}
     return {ENV_PRICE: json.dumps({"usd_per_hour": round(rate, 4), "spot": spot})}
@@ -238,14 +238,6 @@ def cluster_types(resources: dict[str, Any]) -> list[tuple[int, str]]:
     if groups:
         return [(g["InstanceCount"], g["InstanceType"]) for g in groups]
     return [(resources["InstanceCount"], resources["InstanceType"])]
-
-
-def cluster_usd_per_hour(resources: dict[str, Any], prices: Mapping[str, float] | None) -> float | None:
-    """What the cluster of a rendered ResourceConfig costs an hour at `prices`; None when a type has none."""
-    rates = [(count, priced(prices, kind)) for count, kind in cluster_types(resources)]
-    if any(rate is None for _, rate in rates):
-        return None
-    return sum(count * rate for count, rate in rates)
 
 
 def _secrets(request: JobRequest) -> dict[str, str]:
