@@ -3,8 +3,8 @@ and what that says about the planner's error per GPU generation (the `error_band
 `trainctl plan --json`).
 
 Each published row is laid out as the planner lays a run out and sized by its real functions (shape_facts, numerics,
-step_time with the published stacks' efficiencies, PUBLISHED). Where the planner cannot express a row's layout, the
-closest it can is used and `expressed` says how. The rows of jobs/planning/published_runs.json carry their source,
+step_time with its stack's efficiencies: PUBLISHED, or MEGATRON for NVIDIA's recipes). Where the planner cannot
+express a row's layout, the closest it can is used and `expressed` says how. The rows of jobs/planning/published_runs.json carry their source,
 the commit that published them, their table and their text; every second row of each table, in its published order,
 is held out (chosen before any fit): those check the fit, the others and ROWS are fitted to.
 
@@ -14,6 +14,7 @@ is held out (chosen before any fit): those check the fit, the others and ROWS ar
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -30,14 +31,22 @@ from jobs.planning.shape import model_facts, shape_facts
 from jobs.planning.timing import Efficiency, generation, step_time
 
 LLM_FOUNDRY = "llm-foundry scripts/train/benchmarking/README.md"
+DGXC = "NVIDIA dgxc-benchmarking (DGX Cloud H100 recipes)"
 TORCHTITAN = "torchtitan docs/performance.md (Apr 2024)"
 KORTHIKANTI = "Korthikanti et al. 2022, Tables 3 and 5"
 PUBLISHED_RUNS = Path(__file__).with_name("published_runs.json")
 PUBLISHED_COLLECTIVES = Path(__file__).with_name("published_collectives.json")
 
-# The published runs' stacks (see jobs.planning.timing): fitted with the package's own constants.
-PUBLISHED = {"ampere": Efficiency(matmul=0.69, attention=0.53, traffic=3.3),
-             "hopper": Efficiency(matmul=0.55, attention=0.29, traffic=3.3)}
+# The published runs' stacks (see jobs.planning.timing): fitted with the package's own constants. PUBLISHED is
+# llm-foundry's, torchtitan's (Apr 2024) and Megatron's of 2022; MEGATRON is NeMo's Megatron-Core with Transformer
+# Engine (2025), a stack apart: its matmuls run faster, it reduces bf16 gradients with its distributed optimizer in
+# buckets of 40M elements (megatron.core.distributed's default bucket_size), and its recipes may overlap tensor
+# parallelism's collectives with the matmuls (a row's `tensor_overlap`). Its attention is taken at its matmul rate
+# (at 2,048-4,096 tokens its rows cannot tell them apart).
+PUBLISHED = {"ampere": Efficiency(matmul=0.69, attention=0.53, traffic=3.6),
+             "hopper": Efficiency(matmul=0.55, attention=0.29, traffic=3.6)}
+MEGATRON = {"hopper": Efficiency(matmul=0.69, attention=0.69, traffic=6.8, gradient_bytes=2, bucket_bytes=40e6 * 2)}
+STACKS = {"published": PUBLISHED, "megatron": MEGATRON}
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,15 @@ class Row:
     expressed: str = ""  # how the planner expresses a layout it has no exact form for
     extra: dict = field(default_factory=dict)
     held_out: bool = False
+    stack: str = "published"  # whose efficiencies (STACKS)
+    tensor_overlap: bool = False  # the run overlapped tensor parallelism's collectives with its matmuls
+
+    def efficiency(self) -> dict[str, Efficiency]:
+        """The stack this row ran on, per generation (with its tensor overlap as the row ran it)."""
+        stack = STACKS[self.stack]
+        if not self.tensor_overlap:
+            return stack
+        return {gen: dataclasses.replace(e, tensor_overlap=True) for gen, e in stack.items()}
 
     @property
     def gpu(self) -> GpuSpec:
@@ -99,9 +117,38 @@ def _published_row(source: str, run: dict[str, Any]) -> Row:
                extra={"table": run["table"], "commit": run["commit"], "row": run["row"]})
 
 
+def _megatron_row(source: str, run: dict[str, Any]) -> Row:
+    """A row of a Megatron recipe (tensor x pipeline x data, Megatron's interleaving) as the planner lays it out: the
+    data dimension replicated (the distributed optimizer shards only the optimizer's state, which the step time does
+    not read), a pipeline step of `grad_accum` micro-batches that one batch group reads at once."""
+    gpus, sh, tp, pp = run["gpus"], run["shape"], run["tensor"], run["pipeline"]
+    dp = gpus // (tp * pp)
+    hyperparameters = {"micro_batch_per_group": True, "global_batch_size": run["global_batch_size"]}
+    if pp > 1:
+        layout = Layout(gpus // 8, 8, replicate=dp, tensor=tp, pipeline=pp, microbatches=run["grad_accum"],
+                        schedule="interleaved_1f1b", virtual=run["virtual"])
+        hyperparameters["micro_batch_size"] = run["micro_batch_size"] * run["grad_accum"]
+    else:
+        layout = Layout(gpus // 8, 8, replicate=dp, tensor=tp)
+        hyperparameters["micro_batch_size"] = run["micro_batch_size"]
+    label = (f"{run['table'].split(' (')[0]}, {gpus} x H100, TP {tp} x PP {pp}"
+             f"{' x VP ' + str(run['virtual']) if pp > 1 else ''} x DP {dp}, micro {run['micro_batch_size']} x "
+             f"{run['grad_accum']}")
+    expressed = ("sequence parallelism as the planner's tensor parallelism"
+                 + (", no recomputation for selective recompute (attention's core)" if run["selective_recompute"]
+                    else "") + ("; grouped-query attention as multi-head with the model's parameter count"
+                                if "params" in sh else ""))
+    return Row(label, source, sh, run["instance_type"], layout, hyperparameters, run["step_seconds"], "s/iteration",
+               expressed=expressed, held_out=run["set"] == "held_out", stack="megatron",
+               tensor_overlap=run["tensor_overlap"],
+               extra={"table": run["table"], "commit": run["commit"], "row": run["row"]})
+
+
 def _load_published() -> tuple[Row, ...]:
     doc = json.loads(PUBLISHED_RUNS.read_text())
-    return tuple(_published_row(source, run) for source, entry in doc.items() for run in entry["rows"])
+    read = {"published": _published_row, "megatron": _megatron_row}
+    return tuple(read[entry.get("stack", "published")](source, run) for source, entry in doc.items()
+                 for run in entry["rows"])
 
 
 ROWS: tuple[Row, ...] = HAND_ROWS + _load_published()
@@ -168,7 +215,7 @@ def predict(row: Row) -> float:
                             flops_per_sample=None, image_size=None, patch_size=None)
     m = shape_facts(shape, sh["seq_len"])
     n = numerics({"precision": "bf16", **row.hyperparameters})
-    seconds = step_time(m, n, lookup(row.instance_type), row.layout, PUBLISHED).total
+    seconds = step_time(m, n, lookup(row.instance_type), row.layout, row.efficiency()).total
     if row.unit == "s/iteration":
         return seconds
     return n.step_samples(n.readers(row.layout)) * m.tokens / seconds / row.layout.gpus

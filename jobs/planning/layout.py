@@ -49,6 +49,9 @@ class Layout:
     pipeline: int = 1
     microbatches: int = 1  # per pipeline step
     schedule: str = "1f1b"  # the pipeline's (contract.hyperparameters.PIPELINE_SCHEDULES); no meaning without one
+    # Model chunks a pipeline rank holds where a published run's differs from its schedule's (Megatron's virtual
+    # pipeline size, jobs.planning.calibration); 0: the schedule's, as the package runs it. No candidate sets it.
+    virtual: int = 0
 
     @property
     def gpus(self) -> int:
@@ -97,7 +100,9 @@ class Layout:
     @property
     def stages_per_rank(self) -> int:
         """Model stages a pipeline rank holds (2 for the interleaved schedule: its bubble is that much smaller)."""
-        return stages_per_rank(self.schedule) if self.pipeline > 1 else 1
+        if self.pipeline == 1:
+            return 1
+        return self.virtual or stages_per_rank(self.schedule)
 
     def chunks(self) -> int:
         """Forward passes in one pipeline step (1 without a pipeline)."""

@@ -28,16 +28,18 @@ from jobs.planning.shape import ModelFacts
 # 2023 H100 runs, flash-attention 1 and torch 2.1, reach 54% of the peak in their matmuls and 30% in attention; the
 # package on torch 2.11 reaches 81%, what an 8192^3 bf16 matmul does alone), and fused stacks move fewer bytes. So
 # each stack has its Efficiency per generation: PACKAGE is what the planner predicts the package with;
-# jobs.planning.calibration.PUBLISHED is the published runs' (llm-foundry, torchtitan, Megatron), through which the
-# shared shape constants (WIDTH_HALF, OVERLAP) are fitted. Both are fitted at once by `python -m tools.fit_planner`
+# jobs.planning.calibration.PUBLISHED is the published runs' (llm-foundry, torchtitan, Megatron 2022) and
+# calibration.MEGATRON NeMo's Megatron-Core with Transformer Engine (NVIDIA's DGX Cloud recipes), through which the
+# shared constants (WIDTH_HALF, OVERLAP, CONTENTION) are fitted. All are fitted at once by `python -m tools.fit_planner`
 # (scipy's least squares on log(predicted / measured) throughput) over the published
 # rows kept for fitting (every second row of each table, jobs/planning/published_runs.json, and calibration.ROWS)
 # and the package's own runs on one H100 (calibration.OWN_RUNS); the other published rows are held out and checked by
 # tests/jobs/test_planner_calibration.py. The fit (2026-11-29): package hopper matmul 0.813 (attention taken at the
-# matmul rate: six runs cannot tell them apart), ampere 0.676 / attention 0.529 (no own A100 run: the published
-# stack's, borrowed), package traffic 10.46; published hopper 0.538 / 0.296, traffic 3.62; WIDTH_HALF 96, OVERLAP
-# 0.62. Held out: A100 mean |error| 3.7% (69 rows, 5 beyond 15%), H100 4.4% (35 rows, 1 at 15.1%); the package's
-# runs within 11.6% (gpt 350m predicted slower).
+# matmul rate: six runs cannot tell them apart), ampere 0.691 / attention 0.527 (no own A100 run: the published
+# stack's, borrowed), package traffic 10.37; published hopper 0.550 / 0.294, traffic 3.57; Megatron hopper 0.688
+# (attention at the matmul rate), traffic 6.77; WIDTH_HALF 109, OVERLAP 0.76, CONTENTION 0.114. Held out: A100 mean
+# |error| 3.5% (69 rows, 5 beyond 15%), H100 3.7% (43 rows, none beyond 12%); the package's runs within 10.2% (gpt 350m
+# predicted slower).
 # Generations without a row borrow a neighbour's Efficiency (BORROWED): an assumption, and their candidates carry no
 # error band (jobs.planning.calibration.calibration_of).
 
@@ -47,14 +49,21 @@ class Efficiency:
     matmul: float  # share of the data-sheet peak (contract.gpus) the matmuls' FLOPs run at, at full width
     attention: float  # share attention's FLOPs (ModelFacts.attention_flops_per_sample) run at
     traffic: float  # bytes of memory traffic per activation byte saved (every elementwise pass's reads and writes)
+    # How the stack synchronizes, where it differs from the package (the defaults): bytes a gradient element moves in
+    # the data-parallel reduction (the package reduces fp32 gradients), the bucket it sends at once (torch DDP's),
+    # and whether tensor parallelism's collectives run beside the matmuls (Transformer Engine's userbuffers) rather
+    # than between them (the package's DTensor collectives).
+    gradient_bytes: int = 4
+    bucket_bytes: float = 25 * 2**20
+    tensor_overlap: bool = False
 
 
-PACKAGE = {"ampere": Efficiency(matmul=0.69, attention=0.53, traffic=10.1),
-           "hopper": Efficiency(matmul=0.81, attention=0.81, traffic=10.1)}
+PACKAGE = {"ampere": Efficiency(matmul=0.69, attention=0.53, traffic=10.4),
+           "hopper": Efficiency(matmul=0.81, attention=0.81, traffic=10.4)}
 BORROWED = {"volta": "ampere", "turing": "ampere", "ada": "ampere", "blackwell": "hopper"}
 # Per-GPU matmul width w (hidden / tensor degree) runs at w / (w + WIDTH_HALF) of the full-width share: tensor
-# parallelism's narrower matmuls run slower (tensor 8 on a 4,096-wide model: 78%).
-WIDTH_HALF = 147.0
+# parallelism's narrower matmuls run slower (tensor 8 on a 4,096-wide model: 82%).
+WIDTH_HALF = 109.0
 # torch.compile fuses elementwise passes: gpt 1b 225.7 -> 205.5 ms on one H100, measured.
 COMPILED_TRAFFIC = 0.64
 # Checkpointing repeats each block's forward (not the head's): measured 269.9 / 225.7 ms on gpt 1b.
@@ -75,14 +84,14 @@ NETWORK_LATENCY_S = 133e-6  # one that crosses two nodes
 NETWORK_LATENCY_GROWTH = 1.61
 NODE_HALF_BYTES = 0.48e6
 NETWORK_HALF_BYTES = 4.75e6
-# torch's DistributedDataParallel buckets its gradients in 25 MiB (bucket_cap_mb's default, which the package keeps).
-DDP_BUCKET_BYTES = 25 * 2**20
-OVERLAP = 0.75  # share of a compute phase a bucketed/prefetched collective hides behind (fitted, see above)
+# torch's DistributedDataParallel buckets its gradients in 25 MiB (bucket_cap_mb's default, which the package keeps):
+# Efficiency.bucket_bytes' default.
+OVERLAP = 0.76  # share of a compute phase a bucketed/prefetched collective hides behind (fitted, see above)
 # ... and what hiding costs: a collective running beside the compute takes SMs and memory bandwidth from it (NCCL's
 # kernels run on the same GPU), so the compute it hides behind is slowed by this share of the hidden time (fitted with
 # the rest: 0.11; without it the held-out H100 rows reached +15.1%, MPT-70B on 32 H100s whose per-micro-batch
 # gathers and reduce-scatters are hidden but not free, and every H100 row is now within 12%).
-CONTENTION = 0.11
+CONTENTION = 0.114
 
 
 @dataclass(frozen=True)
@@ -155,10 +164,10 @@ def _exposed(comm: float, window: float) -> float:
 
 
 def _data_parallel_comm(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, fwd: float, bwd: float,
-                        accum: int) -> float:
+                        accum: int, eff: Efficiency) -> float:
     """Exposed seconds per step of the data-parallel collectives (DDP, FSDP, HSDP, and the data dimension of
-    tp/pp/hybrid), given one micro-batch's forward and backward seconds."""
-    a, g = n.compute_bytes, lay.gpus_per_node
+    tp/pp/hybrid), given one micro-batch's forward and backward seconds, as the stack of `eff` runs them."""
+    a, r, g = n.compute_bytes, eff.gradient_bytes, lay.gpus_per_node
     local = m.params / (lay.tensor * lay.pipeline)  # parameters one data-parallel group moves
     if lay.shard == 1 and lay.replicate == 1:
         return 0.0
@@ -166,10 +175,10 @@ def _data_parallel_comm(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Lay
     # group, so it has g // tensor GPUs in a node and all of the node's groups share its NIC.
     # A pipeline stage of part of a node (more stages than nodes) keeps its data ranks inside that node.
     dp_per_node = min(lay.data_parallel, max(1, g // lay.tensor))
-    if lay.shard == 1:  # DDP: the fp32 gradients all-reduced bucket by bucket, overlapped with the last backward
+    if lay.shard == 1:  # DDP: the gradients all-reduced bucket by bucket, overlapped with the last backward
         per_node = min(lay.replicate, dp_per_node)
-        buckets = max(1, math.ceil(4 * local / DDP_BUCKET_BYTES))
-        t = buckets * collective("ar", 4 * local / buckets, spec, per_node, lay.replicate // per_node, g // per_node)
+        buckets = max(1, math.ceil(r * local / eff.bucket_bytes))
+        t = buckets * collective("ar", r * local / buckets, spec, per_node, lay.replicate // per_node, g // per_node)
         return _exposed(t, bwd)
     shard_per_node = min(lay.shard, dp_per_node)
     shard_nodes = lay.shard // shard_per_node
@@ -178,7 +187,7 @@ def _data_parallel_comm(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Lay
     # collectives pays its own latency, which grows with the node count.
     units = (m.layers or 0) + 1
     gather = units * collective("ag", a * local / units, spec, shard_per_node, shard_nodes, groups)
-    scatter = units * collective("ag", 4 * local / units, spec, shard_per_node, shard_nodes, groups)
+    scatter = units * collective("ag", r * local / units, spec, shard_per_node, shard_nodes, groups)
     regather = gather if n.reshard_after_forward else 0.0
     per_micro = _exposed(gather, fwd) + _exposed(regather, bwd)
     # The reduce-scatter (and HSDP's all-reduce after it) once a step, or after every micro-batch when the shards
@@ -186,7 +195,7 @@ def _data_parallel_comm(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Lay
     syncs = 1 if n.keeps_unsharded_gradients(lay) else accum
     exposed = accum * per_micro + syncs * _exposed(scatter, bwd)
     if lay.replicate > 1:  # HSDP: the shard's gradients all-reduced across replicas, after the reduce-scatter
-        exposed += syncs * units * collective("ar", 4 * local / lay.shard / units, spec, 1, lay.replicate,
+        exposed += syncs * units * collective("ar", r * local / lay.shard / units, spec, 1, lay.replicate,
                                               g // lay.tensor)
     return exposed
 
@@ -196,6 +205,7 @@ def step_time(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, stack
     and backward of the batch group's pooled samples; with a pipeline, one pipeline step of `chunks` forward
     passes that fills and drains the pipeline (training.parallel.pipeline_parallel.PipelineSchedule.step runs a schedule per micro-batch)."""
     accum, chunks, stages, v = n.accum(n.readers(lay)), lay.chunks(), lay.pipeline, lay.stages_per_rank
+    eff = (stack or PACKAGE)[generation(spec.gpu)]
     fwd_n = replace(n, micro_batch=lay.forward_batch(n.micro_batch, n.per_group))
     # A pipeline runs at its slowest stage's pace: an even split of the work is the best case.
     micro = micro_compute(m, fwd_n, spec, lay, stack) * m.pipeline_bottleneck(stages)
@@ -208,11 +218,13 @@ def step_time(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, stack
     compute = micro * slots
     local = m.params / (lay.tensor * lay.pipeline)
     compute += (optimizer_bytes(int(local), 0, n.optimizer) + 12 * local) / (spec.gpu.memory_gbps * 1e9)
-    comm = _data_parallel_comm(m, n, spec, lay, fwd, bwd, accum * chunks)
+    comm = _data_parallel_comm(m, n, spec, lay, fwd, bwd, accum * chunks, eff)
     if lay.tensor > 1:  # 4 all-reduce-sized exchanges of the block output per block per forward pass, exposed
         tokens = fwd_n.micro_batch * m.tokens
         per_block = 4 * collective("ar", n.compute_bytes * tokens * m.hidden, spec, lay.tensor, 1, 1)
-        comm += per_block * -(-m.layers // stages) * slots
+        tensor_comm = per_block * -(-m.layers // stages)
+        # ... unless the stack runs them beside the matmuls: then hidden behind the forward and backward they split.
+        comm += slots * (_exposed(tensor_comm, micro) if eff.tensor_overlap else tensor_comm)
     if stages > 1:  # activations and their gradients across each stage boundary, per forward pass and stage held
         boundary = n.compute_bytes * fwd_n.micro_batch * m.tokens * m.hidden / lay.tensor
         # Over EFA between nodes; on one node every hop is NVLink. A data-parallel set of pipelines sends its
