@@ -4,9 +4,10 @@ and what that says about the planner's error per GPU generation (the `error_band
 
 Each published row is laid out as the planner lays a run out and sized by its real functions (shape_facts, numerics,
 step_time with its stack's efficiencies: PUBLISHED, or MEGATRON for NVIDIA's recipes). Where the planner cannot
-express a row's layout, the closest it can is used and `expressed` says how. The rows of jobs/planning/published_runs.json carry their source,
-the commit that published them, their table and their text; every second row of each table, in its published order,
-is held out (chosen before any fit): those check the fit, the others and ROWS are fitted to.
+express a row's layout, the closest it can is used and `expressed` says how. The rows of
+jobs/planning/published_runs.json carry their source, the commit that published them, their table and their text;
+every second row of each table, in its published order, is held out (chosen before any fit): those check the fit,
+the others and ROWS are fitted to.
 
     python -m jobs.planning.calibration    # each row: predicted, measured, error; held-out summary
     python -m tools.fit_planner            # fit the constants again (scipy), print them beside the code's

@@ -50,9 +50,9 @@ class Efficiency:
     attention: float  # share attention's FLOPs (ModelFacts.attention_flops_per_sample) run at
     traffic: float  # bytes of memory traffic per activation byte saved (every elementwise pass's reads and writes)
     # How the stack synchronizes, where it differs from the package (the defaults): bytes a gradient element moves in
-    # the data-parallel reduction (the package reduces fp32 gradients), the bucket it sends at once (torch DDP's),
-    # and whether tensor parallelism's collectives run beside the matmuls (Transformer Engine's userbuffers) rather
-    # than between them (the package's DTensor collectives).
+    # the data-parallel reduction (the package reduces fp32 gradients), the bucket it sends at once (torch DDP's
+    # bucket_cap_mb default, 25 MiB, which the package keeps), and whether tensor parallelism's collectives run beside
+    # the matmuls (Transformer Engine's userbuffers) rather than between them (the package's DTensor collectives).
     gradient_bytes: int = 4
     bucket_bytes: float = 25 * 2**20
     tensor_overlap: bool = False
@@ -84,12 +84,10 @@ NETWORK_LATENCY_S = 133e-6  # one that crosses two nodes
 NETWORK_LATENCY_GROWTH = 1.61
 NODE_HALF_BYTES = 0.48e6
 NETWORK_HALF_BYTES = 4.75e6
-# torch's DistributedDataParallel buckets its gradients in 25 MiB (bucket_cap_mb's default, which the package keeps):
-# Efficiency.bucket_bytes' default.
 OVERLAP = 0.76  # share of a compute phase a bucketed/prefetched collective hides behind (fitted, see above)
 # ... and what hiding costs: a collective running beside the compute takes SMs and memory bandwidth from it (NCCL's
 # kernels run on the same GPU), so the compute it hides behind is slowed by this share of the hidden time (fitted with
-# the rest: 0.11; without it the held-out H100 rows reached +15.1%, MPT-70B on 32 H100s whose per-micro-batch
+# the rest: 0.114; without it the held-out H100 rows reached +15.1%, MPT-70B on 32 H100s whose per-micro-batch
 # gathers and reduce-scatters are hidden but not free, and every H100 row is now within 12%).
 CONTENTION = 0.114
 
