@@ -41,12 +41,14 @@ PUBLISHED_COLLECTIVES = Path(__file__).with_name("published_collectives.json")
 # The published runs' stacks (see jobs.planning.timing): fitted with the package's own constants. PUBLISHED is
 # llm-foundry's, torchtitan's (Apr 2024) and Megatron's of 2022; MEGATRON is NeMo's Megatron-Core with Transformer
 # Engine (2025), a stack apart: its matmuls run faster, it reduces bf16 gradients with its distributed optimizer in
-# buckets of 40M elements (megatron.core.distributed's default bucket_size), and its recipes may overlap tensor
+# buckets of max(40M, 1M x data-parallel size) elements (megatron.core.distributed's default bucket_size), and its
+# recipes may overlap tensor
 # parallelism's collectives with the matmuls (a row's `tensor_overlap`). Its attention is taken at its matmul rate
 # (at 2,048-4,096 tokens its rows cannot tell them apart).
 PUBLISHED = {"ampere": Efficiency(matmul=0.69, attention=0.53, traffic=3.6),
              "hopper": Efficiency(matmul=0.55, attention=0.29, traffic=3.6)}
-MEGATRON = {"hopper": Efficiency(matmul=0.69, attention=0.69, traffic=6.8, gradient_bytes=2, bucket_bytes=40e6 * 2)}
+MEGATRON = {"hopper": Efficiency(matmul=0.69, attention=0.69, traffic=7.0, gradient_bytes=2, bucket_bytes=40e6 * 2,
+                                 bucket_bytes_per_rank=1e6 * 2)}
 STACKS = {"published": PUBLISHED, "megatron": MEGATRON}
 
 

@@ -37,8 +37,8 @@ from jobs.planning.shape import ModelFacts
 # tests/jobs/test_planner_calibration.py. The fit (2026-11-29): package hopper matmul 0.813 (attention taken at the
 # matmul rate: six runs cannot tell them apart), ampere 0.691 / attention 0.527 (no own A100 run: the published
 # stack's, borrowed), package traffic 10.37; published hopper 0.550 / 0.294, traffic 3.57; Megatron hopper 0.688
-# (attention at the matmul rate), traffic 6.77; WIDTH_HALF 109, OVERLAP 0.76, CONTENTION 0.114. Held out: A100 mean
-# |error| 3.5% (69 rows, 5 beyond 15%), H100 3.7% (43 rows, none beyond 12%); the package's runs within 10.2% (gpt 350m
+# (attention at the matmul rate), traffic 7.04; WIDTH_HALF 108, OVERLAP 0.76, CONTENTION 0.114. Held out: A100 mean
+# |error| 3.5% (69 rows, 5 beyond 15%), H100 3.8% (43 rows, none beyond 12%); the package's runs within 10.2% (gpt 350m
 # predicted slower).
 # Generations without a row borrow a neighbour's Efficiency (BORROWED): an assumption, and their candidates carry no
 # error band (jobs.planning.calibration.calibration_of).
@@ -51,10 +51,12 @@ class Efficiency:
     traffic: float  # bytes of memory traffic per activation byte saved (every elementwise pass's reads and writes)
     # How the stack synchronizes, where it differs from the package (the defaults): bytes a gradient element moves in
     # the data-parallel reduction (the package reduces fp32 gradients), the bucket it sends at once (torch DDP's
-    # bucket_cap_mb default, 25 MiB, which the package keeps), and whether tensor parallelism's collectives run beside
-    # the matmuls (Transformer Engine's userbuffers) rather than between them (the package's DTensor collectives).
+    # bucket_cap_mb default, 25 MiB, which the package keeps; or more per data-parallel rank, as Megatron grows its
+    # buckets with the data-parallel size), and whether tensor parallelism's collectives run beside the matmuls
+    # (Transformer Engine's userbuffers) rather than between them (the package's DTensor collectives).
     gradient_bytes: int = 4
     bucket_bytes: float = 25 * 2**20
+    bucket_bytes_per_rank: float = 0.0
     tensor_overlap: bool = False
 
 
@@ -175,7 +177,8 @@ def _data_parallel_comm(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Lay
     dp_per_node = min(lay.data_parallel, max(1, g // lay.tensor))
     if lay.shard == 1:  # DDP: the gradients all-reduced bucket by bucket, overlapped with the last backward
         per_node = min(lay.replicate, dp_per_node)
-        buckets = max(1, math.ceil(r * local / eff.bucket_bytes))
+        bucket = max(eff.bucket_bytes, eff.bucket_bytes_per_rank * lay.replicate)
+        buckets = max(1, math.ceil(r * local / bucket))
         t = buckets * collective("ar", r * local / buckets, spec, per_node, lay.replicate // per_node, g // per_node)
         return _exposed(t, bwd)
     shard_per_node = min(lay.shard, dp_per_node)

@@ -61,7 +61,7 @@ def _printed(name: str, rows) -> dict:
 def test_held_out_published_runs_are_predicted_within_5_percent_on_average_on_a100_and_h100():
     # 112 rows the fit never saw (every second row of llm-foundry's and NVIDIA's dgxc-benchmarking tables, chosen
     # before fitting). Measured (2026-11-29, with Megatron's H100 rows): A100 69 rows, mean 3.5%, largest 22.8%; H100
-    # 43 rows, mean 3.7%, largest 11.6% (llm-foundry's alone, before the contention: 4.4%, 15.1%). Beyond 15%: 5 on
+    # 43 rows, mean 3.8%, largest 11.6% (llm-foundry's alone, before the contention: 4.4%, 15.1%). Beyond 15%: 5 on
     # A100 (MPT-13B on 8 x A100 40GB at 16 micro-batches, 16-19% slower than predicted in fitted and held-out rows
     # alike, where the same model on 16 to 128 GPUs is within 2%; MPT-1B on 32 x A100 40GB, 19% below the same run on
     # 16 and 64 GPUs; MPT-760M at micro 96), none on H100: listed by the next test.
@@ -92,7 +92,7 @@ MEGATRON_ROWS = [r for r in ROWS if r.source == DGXC]
 def test_megatrons_h100_layouts_held_out_within_8_percent_and_only_with_its_own_synchronization():
     # NVIDIA's DGX Cloud recipes (GPT3 175B at TP 4 x PP 8 x VP 12, Nemotron4 340B at TP 8 x PP 8 x VP 12, Nemotron4 15B
     # at TP 4, 16 to 2,048 H100s): the planner's tensor, interleaved-pipeline and data-parallel time at up to 256
-    # nodes. Held out (8 rows): mean 3.2%, largest 6.8% (measured 2026-11-29). Charged as the package synchronizes
+    # nodes. Held out (8 rows): mean 3.0%, largest 6.9% (measured 2026-11-29). Charged as the package synchronizes
     # (fp32 gradients in torch DDP's 25 MiB buckets, tensor parallelism's collectives between the matmuls) with the
     # same efficiencies, the same rows are 8-34% slow (mean 22%), more the more nodes: the stack's traits, not a
     # fitted factor, carry them.
@@ -109,13 +109,16 @@ def test_megatrons_h100_layouts_held_out_within_8_percent_and_only_with_its_own_
 
 
 def test_megatrons_step_time_grows_with_the_data_parallel_nodes_as_measured():
-    # Weak scaling from 128 to 2,048 GPUs (16 to 256 nodes; the collectives' latency growth is fitted to 32): each
-    # recipe's step time grows 2.2% (175B), 2.7% (15B), 5.0% (340B) measured; predicted 3.6%, 2.9%, 9.2%.
+    # Weak scaling from each recipe's smallest cluster to 2,048 GPUs (256 nodes; the collectives' latency growth is
+    # fitted to 32): the step time grows 2.2% (175B from 128 GPUs), 2.7% (15B from 16), 5.0% (340B from 128) measured;
+    # predicted 2.8%, 0.4% (Megatron's buckets grow with the data-parallel size: 512M elements at 2,048 GPUs), 9.2%,
+    # each within 5 points of the measured growth.
     for table in {r.extra["table"] for r in MEGATRON_ROWS}:
         rows = {r.layout.gpus: r for r in MEGATRON_ROWS if r.extra["table"] == table}
-        measured = rows[2048].measured / rows[128].measured - 1
-        predicted = predict(rows[2048]) / predict(rows[128]) - 1
-        assert predicted > 0 and abs(predicted - measured) < 0.05, table
+        first, last = rows[min(rows)], rows[2048]
+        measured = last.measured / first.measured - 1
+        predicted = predict(last) / predict(first) - 1
+        assert predicted >= 0 and abs(predicted - measured) < 0.05, table
 
 
 def test_megatrons_interleaving_is_charged_with_its_own_bubble():
