@@ -86,6 +86,28 @@ def test_fitted_runs_and_the_package_s_own():
     assert sum(abs(own_error(run)) for run in OWN_RUNS) / len(OWN_RUNS) <= 0.07
 
 
+def test_every_published_row_names_its_commit_and_quotes_its_figure_and_each_table_alternates():
+    # Provenance, checked rather than trusted: each source is pinned to a commit, each row names the commit its table
+    # was read at and quotes the table's line, whose cells hold the figure the planner is checked against (a typo in
+    # the measured value fails here); and the held-out half of each table is every second row by position (rows
+    # alternate), not rows chosen by their error.
+    import json
+    import re
+
+    doc = json.loads(calibration.PUBLISHED_RUNS.read_text())
+    for source, entry in doc.items():
+        assert re.search(r"/[0-9a-f]{40}", entry["url"]), source
+        previous: dict[str, str] = {}
+        for run in entry["rows"]:
+            assert re.fullmatch(r"[0-9a-f]{40}", run["commit"]), run["row"]
+            cells = {float(c) for c in run["row"].split("(column:")[0].split("|")
+                     if re.fullmatch(r"\s*\d+(\.\d+)?\s*", c)}
+            assert float(run.get("tokens_per_s_per_gpu", run.get("step_seconds"))) in cells, run["row"]
+            if run["table"] in previous:
+                assert run["set"] != previous[run["table"]], run["row"]
+            previous[run["table"]] = run["set"]
+
+
 MEGATRON_ROWS = [r for r in ROWS if r.source == DGXC]
 
 
