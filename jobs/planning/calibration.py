@@ -306,6 +306,10 @@ def table() -> str:
         for gen, s in summary(rows).items():
             lines.append(f"{name} {gen}: {s['rows']} rows, mean |error| {100 * s['mean']:.1f}%, largest "
                          f"{100 * s['max']:.1f}%, {s['beyond_15']} beyond 15%")
+    for source in dict.fromkeys(r.source for r in HELD_OUT):  # which source the held-out error comes from
+        for gen, s in summary(tuple(r for r in HELD_OUT if r.source == source)).items():
+            lines.append(f"  held out {gen}, {source}: {s['rows']} rows, mean |error| {100 * s['mean']:.1f}%, "
+                         f"largest {100 * s['max']:.1f}%")
     return "\n".join(lines)
 
 
