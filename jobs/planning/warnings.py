@@ -13,6 +13,9 @@ from jobs.planning.input_check import fixes
 from jobs.timestamps import utc_datetime
 
 POOR_EFFICIENCY = 0.5  # below this, more than half of the GPU-hours wait on communication
+# A pipeline idling more than this share of each step is told how micro-batches shrink its bubble: 1F1B at the
+# default 2 micro-batches a stage idles (p - 1) / (3p - 1), 27% at 4 stages and 30% at 8 (GPU-hours paid for nothing).
+IDLE_PIPELINE = 0.2
 # FSx for Lustre: the platform's file system (README: PERSISTENT_2, 1200 GiB at 250 MB/s per TiB). FastFile
 # streams from S3 on demand: we take 0.5 GB/s per instance (an assumption, not a published figure). File mode
 # copies the data to local storage first, then reads at disk speed: never the bottleneck, but slower to start.
@@ -63,9 +66,24 @@ def add_warnings(result: Any, request: Any, platform: Any, now: dt.datetime) -> 
             "the compute per step (raise micro_batch_size, or use fewer GPUs)"
             + (f"; {shape_words(alt)} takes {alt.hours:.2f} h" + (f" for ${alt.cost_usd:,.0f}" if alt.cost_usd else "")
                if alt else "") + ".")))
+    if rec.fits and rec.layout.pipeline > 1 and rec.bubble > IDLE_PIPELINE:
+        w.append(_pipeline_bubble(rec.layout, rec.bubble))
     _deadline_and_budget(result, sizing, w)
     _io(result, request, w)
     _training_plan(result, request, platform, now, w)
+
+
+def _pipeline_bubble(lay: Any, bubble: float) -> PlanWarning:
+    """How much of each step the recommended pipeline idles, and what four times its micro-batches would idle (the
+    bubble the time model charges: (p - 1) / (v m + p - 1) for p stages, v of them a rank, m micro-batches). The
+    planner compares schedules but takes the micro-batch count as given, so that is the fix it names."""
+    p, v, m = lay.pipeline, lay.stages_per_rank, lay.microbatches
+    more = 4 * m
+    return PlanWarning("pipeline_bubble", (
+        f"the pipeline idles {bubble:.0%} of each step (filling and draining {p} stages around {m} micro-batches"
+        + (f", {v} stages a rank" if v > 1 else "") + f"); {more} micro-batches would idle "
+        f"{(p - 1) / (v * more + p - 1):.0%}: raise parallel.pipeline_microbatches, with "
+        "hyperparameters.micro_batch_size so that they divide the samples a pipeline step gets."))
 
 
 def _deadline_and_budget(result: Any, sizing: Any, w: list) -> None:
