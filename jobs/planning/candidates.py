@@ -159,6 +159,21 @@ def requested_layouts(cands: list[Candidate], request: Any) -> list[Candidate]:
             and (c.layout.pipeline == 1 or p is None or c.layout.schedule == p.pipeline_schedule)]
 
 
+def runnable(lay: Layout, n: Numerics, m: ModelFacts, given: int | None) -> Layout | None:
+    """`lay` as the training package would run it with numerics `n`, or None where it refuses it (contract.parallel's
+    rules, the request's own check), so that no candidate, and no recommendation, carries fields a request is
+    refused with. A pipeline the request gives no micro-batch count keeps the default (two a stage) where the samples
+    a pipeline step gets split into it, else takes the fewest, at least one a stage, that they split into."""
+    def problems(layout: Layout) -> list:
+        return layout.problems(m.layers, m.heads, n.micro_batch, n.per_group)
+
+    if lay.pipeline > 1 and given is None and problems(lay):
+        pooled = lay.forward_batch(n.micro_batch, n.per_group) * lay.microbatches  # the samples a step splits
+        counts = (c for c in range(lay.pipeline, int(pooled) + 1) if pooled % c == 0)
+        lay = next((t for t in (dataclasses.replace(lay, microbatches=c) for c in counts) if not problems(t)), lay)
+    return None if problems(lay) else lay
+
+
 def sized_numerics(n: Numerics, lay: Layout) -> Numerics | None:
     """The numerics `lay` runs with: the micro-batch lowered so global_batch_size splits evenly over the ranks that
     read micro-batches (Numerics.fitted). A tensor/pipeline layout with more ranks than the global batch has

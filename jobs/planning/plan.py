@@ -16,6 +16,7 @@ from jobs.planning.candidates import (
     evaluate,
     layouts,
     requested_layouts,
+    runnable,
     shown,
     sized_numerics,
 )
@@ -88,11 +89,13 @@ def shape_candidates(m: ModelFacts, n: Numerics, spec: catalog.InstanceSpec, nod
                      price_usd_hour: float | None = None, schedule: str = "1f1b",
                      correct: Correction | None = None) -> list[Candidate]:
     # Each layout gets the micro-batch that splits global_batch_size evenly over its ranks (the training package
-    # divides by the world size); a layout with more ranks than samples per step is left out (it would refuse it).
+    # divides by the world size); a layout with more ranks than samples per step is left out (it would refuse it), and
+    # so is one whose degrees and micro-batches the package refuses (candidates.runnable).
     out = []
     for lay in layouts(m, nodes, per_node, pp_micro, schedule):
         fitted = sized_numerics(n, lay)
-        if fitted is not None:
+        lay = runnable(lay, fitted, m, pp_micro) if fitted is not None else None
+        if lay is not None:
             sized = evaluate(m, fitted, spec, lay, sizing, spot, price_usd_hour)
             out.append(correct(sized) if correct else sized)
     return out

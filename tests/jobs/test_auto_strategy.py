@@ -104,17 +104,24 @@ def test_auto_keeps_to_data_parallel_where_the_mesh_would_not_be_the_planners(pl
     assert any(w.code == "auto_picks_other" and "reference models" in w.message for w in result.warnings)
 
 
-def test_auto_skips_degrees_the_training_package_refuses(platform):
-    # micro_batch_size 1: a 2-stage pipeline's 4 micro-batches do not divide the 2 samples a pipeline step pools,
-    # so pp is never the pick here, whatever its speed.
+def test_no_candidate_carries_degrees_the_training_package_refuses(platform):
+    # micro_batch_size 1: a 2-stage pipeline's default 4 micro-batches do not divide the 2 samples a pipeline step
+    # pools. The planner gives such a pipeline the fewest micro-batches, one a stage at least, that the samples split
+    # into (2), so every pipeline it shows runs as shown, and auto's pick renders degrees training accepts.
     req = request("7b", "ml.g5.12xlarge", 2, micro_batch_size=1, activation_checkpointing=True)
     result = plan_request(req)
-    pp = [c for c in result.candidates if c.layout.strategy == "pp" and c.instance_type == "ml.g5.12xlarge"
-          and c.layout.nodes == 2]
-    assert pp and "does not divide" in result.scope.refusal(pp[0])
-    assert result.auto.layout.strategy != "pp"
+    m = result.model
+    pp = [c for c in result.every_layout if c.layout.pipeline > 1]
+    assert pp and all(c.layout.problems(m.layers, m.heads, c.micro_batch, c.per_group) == [] for c in pp)
+    assert {c.layout.microbatches for c in pp if c.layout.pipeline == 2 and c.layout.tensor == 1} == {2}
     _, values = rendered(req, platform)
     assert values["strategy"] == result.auto.layout.strategy
+    # A count the request gives is its own: a pipeline whose samples it does not split into is no candidate at all
+    # (2 stages without tensor parallelism pool 2 samples, which 3 micro-batches do not divide).
+    given = plan_request(request("7b", "ml.g5.12xlarge", 2, {"pipeline_microbatches": 3}, micro_batch_size=1,
+                                 activation_checkpointing=True))
+    assert all(c.layout.problems(m.layers, m.heads, c.micro_batch, c.per_group) == [] for c in given.every_layout)
+    assert not [c for c in given.every_layout if (c.layout.pipeline, c.layout.tensor) == (2, 1)]
 
 
 def test_an_attempt_on_a_fallback_type_gets_degrees_for_its_gpus(platform):

@@ -54,10 +54,13 @@ def test_70b_decoder_needs_tensor_within_nodes_and_pipeline_across():
                                 model_shape=shape, hyperparameters={"micro_batch_size": 1},
                                 parallel={"pipeline_microbatches": 32}))
     rec = four.recommendation
-    # Tensor inside a node, pipeline across the 4 nodes. Tensor 4 with FSDP over the node's other half (72 of 80
-    # GiB) beats tensor 8 (57 GiB) since the planner has tensor degrees under the node's width: 4-way all-reduces,
-    # and 2,048-wide matmuls per GPU at 91% of the generation's efficiency against 1,024-wide ones at 84%.
-    assert rec.fits and rec.layout.tensor in (4, 8) and rec.layout.pipeline == 4
+    # Tensor inside a node, pipeline across the 4 nodes. 32 micro-batches split only the 32 samples of a tensor x
+    # pipeline group of 32 (one a rank): tensor 4 x pipeline 8 (two stages a node; 76 of 80 GiB) beats tensor 8 x
+    # pipeline 4 (56 GiB) since the planner has tensor degrees under the node's width: 4-way all-reduces, and
+    # 2,048-wide matmuls per GPU against 1,024-wide ones. (Tensor 4 x pipeline 4 with FSDP over the node's other half
+    # was recommended before: its 16 samples do not split into 32 micro-batches, and the package refuses it.)
+    assert rec.fits and rec.layout.tensor in (4, 8) and rec.layout.tensor * rec.layout.pipeline == 32
+    assert rec.layout.problems(80, 64, rec.micro_batch, rec.per_group) == []
     from jobs.catalog import lookup
     from jobs.planning.candidates import evaluate
     from jobs.planning.layout import Layout, numerics
