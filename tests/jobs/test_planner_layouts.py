@@ -5,6 +5,7 @@ accept and the training package builds the same mesh from."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -18,7 +19,7 @@ from jobs.planning.memory import memory_per_gpu
 from jobs.planning.shape import PlanInputError, model_facts
 from jobs.planning.timing import step_time
 from jobs.render.training_job import render_create_training_job
-from jobs.request.parallelism import check_parallelism
+from jobs.request.parallelism import check_parallelism, request_problems
 from jobs.request.parse import parse_request
 from jobs.request.platform_rules import validate_for_platform
 from training.parallel.mesh import checked_dims
@@ -103,9 +104,10 @@ def test_every_layout_the_plan_shows_renders_to_a_request_the_rules_accept(platf
     result = plan_request(parse_request({**base, "strategy": "fsdp"}))
     per_host = catalog.lookup(instance_type).accelerators
     mine = [c for c in result.candidates if (c.instance_type, c.layout.nodes) == (instance_type, count)]
-    runnable = [c for c in mine if not c.layout.problems(32 if size == "7b" else None, None, hps["micro_batch_size"])]
-    assert len({c.layout.strategy for c in runnable}) >= 4
-    for c in runnable:
+    # Every one the plan shows runs as shown (candidates.runnable): none the package would refuse.
+    assert all(not c.layout.problems(result.model.layers, result.model.heads, c.micro_batch, c.per_group) for c in mine)
+    assert len({c.layout.strategy for c in mine}) >= 4
+    for c in mine:
         fields = c.to_dict()["request"]
         req = parse_request({**base, **fields})
         validate_for_platform(req, platform)
@@ -132,13 +134,47 @@ def test_the_table_keeps_the_layout_a_request_names_as_its_degrees_run_it(strate
     assert named.layout.strategy == runs_as and named in result.candidates
 
 
-def test_a_shown_layout_the_package_refuses_says_so_through_the_same_rule():
-    # 16 micro-batches of a 2-stage pipeline's 4 pooled samples: the plan may show the layout (its numbers are
-    # real), the request rules refuse it with the field to change.
+def test_a_layout_the_package_refuses_says_so_through_the_same_rule():
+    # 16 micro-batches of a 2-stage pipeline's 4 pooled samples: the request rules refuse it with the field to change
+    # (and the plan shows no such layout: the next test).
     lay = Layout(2, 8, shard=8, pipeline=2, microbatches=16)
     [p] = lay.problems(32, 32, 2)
     assert p.path == "parallel.pipeline_microbatches" and "does not divide the 4 samples" in p.message
     assert check_parallelism("pp", hosts=2, per_host=8, pipeline=2, microbatches=16, micro_batch_size=2) == [p]
+
+
+PROMISE_SHAPES = {
+    "gpt 7b": {"model": "gpt", "model_size": "7b"},
+    "70b": {"model": "my.pkg:llama", "model_shape": {"kind": "decoder", "params": 70_000_000_000, "layers": 80,
+                                                     "hidden": 8192, "heads": 64, "seq_len": 4096,
+                                                     "vocab_size": 32000}},
+    "125m": {"model": "my.pkg:small", "model_shape": {"kind": "decoder", "layers": 12, "hidden": 768, "heads": 12,
+                                                      "seq_len": 1024, "vocab_size": 8192}},
+}
+
+
+@pytest.mark.parametrize("shape", PROMISE_SHAPES)
+def test_no_layout_the_plan_offers_is_one_the_launcher_refuses(shape):
+    # Every layout of the requested shape (`every_layout`, what --json lists), across instance counts, micro-batch
+    # sizes, a given micro-batch count and schedule: its request fields, with the candidate's micro-batch, pass the
+    # launcher's check (jobs.request.parallelism.request_problems). Before candidates.runnable, 586 of 1,674 such
+    # layouts in this matrix carried a pipeline micro-batch count that does not divide the samples it splits.
+    checked = 0
+    for (instance_type, count), micro, parallel in itertools.product(
+            (("ml.p5.48xlarge", 1), ("ml.p5.48xlarge", 4), ("ml.g5.12xlarge", 2)), (1, 2, 3),
+            (None, {"pipeline_microbatches": 16}, {"pipeline_schedule": "interleaved_1f1b"})):
+        base = {"name": "promise", "dataset": DATASET, "strategy": "auto", **PROMISE_SHAPES[shape],
+                "instance": {"type": instance_type, "count": count}, "hyperparameters": {"micro_batch_size": micro}}
+        result = plan_request(parse_request({**base, **({"parallel": parallel} if parallel else {})}))
+        for c in result.every_layout:
+            fields = c.to_dict()["request"]
+            req = parse_request({**base, "strategy": fields["strategy"].value,
+                                 "parallel": {**(parallel or {}), **fields.get("parallel", {})},
+                                 "hyperparameters": {**base["hyperparameters"], **fields.get("hyperparameters", {}),
+                                                     "micro_batch_size": c.micro_batch}})
+            assert request_problems(req, c.layout.nodes, c.layout.gpus_per_node) == [], (c.layout, fields)
+            checked += 1
+    assert checked > 100
 
 
 def test_selective_checkpointing_costs_between_none_and_full():
