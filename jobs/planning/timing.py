@@ -105,6 +105,12 @@ class StepTime:
         return self.compute + self.exposed_comm
 
 
+def pipeline_bubble(stages: int, per_rank: int, microbatches: int) -> float:
+    """The share of a pipeline step its ranks idle, filling and draining `stages` stages (`per_rank` of them a rank)
+    around `microbatches` micro-batches: (p - 1) / (v m + p - 1), as torch's schedules run them."""
+    return (stages - 1) / (per_rank * microbatches + stages - 1) if stages > 1 else 0.0
+
+
 def generation(gpu: GpuSpec) -> str:
     """The generation whose fitted constants this GPU uses (its own, or the one it borrows)."""
     return gpu.generation if gpu.generation in PACKAGE else BORROWED[gpu.generation]
@@ -215,7 +221,7 @@ def step_time(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, stack
     # v stages (interleaved 1F1B) runs each in 1/v of a slot, so its bubble is (p - 1) / (v m + p - 1), as torch's
     # ScheduleInterleaved1F1B (and Narayanan et al. 2021, section 2.2) have it.
     slots = accum * (chunks + (stages - 1) / v)
-    bubble = (stages - 1) / (v * chunks + stages - 1) if stages > 1 else 0.0
+    bubble = pipeline_bubble(stages, v, chunks)
     compute = micro * slots
     local = m.params / (lay.tensor * lay.pipeline)
     compute += (optimizer_bytes(int(local), 0, n.optimizer) + 12 * local) / (spec.gpu.memory_gbps * 1e9)

@@ -10,6 +10,7 @@ from typing import Any
 from jobs.planning.cadence import PLAN_RECLAIM_HOURS
 from jobs.planning.candidates import STARTUP_HOURS
 from jobs.planning.input_check import fixes
+from jobs.planning.timing import pipeline_bubble
 from jobs.timestamps import utc_datetime
 
 POOR_EFFICIENCY = 0.5  # below this, more than half of the GPU-hours wait on communication
@@ -75,14 +76,14 @@ def add_warnings(result: Any, request: Any, platform: Any, now: dt.datetime) -> 
 
 def _pipeline_bubble(lay: Any, bubble: float) -> PlanWarning:
     """How much of each step the recommended pipeline idles, and what four times its micro-batches would idle (the
-    bubble the time model charges: (p - 1) / (v m + p - 1) for p stages, v of them a rank, m micro-batches). The
-    planner compares schedules but takes the micro-batch count as given, so that is the fix it names."""
+    bubble the time model charges, timing.pipeline_bubble). The planner compares schedules but takes the micro-batch
+    count as given, so that is the fix it names."""
     p, v, m = lay.pipeline, lay.stages_per_rank, lay.microbatches
     more = 4 * m
     return PlanWarning("pipeline_bubble", (
         f"the pipeline idles {bubble:.0%} of each step (filling and draining {p} stages around {m} micro-batches"
         + (f", {v} stages a rank" if v > 1 else "") + f"); {more} micro-batches would idle "
-        f"{(p - 1) / (v * more + p - 1):.0%}: raise parallel.pipeline_microbatches, with "
+        f"{pipeline_bubble(p, v, more):.0%}: raise parallel.pipeline_microbatches, with "
         "hyperparameters.micro_batch_size so that they divide the samples a pipeline step gets."))
 
 
