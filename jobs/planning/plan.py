@@ -174,6 +174,8 @@ def plan_request(request: Any, platform: Any = None, now: dt.datetime | None = N
     schedule = request.parallel.pipeline_schedule if request.parallel else "1f1b"
     mine = shape_candidates(m, n, spec, nodes, per_node, sizing, spot, pp_micro, prices.get(spec.instance_type),
                             schedule, correct)
+    if not mine:
+        raise _no_layout(n, spec, nodes, per_node)
     least = min(mine, key=lambda c: c.memory_gib)
     rec = best(mine) or least
     whole = request.instance is not None and (nodes, per_node) == (count, spec.accelerators)
@@ -189,6 +191,15 @@ def plan_request(request: Any, platform: Any = None, now: dt.datetime | None = N
                         every_layout=mine)
     add_warnings(result, request, platform, now or dt.datetime.now(dt.UTC))
     return result
+
+
+def _no_layout(n: Numerics, spec: catalog.InstanceSpec, nodes: int, per_node: int) -> PlanInputError:
+    """Why no layout of the requested shape runs, as the field to change. Every data-parallel layout runs without a
+    global batch (no degrees, no pipeline micro-batches to refuse), so only the global batch leaves none: the training
+    package splits it evenly over the ranks that read micro-batches, and over fewer samples than ranks it cannot."""
+    return PlanInputError("hyperparameters.global_batch_size", n.global_batch, (
+        f"splits evenly over no layout of {nodes} x {spec.instance_type} ({nodes * per_node} GPUs): the training "
+        f"package divides it by the ranks that read micro-batches; use a multiple of {nodes * per_node}, or fewer GPUs"))
 
 
 def _reason(rec: Candidate, auto: Candidate | None) -> str:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
+from contract.errors import RequestInvalid
 from jobs.planning import PlanInputError, plan_request
 from jobs.request.parse import parse_request
 
@@ -89,6 +92,39 @@ def test_a_pipeline_that_idles_a_third_of_each_step_is_told_the_micro_batches_th
     assert "parallel.pipeline_microbatches" in warning.message
     given = plan_request(request(**fields, parallel={"pipeline_microbatches": 32}))
     assert given.recommendation.bubble < 0.1 and "pipeline_bubble" not in codes(given)
+
+
+def test_a_global_batch_that_splits_over_no_layout_is_an_error_naming_it():
+    # 100 samples over 24 GPUs: no data-parallel layout splits them evenly, and the tensor and pipeline layouts
+    # that read one micro-batch per batch group cannot run this 3-head, 12-layer model's 100 samples either. This
+    # was a traceback (min() of no candidates).
+    shape = {"kind": "decoder", "layers": 12, "hidden": 384, "heads": 3, "seq_len": 2048, "vocab_size": 32000}
+    with pytest.raises(PlanInputError) as e:
+        plan_request(request(model="my.pkg:m", model_shape=shape, instance={"type": "ml.p5.48xlarge", "count": 3},
+                             hyperparameters={"micro_batch_size": 7, "global_batch_size": 100}))
+    assert e.value.field == "hyperparameters.global_batch_size" and "multiple of 24" in e.value.fix
+
+
+@pytest.mark.parametrize("strategy", ["auto", "ddp", "tp", "pp", "hybrid"])
+def test_odd_batches_and_clusters_plan_or_name_the_field_never_a_traceback(strategy):
+    # Global batches of 1 and 100, micro-batches of 1 and 7, on 1 and 3 instances of 8 GPUs and 4 of one GPU, with
+    # and without a pipeline micro-batch count: each plans, or is a PlanInputError naming what to change (28 of 400
+    # such random requests raised ValueError before).
+    shape = {"kind": "decoder", "layers": 12, "hidden": 512, "heads": 8, "seq_len": 1024, "vocab_size": 32000}
+    for gbs, micro, (instance_type, count), parallel in itertools.product(
+            (None, 1, 100), (1, 7), (("ml.p5.48xlarge", 1), ("ml.p5.48xlarge", 3), ("ml.g5.xlarge", 4)),
+            (None, {"pipeline_microbatches": 3})):
+        hps = {"micro_batch_size": micro, **({"global_batch_size": gbs} if gbs else {})}
+        try:
+            req = request(model="my.pkg:m", model_shape=shape, strategy=strategy,
+                          instance={"type": instance_type, "count": count}, hyperparameters=hps,
+                          **({"parallel": parallel} if parallel else {}))
+        except RequestInvalid:
+            continue  # the request's own rules refuse it before any plan
+        try:
+            plan_request(req).to_dict()
+        except PlanInputError as e:
+            assert e.field and e.fix
 
 
 def test_100m_model_with_a_small_batch_on_several_nodes_does_not_pay():
