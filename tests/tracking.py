@@ -9,12 +9,11 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.training.helpers import free_port
+from tools.local_server import answers
 
 # Its start-up (imports, the SQLite schema's migrations) measured 6-26 s on the 2-core machine, the longer with the
 # suite's other worker busy: a minute is room.
@@ -57,16 +56,10 @@ def start(folder: Path) -> MlflowServer:
          str(folder / "artifacts")],
         stdout=log.open("w"), stderr=subprocess.STDOUT)
     server = MlflowServer(f"http://127.0.0.1:{port}", process, log)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"mlflow server exited with {process.returncode}: {log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"{server.uri}/health", timeout=2) as answer:
-                if answer.status == 200:
-                    return server
-        except OSError:
-            time.sleep(0.25)
+    if answers(f"{server.uri}/health", process, START_TIMEOUT_S):
+        return server
+    if process.poll() is not None:
+        raise RuntimeError(f"mlflow server exited with {process.returncode}: {log.read_text()[-2000:]}")
     server.stop()
     raise RuntimeError(f"mlflow server did not answer in {START_TIMEOUT_S} s: {log.read_text()[-2000:]}")
 

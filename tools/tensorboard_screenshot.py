@@ -15,11 +15,11 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 from contract.metrics import GRAD_NORM, LR, TOKENS_PER_SEC, TRAIN_LOSS
+from tools.local_server import answers
 
 ROOT = Path(__file__).resolve().parents[1]
 EVENTS = ROOT / ".demo" / "local-fsdp" / "output" / "tensorboard"
@@ -47,16 +47,10 @@ def serve(events: Path, port: int) -> subprocess.Popen:
     """TensorBoard on loopback, once it answers (its start reads the event files first)."""
     server = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(events), "--host",
                                "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/data/runs", timeout=2) as answer:
-                if answer.status == 200:
-                    return server
-        except OSError:
-            time.sleep(0.5)
+    if answers(f"http://127.0.0.1:{port}/data/runs", server, timeout_s=60, poll_s=0.5):
+        return server
     server.kill()
-    sys.exit(f"TensorBoard did not answer on port {port} within 60 s")
+    sys.exit(f"TensorBoard did not answer on port {port} within 60 s (exit status {server.poll()})")
 
 
 def screenshot(url: str, out: Path) -> None:
