@@ -391,6 +391,7 @@ def test_a_launched_job_writes_tensorboard_events_and_an_mlflow_run(launcher, tm
 
     assert MlflowClient(mlflow_server.uri).get_experiment(run_.info.experiment_id).name == launcher.settings["name_prefix"]
     # Its cost: the price the launcher rendered times the hours it ran (one instance), to the tags' rounding (6
-    # decimals of an hour: 0.0036 s).
+    # decimals of an hour: 0.0036 s). The run's own length is the machine's: 0.9 s on an idle one, so the hours are
+    # only asked to be well above that rounding (a bound of 1 s failed there).
     seconds = 3600 * float(run_.data.tags[INSTANCE_HOURS_TAG])
-    assert seconds > 1 and abs(float(run_.data.tags[COST_TAG]) - seconds) < 0.005
+    assert seconds > 0.1 and abs(float(run_.data.tags[COST_TAG]) - seconds) < 0.005
