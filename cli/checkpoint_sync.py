@@ -136,6 +136,8 @@ class CheckpointSync:
                 if _copy_whole(self.local / relative, self.prefix / relative):
                     self.known[relative] = stamp
                     uploaded += 1
+                else:  # pruned between the look and the copy: leave no folder the copy made for it
+                    _remove_empty_folders(self.prefix, relative)
             self._seen = now
             return uploaded
 
