@@ -6,7 +6,7 @@ Each strategy runs `world` gloo processes on this machine (CPU) through the trai
 components (job, optimizer, TrainStep) on synthetic tokens with one global batch for all. Per rank: the
 median step time, the bytes of parameters + gradients + optimizer state it holds (what sharding saves), and
 its peak RSS. Pipeline bubble: 1 - t(one process, whole model) / (world x t(pipeline step)), against
-(p - 1) / (v x m + p - 1) for 1F1B/GPipe (v = 1) and interleaved 1F1B (v = 2 stages per rank). CPU figures
+(p - 1) / (v x m + p - 1) for 1F1B/GPipe (v = 1) and interleaved 1F1B (v = 2 stages per rank, and 4). CPU figures
 only: the processes share the cores, so compute does not scale with ranks as on GPUs (with more ranks than
 cores the measured bubble is mostly core sharing); compare memory freely and times within one run.
 """
@@ -23,6 +23,8 @@ import time
 
 import torch
 import torch.multiprocessing as mp
+
+from contract.parallel import stages_per_rank
 
 SHAPE = {"layers": 8, "d_model": 128}
 
@@ -48,7 +50,7 @@ def _rank(rank: int, world: int, port: int, hps: dict, steps: int, shape: dict, 
     torch.set_num_threads(1)
     SHAPE.update(shape)
     from training.config import from_environment
-    from training.data.datasets import micro_batches
+    from training.data.loader import BatchSource
     from training.data.sampler import GlobalBatchSampler
     from training.job import build_job
     from training.optim import build_optimizer, build_scheduler
@@ -64,10 +66,12 @@ def _rank(rank: int, world: int, port: int, hps: dict, steps: int, shape: dict, 
         optimizer = build_optimizer(job.model, cfg)
         step = TrainStep(job.par, optimizer, build_scheduler(optimizer, cfg), torch.amp.GradScaler("cpu", enabled=False),
                          job.precision, dist.device, cfg.grad_clip)
-        sampler = GlobalBatchSampler(len(job.train_set), job.global_batch, dist.rank, world, cfg.seed)
+        # The loop's own data path (training.loop), without loader workers: the step is what is timed.
+        sampler = GlobalBatchSampler(len(job.train_set), job.global_batch, job.data_rank, job.data_world, cfg.seed)
+        source = BatchSource(job.train_set, sampler, cfg.micro_batch_size, dist.device, workers=0)
         times = []
         for _ in range(steps):
-            batches = micro_batches(job.train_set, sampler.next_indices(), cfg.micro_batch_size, dist.device)
+            batches = source.next()
             torch.distributed.barrier()
             t0 = time.perf_counter()
             step(batches)
@@ -76,6 +80,7 @@ def _rank(rank: int, world: int, port: int, hps: dict, steps: int, shape: dict, 
                "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
         with open(f"{out}.{rank}", "w") as f:
             json.dump(row, f)
+        del step, job, optimizer, source, batches  # the process groups they hold go with them, before teardown
         teardown()
 
 
@@ -107,6 +112,9 @@ def main() -> None:
              "tp": {"strategy": "tp", "tp_degree": 2}}
     for sched in ("1f1b", "interleaved_1f1b", "gpipe"):
         cases[f"pp_{sched}"] = {"strategy": "pp", "pp_degree": 2, "pp_schedule": sched}
+    if a.layers % 8 == 0:  # 2 ranks x 4 stages a rank split the blocks equally
+        cases["pp_interleaved_x4"] = {"strategy": "pp", "pp_degree": 2, "pp_schedule": "interleaved_1f1b",
+                                      "pp_stages_per_rank": 4}
     if w == 4:
         cases["hybrid"] = {"strategy": "hybrid", "pp_degree": 2, "tp_degree": 2}
     one = run(1, {"strategy": "fsdp"}, a.steps, shape)[0]["step_ms"]
@@ -120,7 +128,7 @@ def main() -> None:
         if name.startswith("pp_"):
             # Idle fraction against the one-process step spread over all w ranks (p stages x w/p data ranks,
             # each pipeline on its 1/(w/p) of the batch). v stages per rank shrink the bubble (interleaving).
-            p, m, v = 2, 2 * 2, 2 if name == "pp_interleaved_1f1b" else 1
+            p, m, v = 2, 2 * 2, stages_per_rank(hps["pp_schedule"], hps.get("pp_stages_per_rank"))
             measured = 1 - one / (w * step_ms)
             bubble = (f"measured {measured:.2f} vs (p-1)/(v*m+p-1) = {(p - 1) / (v * m + p - 1):.2f} "
                       f"(p={p}, v={v}, m={m})")

@@ -43,7 +43,8 @@ class Strategy(enum.StrEnum):
 # What the training package runs; a request may ask for these or `auto`.
 TRAINING_STRATEGIES = ("single", "ddp", "fsdp", "hsdp", "tp", "pp", "hybrid", "smp")
 REQUEST_STRATEGIES = (*TRAINING_STRATEGIES, Strategy.AUTO.value)
-PIPELINE_SCHEDULES = ("1f1b", "interleaved_1f1b", "gpipe")
+INTERLEAVED = "interleaved_1f1b"  # the schedule that loops several model stages a rank over the pipeline's ranks
+PIPELINE_SCHEDULES = ("1f1b", INTERLEAVED, "gpipe")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 OPTIMIZERS = ("adamw", "sgd")
 DATA_MODES = ("auto", "channels", "synthetic")
@@ -194,6 +195,9 @@ class TrainConfig:
         "micro-batches per pipeline step (null: 2 x stages)", "platform", min=1))
     pp_schedule: str = field(default="1f1b", metadata=_hp(
         "pipeline schedule", "platform", choices=PIPELINE_SCHEDULES))
+    pp_stages_per_rank: int | None = field(default=None, metadata=_hp(
+        "model stages each pipeline rank holds (interleaved_1f1b: 2 or more, null: 2; the others: 1)", "platform",
+        min=1))
     # torch.profiler on demand (training.metrics.profiling): traces beside the TensorBoard event files.
     profile_from: int = field(default=0, metadata=_hp(
         "profile the steps from this one on with torch.profiler (CPU and CUDA activities, memory, shapes, stacks; "

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from contract.errors import Problem
-from contract.hyperparameters import Strategy
+from contract.hyperparameters import INTERLEAVED, Strategy
 
 # The strategies that build the mesh below.
 MODEL_PARALLEL = (Strategy.HSDP, Strategy.TP, Strategy.PP, Strategy.HYBRID)
@@ -108,6 +108,7 @@ class Audience:
     pipeline: str
     shard: str
     microbatches: str
+    stages_per_rank: str
     micro_batch_size: str
     degrees: str  # "{tensor}", "{pipeline}", "{product}" filled in
     world: str  # "{world}", "{hosts}", "{per_host}" filled in
@@ -122,17 +123,40 @@ class Audience:
 REQUEST = Audience(
     tensor="parallel.tensor_parallel_degree", pipeline="parallel.pipeline_parallel_degree",
     shard="parallel.hybrid_shard_degree", microbatches="parallel.pipeline_microbatches",
-    micro_batch_size="hyperparameters.micro_batch_size", degrees="tensor {tensor} x pipeline {pipeline} = {product}",
+    stages_per_rank="parallel.pipeline_stages_per_rank", micro_batch_size="hyperparameters.micro_batch_size",
+    degrees="tensor {tensor} x pipeline {pipeline} = {product}",
     world="the {world} GPUs ({hosts} x {per_host})", per_host="the {per_host} GPUs of one instance", hosts="instances")
 HYPERPARAMETERS = Audience(
     tensor="tp_degree", pipeline="pp_degree", shard="dp_shard", microbatches="pp_microbatches",
-    micro_batch_size="micro_batch_size", degrees="tp_degree={tensor} x pp_degree={pipeline}",
+    stages_per_rank="pp_stages_per_rank", micro_batch_size="micro_batch_size",
+    degrees="tp_degree={tensor} x pp_degree={pipeline}",
     world="the world size {world}", per_host="the {per_host} processes per host", hosts="hosts")
 
 
-def stages_per_rank(schedule: str) -> int:
-    """Model stages each pipeline rank holds: the interleaved schedule loops two over the ranks."""
-    return 2 if schedule == "interleaved_1f1b" else 1
+DEFAULT_INTERLEAVED_STAGES = 2  # pp_stages_per_rank's default under the interleaved schedule
+
+
+def stages_per_rank(schedule: str, given: int | None = None) -> int:
+    """Model stages each pipeline rank holds: pp_stages_per_rank for the interleaved schedule (default two; more
+    shrink the bubble to (p - 1) / (v m + p - 1) at v point-to-point hops a micro-batch), one for the others."""
+    if schedule != INTERLEAVED:
+        return 1
+    return given or DEFAULT_INTERLEAVED_STAGES
+
+
+def stages_problems(schedule: str, given: int | None, a: Audience = REQUEST) -> list[Problem]:
+    """pp_stages_per_rank against the schedule: several stages a rank need the interleaved schedule, and the
+    interleaved schedule needs several (with one it is 1F1B with more bookkeeping)."""
+    name = a.name(a.stages_per_rank)
+    if given is None:
+        return []
+    if schedule == INTERLEAVED and given < 2:
+        return [Problem(a.stages_per_rank, f"{name}={given} with the {INTERLEAVED} schedule, which loops at least 2 "
+                        f"stages a rank: use schedule 1f1b for one stage a rank, or {name} >= 2")]
+    if schedule != INTERLEAVED and given != 1:
+        return [Problem(a.stages_per_rank, f"{name}={given} needs the {INTERLEAVED} schedule (the {schedule} "
+                        f"schedule runs one stage a rank): set the schedule to {INTERLEAVED}, or leave {name} unset")]
+    return []
 
 
 def microbatches(given: int | None, pipeline: int) -> int:
@@ -193,9 +217,10 @@ def _auto_degree_problems(tensor: int, pipeline: int, a: Audience) -> list[Probl
 def layout_problems(strategy: str, *, hosts: int, per_host: int, tensor: int = 1, pipeline: int = 1,
                     shard: int = 0, microbatches: int | None = None, schedule: str = "1f1b",
                     n_layer: int | None = None, n_head: int | None = None, micro_batch_size: int | None = None,
-                    a: Audience = REQUEST, per_group: bool = False) -> list[Problem]:
+                    a: Audience = REQUEST, per_group: bool = False, stages: int | None = None) -> list[Problem]:
     """Every reason this layout cannot run on `hosts` x `per_host` GPUs, each naming its field.
-    `n_layer`/`n_head`: the model's shape when known; `micro_batch_size` when the pipeline's split is checked."""
+    `n_layer`/`n_head`: the model's shape when known; `micro_batch_size` when the pipeline's split is checked;
+    `stages`: pp_stages_per_rank as given (None: the schedule's default)."""
     problems = strategy_degree_problems(strategy, tensor, pipeline, a)
     if strategy not in MODEL_PARALLEL or problems:
         return problems
@@ -215,7 +240,8 @@ def layout_problems(strategy: str, *, hosts: int, per_host: int, tensor: int = 1
         problems.append(Problem(a.tensor, f"{a.name(a.tensor)}={tensor} does not divide the model's {n_head} "
                                 "attention heads: choose a degree that divides the head count"))
     if pipeline > 1:
-        problems += layer_split_problems(pipeline, schedule, n_layer, a)
+        problems += stages_problems(schedule, stages, a)
+        problems += layer_split_problems(pipeline, schedule, n_layer, a, stages)
         problems += microbatch_problems(microbatches, pipeline, tensor, micro_batch_size, a, schedule, per_group)
     return problems
 
@@ -235,13 +261,16 @@ def _shard_problems(strategy: str, per_host: int, tensor: int, pipeline: int, sh
     return []
 
 
-def layer_split_problems(pipeline: int, schedule: str, n_layer: int | None, a: Audience = REQUEST) -> list[Problem]:
+def layer_split_problems(pipeline: int, schedule: str, n_layer: int | None, a: Audience = REQUEST,
+                         given: int | None = None) -> list[Problem]:
     """The request's rule that a pipeline's stages hold equally many layers (the model's shape when known)."""
-    stages = pipeline * stages_per_rank(schedule)
+    per_rank = stages_per_rank(schedule, given)
+    stages = pipeline * per_rank
     if n_layer and n_layer % stages:
-        return [Problem(a.pipeline, (
+        return [Problem(a.stages_per_rank if given else a.pipeline, (
             f"the model's {n_layer} layers do not split into {stages} equal stages ({a.name(a.pipeline)} {pipeline} "
-            f"x {stages_per_rank(schedule)} per rank for {schedule}): choose a pipeline degree whose stage count "
+            f"x {per_rank} per rank for {schedule}): choose a pipeline degree "
+            f"{'and ' + a.name(a.stages_per_rank) + ' ' if schedule == INTERLEAVED else ''}whose stage count "
             "divides the layers"))]
     return []
 
@@ -258,7 +287,7 @@ def microbatch_problems(given: int | None, pipeline: int, tensor: int, micro_bat
                         f"would never fill; use at least {a.name(a.pipeline)} micro-batches (default "
                         f"{DEFAULT_MICROBATCHES_PER_STAGE} x)")]
     rounds = m // pipeline
-    if stages_per_rank(schedule) > 1 and m % rounds:
+    if schedule == INTERLEAVED and m % rounds:
         return [Problem(a.microbatches, f"{name}={m} does not split into the interleaved schedule's {rounds} rounds "
                         f"({m} // {a.name(a.pipeline)} {pipeline}): use a multiple of {a.name(a.pipeline)}")]
     pooled = (micro_batch_size or 0) * (1 if per_group else pipeline * tensor)
@@ -272,7 +301,8 @@ def microbatch_problems(given: int | None, pipeline: int, tensor: int, micro_bat
 
 
 def parallel_hyperparameters(strategy: str, tensor: int = 1, pipeline: int = 1, shard: int = 0,
-                             microbatches: int | None = None, schedule: str = "1f1b") -> dict:
+                             microbatches: int | None = None, schedule: str = "1f1b",
+                             stages: int | None = None) -> dict:
     """The hyperparameters the launcher sends for a torch-native strategy (contract.hyperparameters names): a
     request's `parallel` section (jobs.request.parallelism) or the planner's pick (jobs.planning.layout)."""
     if strategy not in MODEL_PARALLEL:
@@ -280,4 +310,6 @@ def parallel_hyperparameters(strategy: str, tensor: int = 1, pipeline: int = 1, 
     hps = {"tp_degree": tensor, "pp_degree": pipeline, "dp_shard": shard, "pp_schedule": schedule}
     if microbatches is not None:
         hps["pp_microbatches"] = microbatches
+    if stages is not None:
+        hps["pp_stages_per_rank"] = stages
     return hps

@@ -15,7 +15,7 @@ def balance(weights: list[float], n_stages: int, first: float = 0, last: float =
     n = len(weights)
     if n < n_stages:
         raise ConfigError(f"the model has {n} blocks, fewer than the {n_stages} pipeline stages "
-                          "(pp_degree x stages per rank): lower pp_degree or use the 1f1b schedule")
+                          "(pp_degree x stages per rank): lower pp_degree or pp_stages_per_rank, or use the 1f1b schedule")
     prefix = [0]
     for w in weights:
         prefix.append(prefix[-1] + w)

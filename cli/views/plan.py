@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from contract.hyperparameters import canonical_name, decode_hyperparameters
+from contract.hyperparameters import INTERLEAVED, canonical_name, decode_hyperparameters
 from contract.parallel import MODEL_PARALLEL
 from jobs.naming import NAME_NONCE_CHARS, RUN_TOKEN_CHARS, run_slug
 from jobs.timestamps import duration
@@ -295,7 +295,7 @@ def sizing_table(result: Any) -> Table:
         mark = "*" if c is rec else ""
         strategy = d["strategy"]
         degrees = "/".join(str(v) for v in d["degrees"].values()) + (
-            " interleaved" if d["pipeline_schedule"] == "interleaved_1f1b" else "")
+            f" interleaved, {d['pipeline_stages_per_rank']} a rank" if d["pipeline_schedule"] == INTERLEAVED else "")
         fit = f"{d['memory_per_gpu_gib']:.1f}" + ("" if d["fits"] else " (no fit)")
         table.add_row(mark, strategy, degrees, f"{d['instance_count']} x {d['instance_type']}", str(d["gpus"]), fit,
                       f"{d['step_time_s']:.3g}", f"{d['throughput']:,.0f}", f"{d['scaling_efficiency']:.0%}",

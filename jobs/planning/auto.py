@@ -26,6 +26,7 @@ class AutoScope:
     split_layers: bool  # tp, pp, hybrid allowed: native, and a reference model
     micro_batch: int  # the request's micro_batch_size: training checks pipeline micro-batches against it
     schedule: str  # the request's parallel.pipeline_schedule: auto runs pipelines with it alone
+    stages: int | None = None  # the request's parallel.pipeline_stages_per_rank: None lets auto choose
     per_group: bool = False  # the request's micro_batch_per_group: auto sends no hyperparameter of its own
 
     def refusal(self, c: Candidate) -> str | None:
@@ -43,6 +44,9 @@ class AutoScope:
         if lay.pipeline > 1 and lay.schedule != self.schedule:
             return (f"runs the {lay.schedule} schedule, and the request's parallel.pipeline_schedule is "
                     f"{self.schedule} (set it to {lay.schedule} for auto to run this)")
+        if lay.pipeline > 1 and self.stages is not None and lay.stages_per_rank != self.stages:
+            return (f"holds {lay.stages_per_rank} stages a rank, and the request's parallel.pipeline_stages_per_rank "
+                    f"is {self.stages} (leave it unset for auto to choose)")
         problems = lay.problems(self.model.layers, self.model.heads, self.micro_batch, c.per_group)
         return f"has degrees the training package refuses ({problems[0].message})" if problems else None
 
@@ -58,4 +62,4 @@ def auto_scope(model: str, m: ModelFacts, n: Numerics, whole_cluster: bool, para
     `parallel`: the request's `parallel` section (its pipeline schedule), None for the default."""
     return AutoScope(m, native=whole_cluster, split_layers=whole_cluster and model in REFERENCE_MODELS,
                      micro_batch=n.micro_batch, schedule=getattr(parallel, "pipeline_schedule", None) or "1f1b",
-                     per_group=n.per_group)
+                     stages=getattr(parallel, "pipeline_stages_per_rank", None), per_group=n.per_group)

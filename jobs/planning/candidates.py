@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from contract.hyperparameters import PIPELINE_SCHEDULES
+from contract.hyperparameters import INTERLEAVED, PIPELINE_SCHEDULES
 from contract.parallel import ParallelDims, microbatches, stages_per_rank
 from jobs.catalog import SPOT_SAVINGS, InstanceSpec, lookup
 from jobs.planning.cadence import Cadence, cadence, state_bytes
@@ -76,6 +76,7 @@ class Candidate:
             "scaling_efficiency": round(self.scaling_efficiency, 3), "pipeline_bubble": round(self.bubble, 3),
             "pipeline_schedule": lay.schedule if lay.pipeline > 1 else None,
             "pipeline_microbatches": lay.microbatches if lay.pipeline > 1 else None,
+            "pipeline_stages_per_rank": lay.stages_per_rank if lay.pipeline > 1 else None,
             "hours": round(self.hours, 3),
             "cost_usd": None if self.cost_usd is None else round(self.cost_usd, 2),
             "cost_on_demand_usd": None if self.cost_on_demand_usd is None else round(self.cost_on_demand_usd, 2),
@@ -101,7 +102,8 @@ def layouts(m: ModelFacts, nodes: int, per_node: int, pp_microbatches: int | Non
     data parallel (ddp, fsdp, hsdp), tensor parallel at each degree dividing a node's GPUs (the rest sharded),
     and pipelines (tensor inside a stage when heads allow) at each degree whose stages tile the nodes: fewer
     stages than nodes (several pipeline replicas, FSDP over them), one per node, or several per node; each with
-    the 1F1B and the interleaved schedule, and `schedule` (the request's)."""
+    the 1F1B and the interleaved schedule (at each count of stages a rank that splits the layers equally), and
+    `schedule` (the request's)."""
     world = nodes * per_node
     if world == 1:
         return [Layout(1, 1)]
@@ -125,11 +127,20 @@ def _pipelines(m: ModelFacts, nodes: int, per_node: int, tensor: int, given: int
         if world % p or stage % tensor or (per_node % stage if stage < per_node else stage % per_node):
             continue
         for schedule in schedules:
-            if m.layers < p * stages_per_rank(schedule):
-                continue
-            out.append(Layout(nodes, per_node, shard=stage // tensor, tensor=tensor,
-                              pipeline=p, microbatches=microbatches(given, p), schedule=schedule))
+            for v in _stages_per_rank(m.layers, p, schedule):
+                out.append(Layout(nodes, per_node, shard=stage // tensor, tensor=tensor, pipeline=p,
+                                  microbatches=microbatches(given, p), schedule=schedule,
+                                  virtual=0 if v == stages_per_rank(schedule) else v))
     return out
+
+
+def _stages_per_rank(layers: int, pipeline: int, schedule: str) -> list[int]:
+    """The stages a rank may hold on this schedule: one, or for the interleaved schedule every count from two whose
+    stages split the layers equally (the request's rule, contract.parallel.layer_split_problems). More stages a
+    rank shrink the bubble and add point-to-point hops; the time model weighs the two."""
+    if schedule != INTERLEAVED:
+        return [1] if layers >= pipeline else []
+    return [v for v in range(2, layers // pipeline + 1) if layers % (pipeline * v) == 0]
 
 
 def shown(cands: list[Candidate], keep: tuple[Candidate | None, ...] = ()) -> list[Candidate]:
@@ -156,7 +167,9 @@ def requested_layouts(cands: list[Candidate], request: Any) -> list[Candidate]:
     degrees = (p.tensor_parallel_degree, p.pipeline_parallel_degree, p.hybrid_shard_degree) if p else (1, 1, 0)
     return [c for c in cands
             if c.layout.dims == ParallelDims.resolve(strategy, c.layout.gpus, c.layout.gpus_per_node, *degrees)
-            and (c.layout.pipeline == 1 or p is None or c.layout.schedule == p.pipeline_schedule)]
+            and (c.layout.pipeline == 1 or p is None or (
+                c.layout.schedule == p.pipeline_schedule
+                and c.layout.stages_per_rank == stages_per_rank(p.pipeline_schedule, p.pipeline_stages_per_rank)))]
 
 
 def runnable(lay: Layout, n: Numerics, m: ModelFacts, given: int | None) -> Layout | None:

@@ -49,8 +49,9 @@ class Layout:
     pipeline: int = 1
     microbatches: int = 1  # per pipeline step
     schedule: str = "1f1b"  # the pipeline's (contract.hyperparameters.PIPELINE_SCHEDULES); no meaning without one
-    # Model chunks a pipeline rank holds where a published run's differs from its schedule's (Megatron's virtual
-    # pipeline size, jobs.planning.calibration); 0: the schedule's, as the package runs it. No candidate sets it.
+    # Model stages a pipeline rank holds where they are not the schedule's default: the request's
+    # parallel.pipeline_stages_per_rank (the package's pp_stages_per_rank; Megatron calls it the virtual pipeline
+    # size, jobs.planning.calibration); 0: the schedule's default (contract.parallel.stages_per_rank).
     virtual: int = 0
 
     @property
@@ -84,9 +85,11 @@ class Layout:
 
     @classmethod
     def of(cls, dims: ParallelDims, nodes: int, gpus_per_node: int, microbatches: int = 1,
-           schedule: str = "1f1b") -> Layout:
+           schedule: str = "1f1b", stages: int | None = None) -> Layout:
+        """`stages`: pp_stages_per_rank as a job ran it (None: the schedule's default)."""
+        virtual = stages if stages and stages != stages_per_rank(schedule) else 0
         return cls(nodes, gpus_per_node, replicate=dims.replicate, shard=dims.shard, tensor=dims.tp,
-                   pipeline=dims.pp, microbatches=microbatches, schedule=schedule)
+                   pipeline=dims.pp, microbatches=microbatches, schedule=schedule, virtual=virtual)
 
     def forward_batch(self, micro_batch: float, per_group: bool = False) -> float:
         """Samples one model replica runs per forward pass, as the training package runs them: the ranks of a
@@ -99,10 +102,10 @@ class Layout:
 
     @property
     def stages_per_rank(self) -> int:
-        """Model stages a pipeline rank holds (2 for the interleaved schedule: its bubble is that much smaller)."""
+        """Model stages a pipeline rank holds (the interleaved schedule's v: its bubble is that much smaller)."""
         if self.pipeline == 1:
             return 1
-        return self.virtual or stages_per_rank(self.schedule)
+        return stages_per_rank(self.schedule, self.virtual or None)
 
     def chunks(self) -> int:
         """Forward passes in one pipeline step (1 without a pipeline)."""
@@ -119,12 +122,14 @@ class Layout:
             self.strategy, hosts=self.nodes, per_host=self.gpus_per_node, tensor=self.tensor,
             pipeline=self.pipeline, shard=self.shard if self.dims.builds_mesh else 0,
             microbatches=self.microbatches if self.pipeline > 1 else None, schedule=self.schedule,
-            n_layer=layers or None, n_head=heads or None, micro_batch_size=micro_batch_size, per_group=per_group)
+            n_layer=layers or None, n_head=heads or None, micro_batch_size=micro_batch_size, per_group=per_group,
+            stages=self.virtual or None)
 
     def request_fields(self) -> dict[str, Any]:
         """The job request's `strategy` and `parallel` section that run this layout (what `trainctl plan --json`
         shows as a candidate's `request`): degrees other than 1, the shard degree where it is not the default
-        (contract.parallel.ParallelDims.resolve), a pipeline's micro-batches and schedule."""
+        (contract.parallel.ParallelDims.resolve), a pipeline's micro-batches and schedule, and its stages a rank
+        where they are not the schedule's default."""
         if not self.dims.builds_mesh:
             return {"strategy": self.strategy}
         parallel = {name: value for name, value in (("tensor_parallel_degree", self.tensor),
@@ -134,13 +139,16 @@ class Layout:
             parallel["hybrid_shard_degree"] = self.shard
         if self.pipeline > 1:
             parallel |= {"pipeline_microbatches": self.microbatches, "pipeline_schedule": self.schedule}
+            if self.virtual:
+                parallel["pipeline_stages_per_rank"] = self.virtual
         return {"strategy": self.strategy, "parallel": parallel}
 
     def hyperparameters(self) -> dict[str, Any]:
         """What the launcher sends for this layout (contract.parallel.parallel_hyperparameters); {} for data-only."""
         return parallel_hyperparameters(self.strategy, self.tensor, self.pipeline,
                                         self.shard if self.dims.builds_mesh else 0,
-                                        self.microbatches if self.pipeline > 1 else None, self.schedule)
+                                        self.microbatches if self.pipeline > 1 else None, self.schedule,
+                                        (self.virtual or None) if self.pipeline > 1 else None)
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,8 @@ def job_layout(strategy: str, nodes: int, per_node: int, hps: Mapping[str, Any])
     d = ParallelDims.resolve(strategy, nodes * per_node, per_node, int(hps.get("tp_degree") or 1),
                              int(hps.get("pp_degree") or 1), int(hps.get("dp_shard") or 0))
     return Layout.of(d, nodes, per_node, microbatches=microbatches(hps.get("pp_microbatches"), d.pp),
-                     schedule=str(hps.get("pp_schedule") or TrainConfig.pp_schedule))
+                     schedule=str(hps.get("pp_schedule") or TrainConfig.pp_schedule),
+                     stages=int(hps.get("pp_stages_per_rank") or 0) or None)
 
 
 def measured_section(job: Mapping[str, Any] | None, run_id: str = "") -> dict[str, Any] | None:

@@ -65,7 +65,7 @@ class ModelFacts:
         package makes (contract.pipeline_cut): blocks weighed by training FLOPs per token as training.metrics.flops
         weighs them (6 per block parameter, plus attention), a decoder's output projection on the last stage,
         its token table weighing nothing, a ViT's patch convolution on the first. 1.0 for a model whose blocks are not known, or for one stage. An
-        interleaved schedule's two stages per rank are taken as one."""
+        interleaved schedule's stages on one rank are taken as one (the rank's share of the work)."""
         if stages <= 1 or not (self.layers and self.hidden) or self.layers < stages:
             return 1.0
         block = 6 * self.block_params + 12 * self.hidden * self.tokens

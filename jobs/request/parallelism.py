@@ -22,13 +22,14 @@ from contract.parallel import (
 def check_parallelism(strategy: str, *, hosts: int, per_host: int, tensor: int = 1, pipeline: int = 1,
                       shard: int = 0, microbatches: int | None = None, schedule: str = "1f1b",
                       n_layer: int | None = None, n_head: int | None = None,
-                      micro_batch_size: int | None = None, per_group: bool = False) -> list[Problem]:
+                      micro_batch_size: int | None = None, per_group: bool = False,
+                      stages: int | None = None) -> list[Problem]:
     """Every reason the request's `parallel` section cannot run, each naming its field. `per_host`: GPUs
     (processes) per instance; `n_layer`/`n_head`: the model's shape when known (reference presets);
     `per_group`: hyperparameters.micro_batch_per_group."""
     return layout_problems(strategy, hosts=hosts, per_host=per_host, tensor=tensor, pipeline=pipeline, shard=shard,
                            microbatches=microbatches, schedule=schedule, n_layer=n_layer, n_head=n_head,
-                           micro_batch_size=micro_batch_size, a=REQUEST, per_group=per_group)
+                           micro_batch_size=micro_batch_size, a=REQUEST, per_group=per_group, stages=stages)
 
 
 def request_problems(request, hosts: int, per_host: int) -> list[Problem]:
@@ -42,7 +43,7 @@ def request_problems(request, hosts: int, per_host: int) -> list[Problem]:
         pipeline=p.pipeline_parallel_degree, shard=p.hybrid_shard_degree, microbatches=p.pipeline_microbatches,
         schedule=p.pipeline_schedule, n_layer=n_layer, n_head=n_head,
         micro_batch_size=hps.get("micro_batch_size", TrainConfig.micro_batch_size),
-        per_group=hps.get("micro_batch_per_group") is True)
+        per_group=hps.get("micro_batch_per_group") is True, stages=p.pipeline_stages_per_rank)
 
 
 def model_layers_and_heads(request) -> tuple[int | None, int | None]:
@@ -64,14 +65,15 @@ def rendered_problems(values: dict, model: str, model_size: str, hosts: int, per
         pipeline=hps.get("pp_degree", 1), shard=hps.get("dp_shard", 0), microbatches=hps.get("pp_microbatches"),
         schedule=hps.get("pp_schedule", "1f1b"), n_layer=getattr(preset, "n_layer", None),
         n_head=getattr(preset, "n_head", None), micro_batch_size=hps.get("micro_batch_size", TrainConfig.micro_batch_size),
-        per_group=hps.get("micro_batch_per_group") is True)
+        per_group=hps.get("micro_batch_per_group") is True, stages=hps.get("pp_stages_per_rank"))
 
 
 def request_hyperparameters(request) -> dict:
     """parallel_hyperparameters from a parsed JobRequest's strategy and `parallel` section."""
     p = request.parallel
     return parallel_hyperparameters(request.strategy.value, p.tensor_parallel_degree, p.pipeline_parallel_degree,
-                                    p.hybrid_shard_degree, p.pipeline_microbatches, p.pipeline_schedule)
+                                    p.hybrid_shard_degree, p.pipeline_microbatches, p.pipeline_schedule,
+                                    p.pipeline_stages_per_rank)
 
 
 def mesh_layout(strategy: str, hosts: list[str], per_host: int, tensor: int = 1, pipeline: int = 1,

@@ -95,6 +95,9 @@ class Parallelism:
         "micro-batches per pipeline step (pp, hybrid; at least the stage count; null: 2 x stages)", min=1))
     pipeline_schedule: str = field(default="1f1b", metadata=meta(
         "pipeline schedule (pp, hybrid)", choices=PIPELINE_SCHEDULES))
+    pipeline_stages_per_rank: int | None = field(default=None, metadata=meta(
+        "model stages each pipeline rank holds (interleaved_1f1b: 2 or more, a smaller bubble for more point-to-point "
+        "hops; null: 2; the other schedules: 1)", min=1))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,9 @@ from contract.parallel import (
     ParallelDims,
     layout_problems,
     microbatch_problems,
+    parallel_hyperparameters,
     stages_per_rank,
+    stages_problems,
 )
 
 
@@ -49,6 +51,45 @@ def test_the_interleaved_schedule_holds_two_stages_per_rank():
     [p] = layout_problems("pp", hosts=1, per_host=4, pipeline=4, n_layer=12, schedule="interleaved_1f1b")
     assert p.path == REQUEST.pipeline and "8 equal stages" in p.message
     assert layout_problems("pp", hosts=1, per_host=4, pipeline=4, n_layer=12) == []
+
+
+@pytest.mark.parametrize("a", [REQUEST, HYPERPARAMETERS], ids=["request", "hyperparameters"])
+@pytest.mark.parametrize("schedule", ["1f1b", "interleaved_1f1b", "gpipe"])
+@pytest.mark.parametrize("given", [None, 1, 2, 3, 4])
+def test_stages_a_rank_are_the_interleaved_schedules_choice(a, schedule, given):
+    # Every schedule x every count, each audience naming its own field: the interleaved schedule holds the count
+    # given (two by default, at least two), the others one; any other pairing is a problem naming the field.
+    problems = stages_problems(schedule, given, a)
+    interleaved = schedule == "interleaved_1f1b"
+    runs = given is None or (given >= 2 if interleaved else given == 1)
+    assert (problems == []) == runs
+    if runs:
+        assert stages_per_rank(schedule, given) == ((given or 2) if interleaved else 1)
+    else:
+        [p] = problems
+        assert p.path == a.stages_per_rank and p.message.startswith(f"{a.name(a.stages_per_rank)}={given}")
+        assert "interleaved_1f1b" in p.message
+    # ... and layout_problems says the same of a pipeline that holds them.
+    kw = dict(hosts=1, per_host=4, pipeline=2, n_layer=24, schedule=schedule, stages=given, a=a)
+    assert [p.path for p in layout_problems("pp", **kw)] == [p.path for p in problems]
+
+
+def test_a_stage_count_that_does_not_split_the_layers_names_the_stages_field():
+    # 12 layers over 2 ranks x 4 stages: 8 stages do not split them; 3 a rank (6 stages) do.
+    [p] = layout_problems("pp", hosts=1, per_host=2, pipeline=2, n_layer=12, schedule="interleaved_1f1b", stages=4)
+    assert p.path == REQUEST.stages_per_rank and "12 layers do not split into 8 equal stages" in p.message
+    assert "pipeline_stages_per_rank" in p.message
+    assert layout_problems("pp", hosts=1, per_host=2, pipeline=2, n_layer=12, schedule="interleaved_1f1b",
+                           stages=3) == []
+    # The default count's problem stays on the pipeline degree, as before the field existed.
+    [p] = layout_problems("pp", hosts=1, per_host=4, pipeline=4, n_layer=12, schedule="interleaved_1f1b")
+    assert p.path == REQUEST.pipeline
+
+
+def test_the_launcher_sends_stages_a_rank_only_when_given():
+    assert "pp_stages_per_rank" not in parallel_hyperparameters("pp", pipeline=2, schedule="interleaved_1f1b")
+    assert parallel_hyperparameters("pp", pipeline=2, schedule="interleaved_1f1b", stages=4)["pp_stages_per_rank"] == 4
+    assert parallel_hyperparameters("fsdp", stages=4) == {}
 
 
 def test_micro_batches_default_to_twice_the_stages_and_split_the_pooled_batch():

@@ -67,6 +67,35 @@ def test_the_interleaved_bubble_is_torchs():
         assert step_time(GPT_7B, n, spec, lay).bubble == pytest.approx(7 / (v * 64 + 7))
 
 
+def test_the_interleaved_schedule_is_offered_at_every_stage_count_that_splits_the_layers():
+    # gpt 7b's 32 layers over 4 nodes: a pipeline of 4 ranks holds 2, 4 or 8 stages a rank (8, 16, 32 stages), one of
+    # 16 ranks holds 2 (not 3: 48 stages do not split 32 layers); the default, 2, is the layout without a count.
+    lays = [lay for lay in layouts(GPT_7B, 4, 8) if lay.schedule == "interleaved_1f1b" and lay.tensor == 1]
+    per_rank = {p: sorted({lay.stages_per_rank for lay in lays if lay.pipeline == p}) for p in (4, 16)}
+    assert per_rank == {4: [2, 4, 8], 16: [2]}
+    assert all(GPT_7B.layers % (lay.pipeline * lay.stages_per_rank) == 0 for lay in lays)
+    assert {lay.virtual for lay in lays if lay.stages_per_rank == 2} == {0}
+    deep = next(lay for lay in lays if lay.pipeline == 4 and lay.stages_per_rank == 8)
+    assert deep.request_fields()["parallel"]["pipeline_stages_per_rank"] == 8
+    assert deep.hyperparameters()["pp_stages_per_rank"] == 8
+
+
+def test_more_stages_a_rank_trade_the_bubble_for_point_to_point_hops():
+    # The same pipeline at 2, 4 and 8 stages a rank: the bubble (p - 1) / (v m + p - 1) falls, the hops between
+    # stages (two a stage held, per micro-batch) grow with v, and the first rank keeps fewer micro-batches in flight.
+    n = numerics({"micro_batch_size": 1, "global_batch_size": 64})
+    spec = catalog.lookup("ml.p5.48xlarge")
+    times, mems = {}, {}
+    for v in (2, 4, 8):
+        lay = Layout(4, 8, shard=8, pipeline=4, microbatches=8, schedule="interleaved_1f1b",
+                     virtual=0 if v == 2 else v)
+        times[v], mems[v] = step_time(GPT_7B, n, spec, lay), memory_per_gpu(GPT_7B, n, lay).activations
+        assert times[v].bubble == pytest.approx(3 / (v * 8 + 3))
+    assert times[2].exposed_comm < times[4].exposed_comm < times[8].exposed_comm
+    assert times[2].compute > times[4].compute > times[8].compute  # the compute slots include the bubble
+    assert mems[2] > mems[4] > mems[8]
+
+
 def test_gpipe_holds_every_micro_batch_and_interleaving_a_little_more_than_1f1b():
     n = numerics({"micro_batch_size": 4})
     mem = {s: memory_per_gpu(GPT_7B, n, Layout(2, 8, shard=8, pipeline=2, microbatches=8, schedule=s)).activations
@@ -159,7 +188,7 @@ def test_no_layout_the_plan_offers_is_one_the_launcher_refuses(shape):
     # sizes, a given micro-batch count and schedule: its request fields, with the candidate's micro-batch, pass the
     # launcher's check (jobs.request.parallelism.request_problems). Before candidates.runnable, 586 of 1,674 such
     # layouts in this matrix carried a pipeline micro-batch count that does not divide the samples it splits.
-    checked = 0
+    checked = deeper = 0
     for (instance_type, count), micro, parallel in itertools.product(
             (("ml.p5.48xlarge", 1), ("ml.p5.48xlarge", 4), ("ml.g5.12xlarge", 2)), (1, 2, 3),
             (None, {"pipeline_microbatches": 16}, {"pipeline_schedule": "interleaved_1f1b"})):
@@ -174,7 +203,8 @@ def test_no_layout_the_plan_offers_is_one_the_launcher_refuses(shape):
                                                      "micro_batch_size": c.micro_batch}})
             assert request_problems(req, c.layout.nodes, c.layout.gpus_per_node) == [], (c.layout, fields)
             checked += 1
-    assert checked > 100
+            deeper += c.layout.stages_per_rank > 2
+    assert checked > 100 and deeper > 0
 
 
 def test_selective_checkpointing_costs_between_none_and_full():

@@ -74,24 +74,51 @@ def test_70b_decoder_needs_tensor_within_nodes_and_pipeline_across():
     assert tensor_8.fits and tensor_8.throughput < rec.throughput
 
 
-def test_a_pipeline_that_idles_a_third_of_each_step_is_told_the_micro_batches_that_shrink_it():
-    # A 70B over 8 p5s at the default micro-batches (twice the stages): the best layout is 16 stages around 32
-    # micro-batches, idling (16 - 1) / (32 + 16 - 1) = 32% of every step. The planner takes the micro-batch count as
-    # given, so the warning names it with the bubble four times as many would leave; given 32, the plan picks a
-    # layout that idles under a tenth, and says nothing.
-    shape = {"kind": "decoder", "params": 70_000_000_000, "layers": 80, "hidden": 8192, "heads": 64,
-             "seq_len": 4096, "vocab_size": 32000}
-    fields = dict(model="my.pkg:llama", instance={"type": "ml.p5.48xlarge", "count": 8}, model_shape=shape,
-                  hyperparameters={"micro_batch_size": 1})
-    default = plan_request(request(**fields))
-    rec = default.recommendation
-    assert rec.fits and (rec.layout.pipeline, rec.layout.microbatches) == (16, 32)
-    assert rec.bubble == pytest.approx(15 / 47)
-    [warning] = [w for w in default.warnings if w.code == "pipeline_bubble"]
+LLAMA_70B_SHAPE = {"kind": "decoder", "params": 70_000_000_000, "layers": 80, "hidden": 8192, "heads": 64,
+                   "seq_len": 4096, "vocab_size": 32000}
+ON_8_P5 = dict(model="my.pkg:llama", instance={"type": "ml.p5.48xlarge", "count": 8}, model_shape=LLAMA_70B_SHAPE,
+               hyperparameters={"micro_batch_size": 1})
+
+
+def test_a_70b_pipeline_holds_many_stages_a_rank_to_shrink_its_bubble():
+    # A 70B over 8 p5s at the default micro-batches (twice the stages). Before stages a rank were the planner's
+    # choice, the best was 16 1F1B stages around 32 micro-batches, idling (16 - 1) / (32 + 16 - 1) = 32% of every
+    # step. Now: a pipeline of 8 ranks, a node each (tensor 8 inside it), every rank holding 10 one-layer stages,
+    # idling 7 / (10 x 16 + 7) = 4%, with the request fields that run it.
+    result = plan_request(request(**ON_8_P5))
+    rec = result.recommendation
+    lay = rec.layout
+    assert rec.fits and lay.schedule == "interleaved_1f1b" and lay.stages_per_rank > 2
+    assert rec.bubble == pytest.approx((lay.pipeline - 1) / (lay.stages_per_rank * lay.microbatches
+                                                             + lay.pipeline - 1)) and rec.bubble < 0.1
+    parallel = rec.to_dict()["request"]["parallel"]
+    assert parallel["pipeline_stages_per_rank"] == lay.stages_per_rank
+    assert parallel["pipeline_schedule"] == "interleaved_1f1b"
+    one_f_one_b = max((c for c in result.every_layout if c.fits and c.layout.pipeline > 1
+                       and c.layout.schedule == "1f1b"), key=lambda c: c.throughput)
+    assert one_f_one_b.bubble == pytest.approx(15 / 47) and one_f_one_b.step_time_s > 1.1 * rec.step_time_s
+    assert "pipeline_bubble" not in codes(result)
+
+
+def test_a_recommended_pipeline_that_idles_over_a_fifth_is_told_the_micro_batches_that_shrink_it():
+    # The same 70B's best 1F1B layout (16 stages around 32 micro-batches, idling 32%) as the recommendation: the
+    # planner takes the micro-batch count as given, so the warning names it with the bubble four times as many would
+    # leave.
+    import dataclasses
+    import datetime as dt
+
+    from jobs.planning.warnings import add_warnings
+
+    req = request(**ON_8_P5)
+    result = plan_request(req)
+    idle = max((c for c in result.every_layout if c.fits and c.layout.schedule == "1f1b" and c.layout.pipeline > 1),
+               key=lambda c: c.throughput)
+    assert (idle.layout.pipeline, idle.layout.microbatches) == (16, 32)
+    told = dataclasses.replace(result, recommendation=idle, auto=None, warnings=[])
+    add_warnings(told, req, None, dt.datetime.now(dt.UTC))
+    [warning] = [w for w in told.warnings if w.code == "pipeline_bubble"]
     assert "idles 32%" in warning.message and "128 micro-batches would idle 10%" in warning.message
     assert "parallel.pipeline_microbatches" in warning.message
-    given = plan_request(request(**fields, parallel={"pipeline_microbatches": 32}))
-    assert given.recommendation.bubble < 0.1 and "pipeline_bubble" not in codes(given)
 
 
 def test_a_global_batch_that_splits_over_no_layout_is_an_error_naming_it():
@@ -192,3 +219,33 @@ def test_zero_instances_and_zero_gpus_are_refused_with_the_field():
         requested_shape(lookup("ml.p4d.24xlarge"), 0, None)
     with pytest.raises(PlanInputError, match="sizing.max_gpus"):
         requested_shape(lookup("ml.p4d.24xlarge"), 1, type("S", (), {"max_gpus": 0})())
+
+
+def test_a_request_that_names_its_stages_a_rank_gets_that_layout_and_auto_keeps_to_it():
+    # The table keeps the layout a request names, at the stages a rank it names (5: 80 layers in 40 stages of 2);
+    # strategy auto, told a count, runs pipelines only at that count, and says so of the others.
+    named = plan_request(request(**{**ON_8_P5, "strategy": "hybrid", "parallel": {
+        "tensor_parallel_degree": 8, "pipeline_parallel_degree": 8, "pipeline_schedule": "interleaved_1f1b",
+        "pipeline_stages_per_rank": 5, "pipeline_microbatches": 16}}))
+    [kept] = [c for c in named.candidates if c.layout.nodes == 8 and c.instance_type == "ml.p5.48xlarge"
+              and (c.layout.tensor, c.layout.pipeline, c.layout.stages_per_rank) == (8, 8, 5)]
+    assert kept.to_dict()["request"]["parallel"]["pipeline_stages_per_rank"] == 5
+
+    from jobs.planning.auto import auto_scope
+    from jobs.planning.layout import numerics
+
+    told = request(model="gpt", model_size="7b", strategy="auto", instance={"type": "ml.p5.48xlarge", "count": 4},
+                   hyperparameters={"micro_batch_size": 1},
+                   parallel={"pipeline_schedule": "interleaved_1f1b", "pipeline_stages_per_rank": 4})
+    result = plan_request(told)
+    scope = auto_scope("gpt", result.model, numerics(told.hyperparameters), True, told.parallel)
+    interleaved = [c for c in result.every_layout if c.layout.schedule == "interleaved_1f1b" and c.layout.pipeline > 1]
+    assert {c.layout.stages_per_rank for c in interleaved} >= {2, 4}
+    for c in interleaved:
+        why = scope.refusal(c)
+        if c.layout.stages_per_rank != 4:
+            assert why is not None and "pipeline_stages_per_rank is 4" in why
+        else:
+            assert why is None or "pipeline_stages_per_rank" not in why
+    pick = result.auto
+    assert pick.layout.pipeline == 1 or pick.layout.stages_per_rank == 4

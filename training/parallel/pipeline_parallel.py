@@ -1,5 +1,5 @@
 """Pipeline parallelism: the model cut into stages at block boundaries, run by a torch.distributed.pipelining
-schedule (1F1B, interleaved 1F1B with 2 stages per rank, or GPipe).
+schedule (1F1B, interleaved 1F1B with pp_stages_per_rank stages a rank, two by default, or GPipe).
 
 Names stay the original model's. A stage is a shallow copy of the model that keeps only its blocks (under
 their original indices, `blocks.5.attn...`), and the model's `pipeline_edges`: what comes before the blocks
@@ -21,11 +21,11 @@ import torch.distributed as torch_dist
 from torch import nn
 
 from contract.errors import ConfigError
-from contract.parallel import stages_per_rank
+from contract.hyperparameters import INTERLEAVED
 from contract.pipeline_cut import balance
 from training.metrics.flops import parameters_of, part_flops_per_token
 
-SCHEDULES = {"1f1b": "Schedule1F1B", "interleaved_1f1b": "ScheduleInterleaved1F1B", "gpipe": "ScheduleGPipe"}
+SCHEDULES = {"1f1b": "Schedule1F1B", INTERLEAVED: "ScheduleInterleaved1F1B", "gpipe": "ScheduleGPipe"}
 
 
 class KeptBlocks(nn.Module):
@@ -144,7 +144,7 @@ class PipelineSchedule:
         cls = getattr(pipelining, SCHEDULES[schedule])
         # scale_grads=False: the loss is divided by micro-batches x accumulation here, so gradients
         # accumulated over several schedule steps are not rescaled by each.
-        self.schedule = cls(runtime if len(runtime) > 1 or stages_per_rank(schedule) > 1 else runtime[0],
+        self.schedule = cls(runtime if len(runtime) > 1 or schedule == INTERLEAVED else runtime[0],
                             n_microbatches, loss_fn=self._loss, scale_grads=False)
 
     def _loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -105,3 +105,42 @@ def test_a_reference_model_trains_its_preset_so_a_shape_beside_it_is_refused():
     [problem] = [p for p in info.value.problems if p.path == "model_shape"]
     assert "gpt trains its model_size preset (small: 6 layers, 6 heads" in problem.message
     assert "package.module:factory" in problem.message
+
+
+def _interleaved(stages: int | None, schedule: str = "interleaved_1f1b", layers: int = 80) -> dict:
+    parallel = {"pipeline_parallel_degree": 8, "pipeline_schedule": schedule, "pipeline_microbatches": 16}
+    if stages is not None:
+        parallel["pipeline_stages_per_rank"] = stages
+    return {"name": "interleaved", "model": "my.pkg:llama", "strategy": "pp",
+            "dataset": "s3://mltrain-datasets-123456789012-us-east-1/tokens/x/",
+            "instance": {"type": "ml.p4d.24xlarge", "count": 8}, "parallel": parallel,
+            "model_shape": {"kind": "decoder", "layers": layers, "hidden": 8192, "heads": 64},
+            "hyperparameters": {"micro_batch_size": 2}}
+
+
+@pytest.mark.parametrize("fields, path, words", [
+    (_interleaved(4, "1f1b"), "parallel.pipeline_stages_per_rank", "needs the interleaved_1f1b schedule"),
+    (_interleaved(1), "parallel.pipeline_stages_per_rank", "loops at least 2 stages a rank"),
+    # 80 layers over 8 ranks x 3 stages: 24 stages do not split them.
+    (_interleaved(3), "parallel.pipeline_stages_per_rank", "80 layers do not split into 24 equal stages"),
+], ids=["1f1b", "one", "uneven"])
+def test_stages_a_rank_the_request_cannot_run_are_refused_naming_the_field(platform, fields, path, words):
+    from contract.errors import RequestInvalid
+    from jobs.request.parse import parse_request, validate_for_platform
+
+    with pytest.raises(RequestInvalid) as info:
+        validate_for_platform(parse_request(fields), platform)
+    [problem] = info.value.problems
+    assert problem.path == path and words in problem.message
+
+
+def test_stages_a_rank_reach_the_job_as_the_package_reads_them(platform):
+    from jobs.request.parallelism import request_hyperparameters, request_problems
+    from jobs.request.parse import parse_request, validate_for_platform
+
+    request = parse_request(_interleaved(10))  # 80 layers over 8 ranks x 10 stages: one layer a stage
+    validate_for_platform(request, platform)
+    hps = request_hyperparameters(request)
+    assert (hps["pp_schedule"], hps["pp_stages_per_rank"]) == ("interleaved_1f1b", 10)
+    assert "pp_stages_per_rank" not in request_hyperparameters(parse_request(_interleaved(None)))
+    assert request_problems(request, hosts=8, per_host=8) == []

@@ -21,6 +21,12 @@ def gpt4(cfg, data_meta: dict) -> GPT:
                          vocab_size=int(data_meta.get("vocab_size", 64)), dropout=getattr(cfg, "dropout", 0.0)))
 
 
+def gpt8(cfg, data_meta: dict) -> GPT:
+    """gpt4 twice as deep: 2 pipeline ranks x 4 interleaved stages of one block each."""
+    return GPT(GPTConfig(n_layer=8, n_head=4, d_model=32, seq_len=getattr(cfg, "seq_len", None) or 16,
+                         vocab_size=int(data_meta.get("vocab_size", 64)), dropout=getattr(cfg, "dropout", 0.0)))
+
+
 class BlockWithoutSequencePlan(Block):
     sp_plan = None  # tensor parallelism keeps the norms replicated (the path torch or the backend may force)
 

@@ -14,7 +14,13 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from contract.errors import ConfigError
 from contract.hyperparameters import TrainConfig
-from contract.parallel import HYPERPARAMETERS, ParallelDims, microbatch_problems, stages_per_rank
+from contract.parallel import (
+    HYPERPARAMETERS,
+    ParallelDims,
+    microbatch_problems,
+    stages_per_rank,
+    stages_problems,
+)
 from contract.parallel import microbatches as default_microbatches
 from training.parallel.grad_norm import clip_grad_norm
 from training.parallel.mesh import batch_group, data_index, data_mesh
@@ -35,15 +41,27 @@ def pipeline_microbatches(cfg: TrainConfig, degrees: ParallelDims) -> int:
     return default_microbatches(cfg.pp_microbatches, degrees.pp)
 
 
+def pipeline_stages_per_rank(cfg: TrainConfig) -> int:
+    """How many model stages each pipeline rank holds: pp_stages_per_rank (or the schedule's default), checked by
+    contract.parallel's rule, naming the hyperparameter."""
+    problems = stages_problems(cfg.pp_schedule, cfg.pp_stages_per_rank, HYPERPARAMETERS)
+    if problems:
+        raise ConfigError(problems[0].message)
+    return stages_per_rank(cfg.pp_schedule, cfg.pp_stages_per_rank)
+
+
 def apply_pp(model: nn.Module, mesh: DeviceMesh, degrees: ParallelDims, device: torch.device, precision: Precision,
              cfg: TrainConfig) -> Parallelized:
     if any(p.is_meta for p in model.parameters()):
         raise ConfigError("pp and hybrid build the whole model before cutting it: this model is too large for "
                           "that path today; use fsdp, hsdp or tp")
     m = pipeline_microbatches(cfg, degrees)
-    n_stages = degrees.pp * stages_per_rank(cfg.pp_schedule)
+    n_stages = degrees.pp * pipeline_stages_per_rank(cfg)
     pp_mesh = mesh["pp"]
     model, stages = split(model.to(device), n_stages, pp_mesh.get_local_rank(), degrees.pp)
+    if torch.distributed.get_rank() == 0:
+        print(f"[pp] {n_stages} stages over {degrees.pp} pipeline ranks ({n_stages // degrees.pp} a rank, "
+              f"{cfg.pp_schedule}, {m} micro-batches a step); this rank holds stages {sorted(stages)}", flush=True)
     if degrees.tp > 1:
         check_heads(model, degrees.tp)
         # Each stage runs its own blocks back to back: the sequence is split and gathered per stage, so what
