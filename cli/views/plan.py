@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from contract.hyperparameters import INTERLEAVED, canonical_name, decode_hyperparameters
-from contract.parallel import MODEL_PARALLEL
+from contract.parallel import MODEL_PARALLEL, microbatches, stages_per_rank
 from jobs.naming import NAME_NONCE_CHARS, RUN_TOKEN_CHARS, run_slug
 from jobs.timestamps import duration
 
@@ -74,6 +74,20 @@ def compute_rows(create: dict[str, Any], strategy: str) -> tuple[list[tuple[str,
     return rows, world
 
 
+def model_text(request: Any, create: dict[str, Any]) -> str:
+    """The model and its size: a reference model's preset, a model of one's own's `model_shape` (its preset is not
+    what it trains)."""
+    shape = request.model_shape
+    if shape is None:
+        return f"{_hp(create, 'model')} ({_hp(create, 'model_size')})"
+    parts = [str(shape.kind)]
+    if shape.layers and shape.hidden:
+        parts.append(f"{shape.layers} layers x {shape.hidden} wide" + (f", {shape.heads} heads" if shape.heads else ""))
+    if shape.params:
+        parts.append(f"{shape.params / 1e9:.3g}B parameters")
+    return f"{_hp(create, 'model')} (model_shape: {', '.join(parts)})"
+
+
 def parallel_text(create: dict[str, Any], strategy: str, world: int) -> str:
     """How the world is split: SMP's degrees, FSDP's sharding, or DDP's replicas."""
     if strategy == "smp":
@@ -90,7 +104,14 @@ def parallel_text(create: dict[str, Any], strategy: str, world: int) -> str:
     if strategy == "ddp":
         return f"DDP: {world} full replicas, gradients all-reduced"
     if strategy in MODEL_PARALLEL:
-        return f"{strategy}: " + mesh_lines(create, strategy)[0]
+        text = f"{strategy}: " + mesh_lines(create, strategy)[0]
+        pipeline = _hp(create, "pp_degree") or 1
+        if pipeline > 1:
+            schedule = _hp(create, "pp_schedule") or "1f1b"
+            per_rank = stages_per_rank(schedule, _hp(create, "pp_stages_per_rank"))
+            text += (f"; {schedule}, {per_rank} stage(s) a rank, "
+                     f"{microbatches(_hp(create, 'pp_microbatches'), pipeline)} micro-batches a step")
+        return text
     return "none (one process)"
 
 
@@ -167,7 +188,7 @@ def plan_rows(request: Any, create: dict[str, Any]) -> list[tuple[str, str]]:
     rows = [
         ("request", request.name),
         ("strategy", strategy_text),
-        ("model", f"{_hp(create, 'model')} ({_hp(create, 'model_size')})"),
+        ("model", model_text(request, create)),
         *instances,
         ("parallelism", parallel_text(create, strategy, world)),
         *(("  " + line.split(":", 1)[0], line.split(":", 1)[1].strip())

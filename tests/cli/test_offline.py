@@ -95,6 +95,25 @@ def test_plan_shows_what_auto_picked_and_why(platform_file, tmp_path):
     assert "auto -> fsdp (fsdp: 20.1 of 24 GiB per A10G" in result.stdout
 
 
+def test_plan_shows_a_pipelines_stages_a_rank_and_a_model_of_ones_owns_shape(platform_file, tmp_path):
+    # A 70B-shaped model of one's own at tensor 8 x pipeline 8, 10 stages a rank: the plan says the shape it sizes (not
+    # the `small` preset the model field defaults to) and how the pipeline runs, as rendered for the job.
+    request = json.loads((DATA / "ddp.json").read_text()) | {
+        "model": "my.pkg:llama", "strategy": "hybrid", "instance": {"type": "ml.p5.48xlarge", "count": 8},
+        "model_shape": {"kind": "decoder", "layers": 80, "hidden": 8192, "heads": 64, "seq_len": 4096,
+                        "vocab_size": 32000},
+        "parallel": {"tensor_parallel_degree": 8, "pipeline_parallel_degree": 8, "pipeline_microbatches": 16,
+                     "pipeline_schedule": "interleaved_1f1b", "pipeline_stages_per_rank": 10}}
+    request["hyperparameters"] = {"micro_batch_size": 1, "max_steps": 100}
+    path = tmp_path / "l70.json"
+    path.write_text(json.dumps(request))
+    result = run("plan", path, "--platform", platform_file, env={"COLUMNS": "240"})
+    assert result.exit_code == 0, result.output
+    assert "my.pkg:llama (model_shape: decoder, 80 layers x 8192 wide, 64 heads)" in result.stdout
+    assert "= 8 x 1 x 1 x 8; interleaved_1f1b, 10 stage(s) a rank, 16 micro-batches a step" in result.stdout
+    assert "interleaved, 10 a rank" in result.stdout  # the sizing table's row of the layout named
+
+
 def _request(tmp_path, name: str = "request", **changes) -> Path:
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(json.loads((DATA / "ddp.json").read_text()) | changes))
