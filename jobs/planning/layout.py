@@ -7,6 +7,7 @@ defaults are contract.hyperparameters.TrainConfig's, keys may be spelled with da
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,11 +69,12 @@ class Layout:
         """Ways parameters, gradients and optimizer state are divided."""
         return self.shard * self.tensor * self.pipeline
 
-    @property
+    # Cached: a plan reads them some ten times per candidate, over thousands of candidates (the instance is frozen).
+    @functools.cached_property
     def dims(self) -> ParallelDims:
         return ParallelDims(pp=self.pipeline, replicate=self.replicate, shard=self.shard, tp=self.tensor)
 
-    @property
+    @functools.cached_property
     def strategy(self) -> str:
         """The strategy these degrees run (and the request's `strategy` that runs them)."""
         return self.dims.strategy
@@ -118,12 +120,7 @@ class Layout:
         """contract.parallel.layout_problems of these degrees and schedule, named for the request as
         jobs.request.parallelism.check_parallelism names them (the launcher's and the training package's own check): e.g. a pipeline whose stages do not split the layers, or micro-batches that do not
         divide."""
-        return layout_problems(
-            self.strategy, hosts=self.nodes, per_host=self.gpus_per_node, tensor=self.tensor,
-            pipeline=self.pipeline, shard=self.shard if self.dims.builds_mesh else 0,
-            microbatches=self.microbatches if self.pipeline > 1 else None, schedule=self.schedule,
-            n_layer=layers or None, n_head=heads or None, micro_batch_size=micro_batch_size, per_group=per_group,
-            stages=self.virtual or None)
+        return list(_layout_problems(self, layers or None, heads or None, micro_batch_size, per_group))
 
     def request_fields(self) -> dict[str, Any]:
         """The job request's `strategy` and `parallel` section that run this layout (what `trainctl plan --json`
@@ -172,6 +169,10 @@ class Numerics:
     # the planner does, per layout: candidates.evaluate).
     accumulation: str = "sharded"
     accumulation_given: bool = False
+
+    def forward(self, layout: Layout) -> Numerics:
+        """These numerics at the micro-batch one forward pass of `layout` runs (Layout.forward_batch)."""
+        return _with_micro_batch(self, layout.forward_batch(self.micro_batch, self.per_group))
 
     def keeps_unsharded_gradients(self, layout: Layout) -> bool:
         """Does an accumulating step of `layout` hold unsharded gradients between its micro-steps? FSDP's (a data
@@ -243,3 +244,21 @@ def numerics(hyperparameters: dict[str, Any]) -> Numerics:
                     checkpoint_every=cfg.activation_checkpointing_every,
                     per_group=bool(cfg.micro_batch_per_group), loss_chunk_tokens=cfg.loss_chunk_tokens,
                     accumulation=cfg.fsdp_accumulation, accumulation_given="fsdp_accumulation" in given)
+
+
+@functools.lru_cache(maxsize=4096)
+def _with_micro_batch(n: Numerics, micro: float) -> Numerics:
+    # Cached: dataclasses.replace was a quarter of a plan's time (it runs for every candidate's time and memory).
+    return dataclasses.replace(n, micro_batch=micro)
+
+
+@functools.lru_cache(maxsize=8192)
+def _layout_problems(lay: Layout, layers: int | None, heads: int | None, micro_batch_size: int,
+                     per_group: bool) -> tuple:
+    # Cached: a plan asks of the same layouts for each shape it compares, and the candidates' own check asks again.
+    return tuple(layout_problems(
+        lay.strategy, hosts=lay.nodes, per_host=lay.gpus_per_node, tensor=lay.tensor,
+        pipeline=lay.pipeline, shard=lay.shard if lay.dims.builds_mesh else 0,
+        microbatches=lay.microbatches if lay.pipeline > 1 else None, schedule=lay.schedule,
+        n_layer=layers, n_head=heads, micro_batch_size=micro_batch_size, per_group=per_group,
+        stages=lay.virtual or None))

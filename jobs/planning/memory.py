@@ -44,7 +44,7 @@ Calibration (one H100, bf16 autocast, fp32 weights, fused AdamW, the full loss, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from jobs.planning.layout import Layout, Numerics
 from jobs.planning.shape import ModelFacts
@@ -183,7 +183,7 @@ def memory_per_gpu(m: ModelFacts, n: Numerics, layout: Layout) -> Memory:
     grads = 4 * m.params / split
     opt = optimizer_bytes(m.params, m.param_tensors, n.optimizer) / split
     extra = 0.0
-    fwd_n = replace(n, micro_batch=layout.forward_batch(n.micro_batch, n.per_group))
+    fwd_n = n.forward(layout)
     kept, after = activation_phases(m, fwd_n, layout)
     sharded = layout.shard > 1 or layout.tensor > 1 or layout.pipeline > 1
     if not sharded:

@@ -16,6 +16,7 @@ even share of compute is scaled by ModelFacts.pipeline_bottleneck, the same cut 
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 
@@ -125,6 +126,13 @@ def matmul_efficiency(gpu: GpuSpec, width: float, stack: Stack | None = None) ->
     return e * width / (width + WIDTH_HALF) if width else e
 
 
+@functools.lru_cache(maxsize=4096)
+def _unsplit_activation_bytes(m: ModelFacts, n: Numerics) -> float:
+    """What one GPU would keep of a micro-batch's forward without checkpointing, the full loss's bytes (the traffic
+    proxy). Cached: micro_compute runs twice per candidate and the value depends on the model and numerics only."""
+    return activation_bytes(m, replace(n, activation_checkpointing=False), Layout(1, 1), loss="full")
+
+
 def micro_compute(m: ModelFacts, n: Numerics, spec: InstanceSpec, layout: Layout, stack: Stack | None = None) -> float:
     """Seconds of one micro-batch's forward and backward on one GPU of this layout (`stack`: whose efficiencies,
     the package's by default)."""
@@ -133,7 +141,7 @@ def micro_compute(m: ModelFacts, n: Numerics, spec: InstanceSpec, layout: Layout
     flops = m.flops_per_sample * n.micro_batch / split
     # The traffic proxy the constants were fitted with: the full loss's bytes, whichever form the run computes
     # (jobs.planning.memory: the chunked and the compiled loss run the same passes over the logits).
-    saved = activation_bytes(m, replace(n, activation_checkpointing=False), Layout(1, 1), loss="full") / split
+    saved = _unsplit_activation_bytes(m, n) / split
     traffic = saved * eff.traffic * (COMPILED_TRAFFIC if n.compile else 1.0)
     attention = m.attention_flops_per_sample * n.micro_batch / split
     efficiency = matmul_efficiency(gpu, m.hidden / layout.tensor, stack)
@@ -213,7 +221,7 @@ def step_time(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, stack
     passes that fills and drains the pipeline (training.parallel.pipeline_parallel.PipelineSchedule.step runs a schedule per micro-batch)."""
     accum, chunks, stages, v = n.accum(n.readers(lay)), lay.chunks(), lay.pipeline, lay.stages_per_rank
     eff = (stack or PACKAGE)[generation(spec.gpu)]
-    fwd_n = replace(n, micro_batch=lay.forward_batch(n.micro_batch, n.per_group))
+    fwd_n = n.forward(lay)
     # A pipeline runs at its slowest stage's pace: an even split of the work is the best case.
     micro = micro_compute(m, fwd_n, spec, lay, stack) * m.pipeline_bottleneck(stages)
     fwd, bwd = micro / 3, 2 * micro / 3

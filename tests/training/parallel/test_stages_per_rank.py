@@ -1,8 +1,10 @@
 """Pipeline ranks that hold more than two model stages (pp_stages_per_rank, Megatron's virtual pipeline size): 2 ranks
-x 4 interleaved stages of an 8-block decoder train what one process trains, resume exactly, and a stage count the
-schedule cannot run is refused naming the hyperparameter, before any process group."""
+x 4 interleaved stages of an 8-block decoder train what one process trains, resume exactly (on the same layout, and on
+one process), and a stage count the schedule cannot run is refused naming the hyperparameter."""
 
 from __future__ import annotations
+
+import shutil
 
 import pytest
 import torch
@@ -64,7 +66,7 @@ def test_the_stages_a_rank_holds(overrides, stages):
     assert pipeline_stages_per_rank(from_environment(overrides, {})) == stages
 
 
-def test_four_stages_a_rank_train_what_one_process_trains_and_resume_exactly(tmp_path, corpus, capfd):
+def test_four_stages_a_rank_train_what_one_process_trains_and_resume_anywhere(tmp_path, corpus, capfd):
     values = {"micro_batch_size": 2, **BASE, **FEATURES[FEATURE], **FOUR_A_RANK}
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     runs = [(straight, vars(config(straight, corpus, **values)), None),
@@ -92,3 +94,12 @@ def test_four_stages_a_rank_train_what_one_process_trains_and_resume_exactly(tmp
         [a[s]["train_loss"] for s in range(SAVED_AT + 1, STEPS + 1)]
     ends, again = weights(straight), weights(resumed)
     assert all(torch.equal(ends[k], again[k]) for k in ends)
+    # Resharding: the step-2 checkpoint of 8 stages on 2 ranks, finished by one process, ends where the layout did.
+    finished = tmp_path / "finished"
+    shutil.copytree(straight / "checkpoints" / f"step-{SAVED_AT}", finished / "checkpoints" / f"step-{SAVED_AT}")
+    try:
+        run_cell(finished, cell_config(finished, corpus, None, FEATURE, 2, GPT8), None)
+    finally:
+        teardown()
+    assert sorted(logged(finished)) == list(range(SAVED_AT + 1, STEPS + 1))
+    assert max_diff(weights(finished), ends) <= 1e-6
