@@ -1,7 +1,8 @@
 """`trainctl local` for the model-parallel strategies: examples/local-tp.json, examples/local-pp.json and
-a hybrid made from the latter run through the whole local path (the request's `parallel` section checked
-against --nproc, rendered into tp_degree / pp_degree / pp_microbatches / pp_schedule, trained under a real
-torchrun) on the test corpus, to completion; the export loads into a fresh model.
+a hybrid made from the latter (interleaved, 3 stages a rank) run through the whole local path (the request's
+`parallel` section checked against --nproc, rendered into tp_degree / pp_degree / pp_microbatches / pp_schedule /
+pp_stages_per_rank, trained under a real torchrun) on the test corpus, to completion; the export loads into a fresh
+model.
 
 (hsdp, with a stop and a resume: test_training_local.py.)
 """
@@ -38,11 +39,18 @@ def short_request(tmp_path: Path, corpus: Path, example: str, **parallel) -> Pat
     return path
 
 
+# The hybrid: the pp example with tensor parallelism inside each of 2 pipeline ranks, on the interleaved schedule at 3
+# stages a rank (the `small` preset's 6 blocks, one a stage; its 6 heads split over 2 tensor ranks); 4 micro-batches
+# divide the 2 x 2 x 2 samples a pipeline step pools.
+HYBRID = {"strategy": "hybrid", "name": "local-hybrid", "model_size": "small"}
+HYBRID_PARALLEL = {"tensor_parallel_degree": 2, "pipeline_schedule": "interleaved_1f1b", "pipeline_stages_per_rank": 3}
+
+
 @pytest.mark.parametrize("example, nproc, parallel, expected", [
     ("local-tp.json", 2, {}, {"strategy": '"tp"', "tp_degree": "2", "pp_degree": "1"}),
     ("local-pp.json", 2, {}, {"strategy": '"pp"', "pp_degree": "2", "pp_microbatches": "4", "pp_schedule": '"1f1b"'}),
-    # 2 stages x 2 tensor ranks; 4 micro-batches divide the 2 x 2 x 2 samples a pipeline step pools.
-    ("local-pp.json", 4, {"tensor_parallel_degree": 2}, {"strategy": '"hybrid"', "tp_degree": "2", "pp_degree": "2"}),
+    ("local-pp.json", 4, HYBRID_PARALLEL, {"strategy": '"hybrid"', "tp_degree": "2", "pp_degree": "2",
+                                           "pp_schedule": '"interleaved_1f1b"', "pp_stages_per_rank": "3"}),
 ], ids=["tp", "pp", "hybrid"])
 def test_a_model_parallel_request_runs_through_trainctl_local(tmp_path, corpus, capfd, example, nproc, parallel,
                                                              expected):
@@ -51,8 +59,7 @@ def test_a_model_parallel_request_runs_through_trainctl_local(tmp_path, corpus, 
 
     path = short_request(tmp_path, corpus, example, **parallel)
     if parallel:  # the hybrid: same example, the strategy that takes both degrees
-        request = json.loads(path.read_text())
-        path.write_text(json.dumps({**request, "strategy": "hybrid", "name": "local-hybrid-tiny"}))
+        path.write_text(json.dumps({**json.loads(path.read_text()), **HYBRID}))
     work = tmp_path / "work"
     assert run_request_locally(load_request(path), workdir=work, nproc=nproc, data=None) == 0
 
@@ -61,7 +68,11 @@ def test_a_model_parallel_request_runs_through_trainctl_local(tmp_path, corpus, 
     hps = json.loads((work / "input" / "config" / "hyperparameters.json").read_text())
     assert {k: hps[k] for k in expected} == expected
     # 16 tokens split evenly over 2 tensor ranks: sequence parallel on both torch versions.
-    assert ("[tp] sequence parallelism on" in capfd.readouterr().out) == (hps["tp_degree"] == "2")
+    out = capfd.readouterr().out
+    assert ("[tp] sequence parallelism on" in out) == (hps["tp_degree"] == "2")
+    if parallel:  # the stages the package cut: 2 ranks x 3, rank 0 holding every second
+        assert "[pp] 6 stages over 2 pipeline ranks (3 a rank, interleaved_1f1b, 4 micro-batches a step); this " \
+               "rank holds stages [0, 2, 4]" in out
 
     config = json.loads((work / "model" / "config.json").read_text())
     assert config["architecture"] == "gpt" and config["step"] == STEPS
