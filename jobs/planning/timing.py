@@ -37,10 +37,10 @@ from jobs.planning.shape import ModelFacts
 # and the package's own runs on one H100 (calibration.OWN_RUNS); the other published rows are held out and checked by
 # tests/jobs/test_planner_calibration.py. The fit (2026-11-29): package hopper matmul 0.813 (attention taken at the
 # matmul rate: six runs cannot tell them apart), ampere 0.691 / attention 0.527 (no own A100 run: the published
-# stack's, borrowed), package traffic 10.37; published hopper 0.550 / 0.294, traffic 3.57; Megatron hopper 0.688
-# (attention at the matmul rate), traffic 7.04; WIDTH_HALF 108, OVERLAP 0.76, CONTENTION 0.114. Held out: A100 mean
-# |error| 3.5% (69 rows, 5 beyond 15%), H100 3.8% (43 rows, none beyond 12%); the package's runs within 10.2% (gpt 350m
-# predicted slower).
+# stack's, borrowed), package traffic 10.37; published hopper 0.550 / 0.294, traffic 3.58; Megatron hopper 0.696
+# (attention at the matmul rate), traffic 7.57; WIDTH_HALF 109, OVERLAP 0.76, CONTENTION 0.114 (refitted when a stage
+# boundary's send was charged as a send, twice what it was). Held out: A100 mean |error| 3.5% (69 rows, 5 beyond
+# 15%), H100 3.7% (43 rows, none beyond 12%); the package's runs within 10.2% (gpt 350m predicted slower).
 # Generations without a row borrow a neighbour's Efficiency (BORROWED): an assumption, and their candidates carry no
 # error band (jobs.planning.calibration.calibration_of).
 
@@ -59,6 +59,9 @@ class Efficiency:
     bucket_bytes: float = 25 * 2**20
     bucket_bytes_per_rank: float = 0.0
     tensor_overlap: bool = False
+    # A pipeline stage boundary carries one sequence shard a tensor group (Megatron's, as fitted: see step_time)
+    # rather than the whole activation from every tensor rank (the package's).
+    boundary_shard: bool = False
 
 
 PACKAGE = {"ampere": Efficiency(matmul=0.69, attention=0.53, traffic=10.4),
@@ -241,10 +244,19 @@ def step_time(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, stack
         # ... unless the stack runs them beside the matmuls: then hidden behind the forward and backward they split.
         comm += slots * (_exposed(tensor_comm, micro) if eff.tensor_overlap else tensor_comm)
     if stages > 1:  # activations and their gradients across each stage boundary, per forward pass and stage held
-        boundary = n.compute_bytes * fwd_n.micro_batch * m.tokens * m.hidden / lay.tensor
-        # Over EFA between nodes; on one node every hop is NVLink. A data-parallel set of pipelines sends its
-        # replicas' boundaries through the node's NIC at once.
-        hop = collective("ag", boundary, spec, 2, 1, 1) if lay.nodes == 1 else \
-            collective("ag", boundary, spec, 1, 2, min(lay.data_parallel, max(1, lay.gpus_per_node // lay.tensor)))
+        # What crosses a stage boundary a forward pass. The package's tensor ranks each send the whole activation
+        # (training.parallel.strategies.pp gathers the sequence inside each stage), so every rank of the stage on a
+        # node sends it through the node's NIC at once. Megatron's ranks send their sequence shards, and NeMo's
+        # recipes overlap those sends with compute (overlap_p2p_comm) or batch them: its rows are fitted with one
+        # shard a tensor group (charged every shard, the Nemotron4 340B rows ran 7-11% slow and the refit moved the
+        # shared WIDTH_HALF from 109 to 78).
+        full = n.compute_bytes * fwd_n.micro_batch * m.tokens * m.hidden
+        sent, senders = full, min(lay.gpus_per_node, lay.gpus // stages)
+        if eff.boundary_shard:
+            sent, senders = full / lay.tensor, max(1, senders // lay.tensor)
+        # A send of `sent` bytes is an all-gather of twice that between two ranks; on one node each pair has its own
+        # NVLink.
+        hop = collective("ag", 2 * sent, spec, 2, 1, 1) if lay.nodes == 1 else \
+            collective("ag", 2 * sent, spec, 1, 2, senders)
         comm += 2 * v * slots * hop
     return StepTime(compute, comm, bubble)

@@ -5,6 +5,7 @@ accept and the training package builds the same mesh from."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 
@@ -94,6 +95,25 @@ def test_more_stages_a_rank_trade_the_bubble_for_point_to_point_hops():
     assert times[2].exposed_comm < times[4].exposed_comm < times[8].exposed_comm
     assert times[2].compute > times[4].compute > times[8].compute  # the compute slots include the bubble
     assert mems[2] > mems[4] > mems[8]
+
+
+def test_a_stage_boundary_carries_what_each_stack_sends():
+    # Two p5s, a stage each, tensor 8 inside: the package's 8 ranks of a stage each send the group's whole activation
+    # (it gathers the sequence inside a stage), 8 x the activation through the node's NIC a hop; Megatron's stack, as
+    # fitted, one sequence shard (1/8 of it). The same layout differs in nothing else between the two stacks.
+    from jobs.planning.calibration import MEGATRON
+    from jobs.planning.timing import PACKAGE, collective
+
+    n = numerics({"micro_batch_size": 1, "global_batch_size": 8})
+    spec = catalog.lookup("ml.p5.48xlarge")
+    lay = Layout(2, 8, tensor=8, pipeline=2, microbatches=4)
+    same = {g: dataclasses.replace(PACKAGE[g], boundary_shard=MEGATRON["hopper"].boundary_shard) for g in PACKAGE}
+    full = 2 * n.forward(lay).micro_batch * GPT_7B.tokens * GPT_7B.hidden  # bf16
+    hops = 2 * lay.stages_per_rank * (lay.microbatches + (lay.pipeline - 1))  # both ways, fill and drain included
+    whole, shard = collective("ag", 2 * full, spec, 1, 2, 8), collective("ag", 2 * full / 8, spec, 1, 2, 1)
+    assert whole > 10 * shard  # 64 x the bytes; the latency both pay keeps it at 20 x here
+    difference = step_time(GPT_7B, n, spec, lay).exposed_comm - step_time(GPT_7B, n, spec, lay, same).exposed_comm
+    assert difference == pytest.approx(hops * (whole - shard))
 
 
 def test_gpipe_holds_every_micro_batch_and_interleaving_a_little_more_than_1f1b():
