@@ -45,10 +45,10 @@ PUBLISHED_COLLECTIVES = Path(__file__).with_name("published_collectives.json")
 # recipes may overlap tensor
 # parallelism's collectives with the matmuls (a row's `tensor_overlap`). Its attention is taken at its matmul rate
 # (at 2,048-4,096 tokens its rows cannot tell them apart).
-PUBLISHED = {"ampere": Efficiency(matmul=0.69, attention=0.53, traffic=3.6, boundary_shard=True),
-             "hopper": Efficiency(matmul=0.55, attention=0.29, traffic=3.6, boundary_shard=True)}
-MEGATRON = {"hopper": Efficiency(matmul=0.70, attention=0.70, traffic=7.6, gradient_bytes=2, bucket_bytes=40e6 * 2,
-                                 bucket_bytes_per_rank=1e6 * 2, boundary_shard=True)}
+PUBLISHED = {"ampere": Efficiency(matmul=0.69, attention=0.53, traffic=3.6, p2p_overlap=True),
+             "hopper": Efficiency(matmul=0.55, attention=0.29, traffic=3.6, p2p_overlap=True)}
+MEGATRON = {"hopper": Efficiency(matmul=0.67, attention=0.67, traffic=5.6, gradient_bytes=2, bucket_bytes=40e6 * 2,
+                                 bucket_bytes_per_rank=1e6 * 2, p2p_overlap=True)}
 STACKS = {"published": PUBLISHED, "megatron": MEGATRON}
 
 

@@ -37,10 +37,11 @@ from jobs.planning.shape import ModelFacts
 # and the package's own runs on one H100 (calibration.OWN_RUNS); the other published rows are held out and checked by
 # tests/jobs/test_planner_calibration.py. The fit (2026-11-29): package hopper matmul 0.813 (attention taken at the
 # matmul rate: six runs cannot tell them apart), ampere 0.691 / attention 0.527 (no own A100 run: the published
-# stack's, borrowed), package traffic 10.37; published hopper 0.550 / 0.294, traffic 3.58; Megatron hopper 0.696
-# (attention at the matmul rate), traffic 7.57; WIDTH_HALF 109, OVERLAP 0.76, CONTENTION 0.114 (refitted when a stage
-# boundary's send was charged as a send, twice what it was). Held out: A100 mean |error| 3.5% (69 rows, 5 beyond
-# 15%), H100 3.7% (43 rows, none beyond 12%); the package's runs within 10.2% (gpt 350m predicted slower).
+# stack's, borrowed), package traffic 10.40; published hopper 0.550 / 0.294, traffic 3.61; Megatron hopper 0.666
+# (attention at the matmul rate), traffic 5.57; WIDTH_HALF 104, OVERLAP 0.77, CONTENTION 0.122 (refitted when a pipeline
+# stage boundary was charged as every rank sending its sequence shard, and Megatron's sends as run beside its
+# compute). Held out: A100 mean |error| 3.5% (69 rows, 5 beyond 15%), H100 3.8% (43 rows, none beyond 12%); the
+# package's runs within 10.1% (gpt 350m predicted slower).
 # Generations without a row borrow a neighbour's Efficiency (BORROWED): an assumption, and their candidates carry no
 # error band (jobs.planning.calibration.calibration_of).
 
@@ -59,9 +60,8 @@ class Efficiency:
     bucket_bytes: float = 25 * 2**20
     bucket_bytes_per_rank: float = 0.0
     tensor_overlap: bool = False
-    # A pipeline stage boundary carries one sequence shard a tensor group (Megatron's, as fitted: see step_time)
-    # rather than the whole activation from every tensor rank (the package's).
-    boundary_shard: bool = False
+    # Pipeline sends run beside the compute (Megatron's) rather than before the stage that waits for them.
+    p2p_overlap: bool = False
 
 
 PACKAGE = {"ampere": Efficiency(matmul=0.69, attention=0.53, traffic=10.4),
@@ -69,7 +69,7 @@ PACKAGE = {"ampere": Efficiency(matmul=0.69, attention=0.53, traffic=10.4),
 BORROWED = {"volta": "ampere", "turing": "ampere", "ada": "ampere", "blackwell": "hopper"}
 # Per-GPU matmul width w (hidden / tensor degree) runs at w / (w + WIDTH_HALF) of the full-width share: tensor
 # parallelism's narrower matmuls run slower (tensor 8 on a 4,096-wide model: 82%).
-WIDTH_HALF = 109.0
+WIDTH_HALF = 104.0
 # torch.compile fuses elementwise passes: gpt 1b 225.7 -> 205.5 ms on one H100, measured.
 COMPILED_TRAFFIC = 0.64
 # Checkpointing repeats each block's forward (not the head's): measured 269.9 / 225.7 ms on gpt 1b.
@@ -90,12 +90,12 @@ NETWORK_LATENCY_S = 133e-6  # one that crosses two nodes
 NETWORK_LATENCY_GROWTH = 1.61
 NODE_HALF_BYTES = 0.48e6
 NETWORK_HALF_BYTES = 4.75e6
-OVERLAP = 0.76  # share of a compute phase a bucketed/prefetched collective hides behind (fitted, see above)
+OVERLAP = 0.77  # share of a compute phase a bucketed/prefetched collective hides behind (fitted, see above)
 # ... and what hiding costs: a collective running beside the compute takes SMs and memory bandwidth from it (NCCL's
 # kernels run on the same GPU), so the compute it hides behind is slowed by this share of the hidden time (fitted with
-# the rest: 0.114; without it the held-out H100 rows reached +15.1%, MPT-70B on 32 H100s whose per-micro-batch
+# the rest: 0.122; without it the held-out H100 rows reached +15.1%, MPT-70B on 32 H100s whose per-micro-batch
 # gathers and reduce-scatters are hidden but not free, and every H100 row is now within 12%).
-CONTENTION = 0.114
+CONTENTION = 0.122
 
 
 @dataclass(frozen=True)
@@ -244,19 +244,17 @@ def step_time(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, stack
         # ... unless the stack runs them beside the matmuls: then hidden behind the forward and backward they split.
         comm += slots * (_exposed(tensor_comm, micro) if eff.tensor_overlap else tensor_comm)
     if stages > 1:  # activations and their gradients across each stage boundary, per forward pass and stage held
-        # What crosses a stage boundary a forward pass. The package's tensor ranks each send the whole activation
-        # (training.parallel.strategies.pp gathers the sequence inside each stage), so every rank of the stage on a
-        # node sends it through the node's NIC at once. Megatron's ranks send their sequence shards, and NeMo's
-        # recipes overlap those sends with compute (overlap_p2p_comm) or batch them: its rows are fitted with one
-        # shard a tensor group (charged every shard, the Nemotron4 340B rows ran 7-11% slow and the refit moved the
-        # shared WIDTH_HALF from 109 to 78).
-        full = n.compute_bytes * fwd_n.micro_batch * m.tokens * m.hidden
-        sent, senders = full, min(lay.gpus_per_node, lay.gpus // stages)
-        if eff.boundary_shard:
-            sent, senders = full / lay.tensor, max(1, senders // lay.tensor)
-        # A send of `sent` bytes is an all-gather of twice that between two ranks; on one node each pair has its own
-        # NVLink.
+        # What crosses a stage boundary a forward pass: each rank of the stage sends its peer in the next its
+        # sequence shard, 1/tp of the activation (the package keeps the sequence split across the boundary,
+        # training.parallel.strategies.pp, as Megatron does; a model without sequence parallelism sends all of it,
+        # which is not charged), every rank of the stage on a node through the node's NIC at once. A send of `sent` bytes is an all-gather of twice that between two ranks; on one node each
+        # pair has its own NVLink.
+        sent = n.compute_bytes * fwd_n.micro_batch * m.tokens * m.hidden / lay.tensor
+        senders = min(lay.gpus_per_node, lay.gpus // stages)
         hop = collective("ag", 2 * sent, spec, 2, 1, 1) if lay.nodes == 1 else \
             collective("ag", 2 * sent, spec, 1, 2, senders)
-        comm += 2 * v * slots * hop
+        hops = 2 * v * slots * hop
+        # The package's schedule waits for each stage's input before computing it; Megatron's runs its sends beside
+        # the compute (NeMo's overlap_p2p_comm; its batched sends, as fitted, alike).
+        comm += _exposed(hops, compute) if eff.p2p_overlap else hops
     return StepTime(compute, comm, bubble)

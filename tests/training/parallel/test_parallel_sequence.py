@@ -1,7 +1,8 @@
 """Sequence parallelism inside tensor parallelism (training.parallel.strategies.sequence) on 2 gloo ranks: where the
 probe passes, the norms' weights are DTensors replicated on the tensor mesh and their activations are
 sequence shards (Shard(1)), and the forward and every gradient match the unsplit model; where it fails (or
-is made to), the norms stay plain and the result still matches.
+is made to), the norms stay plain and the result still matches. Blocks cut in two runs (two pipeline stages) pass
+each rank's sequence shard between them and still match.
 
 The decoder (16 tokens) splits evenly; the ViT (4 patches + class token = 5 tokens) does not, which is the
 case torch 2.8's DTensor gets wrong and the probe turns off there (see sequence.py).
@@ -58,11 +59,13 @@ def _placement(p) -> str:  # str() differs between torch versions ("S(1)" / "Sha
     return "Shard(1)" if p.is_shard(1) else "Replicate" if p.is_replicate() else repr(p)
 
 
-def _check(name: str, mesh, forced_off: bool) -> dict:
+def _check(name: str, mesh, forced_off: bool, boundary: bool = False) -> dict:
+    """`boundary`: the blocks split in two runs as two pipeline stages would hold them, the sequence left split
+    between them (training.parallel.strategies.tp.Run)."""
     from torch.distributed.tensor import DTensor
 
     from training.parallel.strategies import sequence
-    from training.parallel.strategies.tp import tensor_parallelize
+    from training.parallel.strategies.tp import Run, tensor_parallelize
 
     model, x = _inputs(name)
     reference = copy.deepcopy(model)
@@ -70,11 +73,16 @@ def _check(name: str, mesh, forced_off: bool) -> dict:
     probe, log, seen = sequence._probe, io.StringIO(), {}
     if forced_off:
         sequence._probe = lambda tp_mesh, seq_len: "forced off by the test"
+    blocks = list(model.blocks)
+    runs = [Run(blocks[:2], leaves_whole=False), Run(blocks[2:], enters_whole=False)] if boundary else None
     try:
         with contextlib.redirect_stdout(log):
-            on = tensor_parallelize(model, mesh["tp"])
+            on = tensor_parallelize(model, mesh["tp"], runs)
     finally:
         sequence._probe = probe
+    # What crosses between the two runs (a pipeline stage boundary): a plain tensor of this rank's tokens.
+    model.blocks[1].register_forward_hook(lambda m, args, out: seen.update(
+        crossing_is_dtensor=isinstance(out, DTensor), crossing_tokens=out.shape[1]))
     model.blocks[1].ln1.register_forward_hook(lambda m, args, out: seen.update(
         placements=[_placement(p) for p in getattr(out, "placements", [])], local_tokens=
         (out.to_local() if isinstance(out, DTensor) else out).shape[1]))
@@ -103,6 +111,7 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
         mesh = build_mesh(ParallelDims(tp=world), torch.device("cpu"))
         results = {f"{name}_{mode}": _check(name, mesh, mode == "off")
                    for name in ("gpt", "vit") for mode in ("auto", "off")}
+        results["gpt_boundary"] = _check("gpt", mesh, False, boundary=True)
         if rank == 0:
             Path(out).write_text(json.dumps(results))
         torch_dist.barrier()  # no rank tears gloo down while another still talks (an abort at exit otherwise)
@@ -117,12 +126,20 @@ def results(tmp_path_factory) -> dict:
     return json.loads(out.read_text())
 
 
-@pytest.mark.parametrize("case", ["gpt_auto", "gpt_off", "vit_auto", "vit_off"])
+@pytest.mark.parametrize("case", ["gpt_auto", "gpt_off", "vit_auto", "vit_off", "gpt_boundary"])
 def test_matches_the_unsplit_model(results, case):
     r = results[case]
     assert r["logits"] < TOL
     assert max(r["grads"].values()) < TOL, r["grads"]
     assert len(r["grads"]) > 20  # every parameter compared, the norms' included
+
+
+def test_a_pipeline_stage_boundary_carries_each_ranks_sequence_shard(results):
+    """Between two stages' blocks the stream stays split: each tensor rank passes on its 8 of the 16 tokens as a
+    plain tensor (what torch's pipeline sends its peer), not the gathered 16; inside a single run, whole."""
+    assert results["gpt_boundary"]["on"]
+    assert results["gpt_boundary"]["crossing_tokens"] == 8 and not results["gpt_boundary"]["crossing_is_dtensor"]
+    assert results["gpt_auto"]["crossing_is_dtensor"] and results["gpt_auto"]["placements"] == ["Shard(1)"]
 
 
 def test_the_decoder_runs_its_norms_on_sequence_shards(results):

@@ -27,7 +27,7 @@ from training.parallel.mesh import batch_group, data_index, data_mesh
 from training.parallel.pipeline_parallel import PipelineSchedule, adopt_root_parameters, split
 from training.parallel.strategies import Parallelized
 from training.parallel.strategies.fsdp import shard_model
-from training.parallel.strategies.tp import check_heads, tensor_parallelize
+from training.parallel.strategies.tp import Run, check_heads, tensor_parallelize
 from training.precision import Precision
 
 
@@ -64,9 +64,11 @@ def apply_pp(model: nn.Module, mesh: DeviceMesh, degrees: ParallelDims, device: 
               f"{cfg.pp_schedule}, {m} micro-batches a step); this rank holds stages {sorted(stages)}", flush=True)
     if degrees.tp > 1:
         check_heads(model, degrees.tp)
-        # Each stage runs its own blocks back to back: the sequence is split and gathered per stage, so what
-        # travels between pipeline ranks is whole.
-        tensor_parallelize(model, mesh["tp"], [list(stage.blocks) for stage in stages.values()])
+        # Each stage runs its own blocks back to back. With sequence parallelism the sequence stays split from the
+        # first stage's embeddings to the last stage's head: each tensor rank sends its peer in the next stage its
+        # 1/tp shard (without it, the whole activation travels).
+        tensor_parallelize(model, mesh["tp"], [Run(list(stage.blocks), s == 0, s == n_stages - 1)
+                                               for s, stage in stages.items()])
     sharded = degrees.data > 1
     if sharded:
         for stage in stages.values():

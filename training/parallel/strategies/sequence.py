@@ -52,13 +52,18 @@ STYLES = {
 PROBE_TOL = 1e-5
 
 
-def shard_sequence_through(blocks: list[nn.Module], tp_mesh) -> None:
-    """The stream enters `blocks[0]` split along the sequence (a local slice, no communication) and leaves
-    `blocks[-1]` whole (an all-gather)."""
+def shard_sequence_through(blocks: list[nn.Module], tp_mesh, enters_whole: bool = True,
+                           leaves_whole: bool = True) -> None:
+    """The stream enters `blocks[0]` split along the sequence (from a whole tensor: a local slice, no communication;
+    or, `enters_whole` False, as the rank's shard already) and leaves `blocks[-1]` whole (an all-gather) or, with
+    `leaves_whole` False, as the rank's shard: between two pipeline stages each tensor rank then sends its peer 1/tp
+    of the activation instead of all of it (Megatron's boundary)."""
     parallelize_module(blocks[0], tp_mesh, PrepareModuleInput(
-        input_layouts=(Replicate(),), desired_input_layouts=(Shard(1),), use_local_output=False))
+        input_layouts=(Replicate() if enters_whole else Shard(1),), desired_input_layouts=(Shard(1),),
+        use_local_output=False))
     parallelize_module(blocks[-1], tp_mesh, PrepareModuleOutput(
-        output_layouts=(Shard(1),), desired_output_layouts=(Replicate(),), use_local_output=True))
+        output_layouts=(Shard(1),), desired_output_layouts=(Replicate() if leaves_whole else Shard(1),),
+        use_local_output=True))
 
 
 class _ProbeBlock(nn.Module):

@@ -15,6 +15,8 @@ pooled from their sampler slices (`Parallelized.batch_group`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.distributed as torch_dist
 from torch import nn
@@ -37,6 +39,18 @@ from training.parallel.strategies.sequence import STYLES as SEQUENCE_STYLES
 from training.parallel.strategies.sequence import sequence_parallel_problem, shard_sequence_through
 from training.precision import Precision
 
+
+@dataclass(frozen=True)
+class Run:
+    """Blocks that run back to back, and whether the stream enters and leaves them whole: a pipeline stage's
+    between two others passes its sequence shard on (what crosses to the next stage is 1/tp of the activation on
+    each tensor rank); the first stage's enters from the embeddings, the last stage's leaves for the head."""
+
+    blocks: list[nn.Module]
+    enters_whole: bool = True
+    leaves_whole: bool = True
+
+
 STYLES = {
     "colwise": lambda: ColwiseParallel(),
     "rowwise": lambda: RowwiseParallel(),
@@ -48,10 +62,11 @@ STYLES = {
 }
 
 
-def tensor_parallelize(model: nn.Module, tp_mesh: DeviceMesh, runs: list[list[nn.Module]] | None = None) -> bool:
+def tensor_parallelize(model: nn.Module, tp_mesh: DeviceMesh, runs: list[Run] | None = None) -> bool:
     """Apply the model's `tp_plan` and each block's `sp_plan` (sequence parallel) or `tp_plan` (a pipeline
     stage: what it has left). `runs`: the blocks that run back to back (a pipeline rank's stages), where the
-    sequence enters split and leaves whole; default all of them. True when sequence parallelism is on."""
+    sequence is split and gathered (Run); default all of them, entering and leaving whole. True when sequence
+    parallelism is on."""
     blocks = list(getattr(model, "blocks", []))
     if not blocks or not hasattr(blocks[0], "tp_plan"):
         raise ConfigError(f"tensor parallelism needs a model whose `blocks` carry a `tp_plan` "
@@ -61,8 +76,8 @@ def tensor_parallelize(model: nn.Module, tp_mesh: DeviceMesh, runs: list[list[nn
     for block in blocks:
         _apply_plan(unwrapped(block), tp_mesh, block.sp_plan if sequence else block.tp_plan)
     if sequence:
-        for run in runs or [blocks]:
-            shard_sequence_through(list(run), tp_mesh)
+        for run in runs or [Run(blocks)]:
+            shard_sequence_through(run.blocks, tp_mesh, run.enters_whole, run.leaves_whole)
     if _has_dropout(model):
         for block in blocks:
             inner = unwrapped(block)
