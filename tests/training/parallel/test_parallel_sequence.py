@@ -112,6 +112,7 @@ def _worker(rank: int, world: int, port: int, out: str) -> None:
         results = {f"{name}_{mode}": _check(name, mesh, mode == "off")
                    for name in ("gpt", "vit") for mode in ("auto", "off")}
         results["gpt_boundary"] = _check("gpt", mesh, False, boundary=True)
+        results["vit_boundary"] = _check("vit", mesh, False, boundary=True)
         if rank == 0:
             Path(out).write_text(json.dumps(results))
         torch_dist.barrier()  # no rank tears gloo down while another still talks (an abort at exit otherwise)
@@ -126,7 +127,7 @@ def results(tmp_path_factory) -> dict:
     return json.loads(out.read_text())
 
 
-@pytest.mark.parametrize("case", ["gpt_auto", "gpt_off", "vit_auto", "vit_off", "gpt_boundary"])
+@pytest.mark.parametrize("case", ["gpt_auto", "gpt_off", "vit_auto", "vit_off", "gpt_boundary", "vit_boundary"])
 def test_matches_the_unsplit_model(results, case):
     r = results[case]
     assert r["logits"] < TOL
@@ -140,6 +141,8 @@ def test_a_pipeline_stage_boundary_carries_each_ranks_sequence_shard(results):
     assert results["gpt_boundary"]["on"]
     assert results["gpt_boundary"]["crossing_tokens"] == 8 and not results["gpt_boundary"]["crossing_is_dtensor"]
     assert results["gpt_auto"]["crossing_is_dtensor"] and results["gpt_auto"]["placements"] == ["Shard(1)"]
+    # The ViT's 5 tokens do not split evenly over 2 ranks: there the whole sequence crosses (and still matches).
+    assert results["vit_boundary"]["crossing_tokens"] == 5 and not results["vit_boundary"]["crossing_is_dtensor"]
 
 
 def test_the_decoder_runs_its_norms_on_sequence_shards(results):

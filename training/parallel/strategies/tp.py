@@ -76,8 +76,12 @@ def tensor_parallelize(model: nn.Module, tp_mesh: DeviceMesh, runs: list[Run] | 
     for block in blocks:
         _apply_plan(unwrapped(block), tp_mesh, block.sp_plan if sequence else block.tp_plan)
     if sequence:
+        # A shard passed between stages becomes a DTensor again on the far side from its local piece, which holds
+        # only where the sequence splits evenly (uneven pieces would be taken for an even split of another length):
+        # elsewhere the whole activation crosses.
+        even = _splits_evenly(model, tp_mesh.size())
         for run in runs or [Run(blocks)]:
-            shard_sequence_through(run.blocks, tp_mesh, run.enters_whole, run.leaves_whole)
+            shard_sequence_through(run.blocks, tp_mesh, run.enters_whole or not even, run.leaves_whole or not even)
     if _has_dropout(model):
         for block in blocks:
             inner = unwrapped(block)
@@ -87,6 +91,12 @@ def tensor_parallelize(model: nn.Module, tp_mesh: DeviceMesh, runs: list[Run] | 
             for name in names:
                 fork_sharded_randomness(inner.get_submodule(name), tp_mesh.get_local_rank())
     return sequence
+
+
+def _splits_evenly(model: nn.Module, tp: int) -> bool:
+    """Does the model's sequence (its `sequence_length`; unknown: no) split into `tp` equal shards?"""
+    length = getattr(model, "sequence_length", None)
+    return bool(length) and length % tp == 0
 
 
 def _has_dropout(model: nn.Module) -> bool:
