@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from contract.hyperparameters import INTERLEAVED, PIPELINE_SCHEDULES
-from contract.parallel import ParallelDims, microbatches, stages_per_rank
+from contract.parallel import ParallelDims, layer_split_problems, microbatches, stages_per_rank
 from jobs.catalog import SPOT_SAVINGS, InstanceSpec, lookup
 from jobs.planning.cadence import Cadence, cadence, state_bytes
-from jobs.planning.layout import SIZED_STRATEGIES, Layout, Numerics
+from jobs.planning.layout import SIZED_STRATEGIES, Layout, Numerics, given_stages
 from jobs.planning.memory import memory_per_gpu
 from jobs.planning.shape import ModelFacts
 from jobs.planning.timing import micro_compute, step_time
@@ -130,7 +130,7 @@ def _pipelines(m: ModelFacts, nodes: int, per_node: int, tensor: int, given: int
             for v in _stages_per_rank(m.layers, p, schedule):
                 out.append(Layout(nodes, per_node, shard=stage // tensor, tensor=tensor, pipeline=p,
                                   microbatches=microbatches(given, p), schedule=schedule,
-                                  virtual=0 if v == stages_per_rank(schedule) else v))
+                                  virtual=given_stages(schedule, v)))
     return out
 
 
@@ -140,7 +140,7 @@ def _stages_per_rank(layers: int, pipeline: int, schedule: str) -> list[int]:
     rank shrink the bubble and add point-to-point hops; the time model weighs the two."""
     if schedule != INTERLEAVED:
         return [1] if layers >= pipeline else []
-    return [v for v in range(2, layers // pipeline + 1) if layers % (pipeline * v) == 0]
+    return [v for v in range(2, layers // pipeline + 1) if not layer_split_problems(pipeline, schedule, layers, given=v)]
 
 
 def shown(cands: list[Candidate], keep: tuple[Candidate | None, ...] = ()) -> list[Candidate]:

@@ -89,9 +89,9 @@ class Layout:
     def of(cls, dims: ParallelDims, nodes: int, gpus_per_node: int, microbatches: int = 1,
            schedule: str = "1f1b", stages: int | None = None) -> Layout:
         """`stages`: pp_stages_per_rank as a job ran it (None: the schedule's default)."""
-        virtual = stages if stages and stages != stages_per_rank(schedule) else 0
         return cls(nodes, gpus_per_node, replicate=dims.replicate, shard=dims.shard, tensor=dims.tp,
-                   pipeline=dims.pp, microbatches=microbatches, schedule=schedule, virtual=virtual)
+                   pipeline=dims.pp, microbatches=microbatches, schedule=schedule,
+                   virtual=given_stages(schedule, stages))
 
     def forward_batch(self, micro_batch: float, per_group: bool = False) -> float:
         """Samples one model replica runs per forward pass, as the training package runs them: the ranks of a
@@ -244,6 +244,12 @@ def numerics(hyperparameters: dict[str, Any]) -> Numerics:
                     checkpoint_every=cfg.activation_checkpointing_every,
                     per_group=bool(cfg.micro_batch_per_group), loss_chunk_tokens=cfg.loss_chunk_tokens,
                     accumulation=cfg.fsdp_accumulation, accumulation_given="fsdp_accumulation" in given)
+
+
+def given_stages(schedule: str, stages: int | None) -> int:
+    """Layout.virtual for a pipeline that holds `stages` stages a rank: 0 where that is the schedule's default (so one
+    layout has one spelling, and a request names the count only where it is not the default)."""
+    return stages if stages and stages != stages_per_rank(schedule) else 0
 
 
 @functools.lru_cache(maxsize=4096)

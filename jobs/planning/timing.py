@@ -247,8 +247,9 @@ def step_time(m: ModelFacts, n: Numerics, spec: InstanceSpec, lay: Layout, stack
         # What crosses a stage boundary a forward pass: each rank of the stage sends its peer in the next its
         # sequence shard, 1/tp of the activation (the package keeps the sequence split across the boundary,
         # training.parallel.strategies.pp, as Megatron does; without sequence parallelism, or where the sequence
-        # does not split evenly, it sends all of it, which is not charged), every rank of the stage on a node through the node's NIC at once. A send of `sent` bytes is an all-gather of twice that between two ranks; on one node each
-        # pair has its own NVLink.
+        # does not split evenly, it sends all of it, which is not charged), every rank of the stage on a node
+        # through the node's NIC at once. A send of `sent` bytes is an all-gather of twice that between two ranks; on
+        # one node each pair has its own NVLink.
         sent = n.compute_bytes * fwd_n.micro_batch * m.tokens * m.hidden / lay.tensor
         senders = min(lay.gpus_per_node, lay.gpus // stages)
         hop = collective("ag", 2 * sent, spec, 2, 1, 1) if lay.nodes == 1 else \
