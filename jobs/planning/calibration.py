@@ -9,6 +9,11 @@ jobs/planning/published_runs.json carry their source, the commit that published 
 every second row of each table, in its published order, is held out (chosen before any fit): those check the fit,
 the others and ROWS are fitted to.
 
+Read and not used, so that nobody reads them again for this: torchtitan's H100 rows (the 96 GB H100 capped at 500 W,
+a GPU the catalog lacks; its H200 rows are Float8); NVIDIA Megatron-Bridge's performance summary and archive (25.09 to
+26.02: every dense H100 row is FP8, the BF16 ones are mixture-of-experts); MLPerf's and NVIDIA's H200 training figures
+(FP8). No source read publishes a bf16 peak memory for a stack modelled here on an 80 GB part.
+
     python -m jobs.planning.calibration    # each row: predicted, measured, error; held-out summary
     python -m tools.fit_planner            # fit the constants again (scipy), print them beside the code's
 """
