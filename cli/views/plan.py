@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from contract.hyperparameters import INTERLEAVED, canonical_name, decode_hyperparameters
+from contract.hyperparameters import INTERLEAVED, TrainConfig, canonical_name, decode_hyperparameters
 from contract.parallel import MODEL_PARALLEL, microbatches, stages_per_rank
 from jobs.naming import NAME_NONCE_CHARS, RUN_TOKEN_CHARS, run_slug
 from jobs.timestamps import duration
@@ -107,7 +107,7 @@ def parallel_text(create: dict[str, Any], strategy: str, world: int) -> str:
         text = f"{strategy}: " + mesh_lines(create, strategy)[0]
         pipeline = _hp(create, "pp_degree") or 1
         if pipeline > 1:
-            schedule = _hp(create, "pp_schedule") or "1f1b"
+            schedule = _hp(create, "pp_schedule") or TrainConfig.pp_schedule
             per_rank = stages_per_rank(schedule, _hp(create, "pp_stages_per_rank"))
             text += (f"; {schedule}, {per_rank} stage(s) a rank, "
                      f"{microbatches(_hp(create, 'pp_microbatches'), pipeline)} micro-batches a step")
